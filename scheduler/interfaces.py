@@ -1,0 +1,181 @@
+"""Plugin contracts (extension points) of the scheduling framework.
+
+A plugin instance has a ``plugin_type`` (the registry key used in configuration files) and a
+``name`` (unique per configuration, defaults to the type). One instance may implement several
+extension points; the framework slots it by which of these protocols it satisfies. Contracts:
+
+* Filters and scorers are **pure**: no I/O, no awaits, no mutation of endpoint objects or of the
+  request. They may read and write the :class:`~scheduler.cycle_state.CycleState` of the cycle.
+* Plugin state that lives across requests (a prefix index, in-flight counters) belongs to the
+  plugin instance and is only changed from lifecycle hooks, which run on the caller's thread.
+* Hooks never raise into the caller: the framework catches and reports exceptions from them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from scheduler.types import Completion, EndpointView, LLMRequest, ProfileResult, ScoredEndpoint, SchedulingResult
+
+if TYPE_CHECKING:
+    from scheduler.cycle_state import CycleState
+    from scheduler.profile import SchedulerProfile
+
+__all__ = [
+    "CompletionHook",
+    "DispatchHook",
+    "EndpointRemovalHook",
+    "Filter",
+    "Handle",
+    "Picker",
+    "Plugin",
+    "PluginFactory",
+    "ProfileHandler",
+    "ResponseChunkHook",
+    "ResponseHeadersHook",
+    "Scorer",
+]
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    """Every plugin has a type (registry key) and an instance name."""
+
+    @property
+    def plugin_type(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+@runtime_checkable
+class Filter(Plugin, Protocol):
+    def filter(
+        self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
+    ) -> Sequence[EndpointView]:
+        """Return the subset of ``endpoints`` fit for this request, preserving order.
+
+        Pure. Returning an empty sequence is not an error of the filter: the framework fails the
+        profile run with a reason naming this filter. Must not return endpoints not in the input.
+        """
+        ...
+
+
+@runtime_checkable
+class ExplainingFilter(Filter, Protocol):
+    def reason(self, cycle: CycleState, request: LLMRequest, endpoint: EndpointView) -> str:
+        """Why ``endpoint`` was removed (called only for removed endpoints, for decision records)."""
+        ...
+
+
+@runtime_checkable
+class Scorer(Plugin, Protocol):
+    def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
+        """Score every endpoint in [0, 1] (higher is better); the list is aligned with ``endpoints``.
+
+        Pure. The framework clamps each value into [0, 1], multiplies it by the profile's weight for
+        this scorer and sums across scorers.
+        """
+        ...
+
+
+@runtime_checkable
+class Picker(Plugin, Protocol):
+    def pick(
+        self, cycle: CycleState, request: LLMRequest, scored: Sequence[ScoredEndpoint]
+    ) -> Sequence[ScoredEndpoint]:
+        """Choose between 1 and ``maxNumOfEndpoints`` distinct endpoints from a non-empty ``scored``.
+
+        Returned best first: the primary, then fallbacks. Randomness comes only from the seeded
+        source the plugin received from its :class:`Handle`.
+        """
+        ...
+
+
+@runtime_checkable
+class ProfileHandler(Plugin, Protocol):
+    def pick_profiles(
+        self,
+        cycle: CycleState,
+        request: LLMRequest,
+        profiles: Mapping[str, SchedulerProfile],
+        results: Mapping[str, ProfileResult | None],
+    ) -> Mapping[str, SchedulerProfile]:
+        """Return the profiles to run next; called repeatedly until it returns an empty mapping.
+
+        ``results`` holds every profile run so far (None for a run that failed).
+        """
+        ...
+
+    def process_results(
+        self, cycle: CycleState, request: LLMRequest, results: Mapping[str, ProfileResult | None]
+    ) -> SchedulingResult:
+        """Turn the profile results into the routing result (primary profile, extra headers).
+
+        Raises :class:`scheduler.errors.NoEndpointError` when no routable result exists.
+        """
+        ...
+
+
+@runtime_checkable
+class DispatchHook(Plugin, Protocol):
+    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
+        """The request was sent toward ``result``'s endpoints. Exactly once per dispatch."""
+        ...
+
+
+@runtime_checkable
+class ResponseHeadersHook(Plugin, Protocol):
+    def on_response_headers(
+        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
+    ) -> None:
+        """The model server's response headers arrived."""
+        ...
+
+
+@runtime_checkable
+class ResponseChunkHook(Plugin, Protocol):
+    def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
+        """One response body chunk passed through. Hot path: keep it O(1) and allocation-free."""
+        ...
+
+
+@runtime_checkable
+class CompletionHook(Plugin, Protocol):
+    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
+        """The dispatched request ended (any outcome). Exactly once per dispatch; idempotent."""
+        ...
+
+
+@runtime_checkable
+class EndpointRemovalHook(Plugin, Protocol):
+    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
+        """These endpoints left the pool: drop any state kept for them."""
+        ...
+
+
+class Handle(Protocol):
+    """What a plugin factory receives besides its name and parameters."""
+
+    def plugin(self, name: str) -> Plugin:
+        """Another plugin instance of the same configuration, by name (KeyError if unknown).
+
+        Plugins are instantiated in configuration order; only earlier plugins can be looked up
+        at construction time.
+        """
+        ...
+
+    def rng(self, name: str) -> random.Random:
+        """A random source for the named plugin, seeded deterministically from the scheduler seed."""
+        ...
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """Monotonic clock in seconds (same clock as :attr:`MetricsView.updated_at`)."""
+        ...
+
+
+PluginFactory = Callable[[str, Mapping[str, Any], Handle], Plugin]
+"""``factory(name, parameters, handle) -> plugin``; raises ConfigError for bad parameters."""
