@@ -47,7 +47,7 @@ class CycleState:
     @overload
     def read(self, key: StateKey[T], default: T) -> T: ...
     def read(self, key: StateKey[T], default: T | None = None) -> T | None:
-        return self._data.get(key, default)  # type: ignore[no-any-return]
+        return self._data.get(key, default)
 
     def __contains__(self, key: StateKey[Any]) -> bool:
         return key in self._data

@@ -17,11 +17,19 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from scheduler.types import Completion, EndpointView, LLMRequest, ProfileResult, ScoredEndpoint, SchedulingResult
+from scheduler.types import (
+    Completion,
+    EndpointView,
+    LLMRequest,
+    ProfileResult,
+    SchedulingResult,
+    ScoredEndpoint,
+)
 
 if TYPE_CHECKING:
-    from scheduler.cycle_state import CycleState
     from scheduler.profile import SchedulerProfile
+
+    from scheduler.cycle_state import CycleState
 
 __all__ = [
     "CompletionHook",
@@ -35,6 +43,7 @@ __all__ = [
     "ProfileHandler",
     "ResponseChunkHook",
     "ResponseHeadersHook",
+    "SaturationDetector",
     "Scorer",
 ]
 
@@ -153,6 +162,17 @@ class CompletionHook(Plugin, Protocol):
 class EndpointRemovalHook(Plugin, Protocol):
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         """These endpoints left the pool: drop any state kept for them."""
+        ...
+
+
+@runtime_checkable
+class SaturationDetector(Plugin, Protocol):
+    def saturation(self, endpoints: Sequence[EndpointView], now: float) -> float:
+        """Pool saturation, 0.0 (idle) upward; >= 1.0 means saturated. Stale endpoints count as full."""
+        ...
+
+    def is_saturated(self, endpoints: Sequence[EndpointView], now: float) -> bool:
+        """True when sheddable (priority < 0) requests should be rejected with 429."""
         ...
 
 

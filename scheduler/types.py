@@ -28,8 +28,8 @@ __all__ = [
     "Outcome",
     "ProfileDecision",
     "ProfileResult",
-    "ScoredEndpoint",
     "SchedulingResult",
+    "ScoredEndpoint",
     "Usage",
 ]
 
@@ -200,7 +200,8 @@ class ProfileDecision:
         return {
             "profile": self.profile,
             "filters": [
-                {"plugin": f"{f.plugin_type}/{f.plugin_name}", "removed": dict(f.removed)} for f in self.filters
+                {"plugin": f"{f.plugin_type}/{f.plugin_name}", "removed": dict(f.removed)}
+                for f in self.filters
             ],
             "scores": {
                 name: dict(zip(self.candidates, values, strict=True)) for name, values in self.scores.items()

@@ -1,0 +1,1 @@
+"""datalayer package."""
