@@ -36,6 +36,10 @@ __all__ = [
 EMPTY_MAPPING: Mapping[str, Any] = MappingProxyType({})
 
 
+def _empty_mapping() -> Mapping[str, Any]:
+    return EMPTY_MAPPING
+
+
 class ApiKind(enum.Enum):
     """Which OpenAI-compatible API a request targets (from the suffix of ``:path``)."""
 
@@ -63,7 +67,7 @@ class LLMRequest:
     target_model: str
     prompt_text: str = ""
     messages: tuple[Mapping[str, Any], ...] | None = None
-    headers: Mapping[str, str] = EMPTY_MAPPING
+    headers: Mapping[str, str] = field(default_factory=_empty_mapping)
     priority: int = 0
     fairness_id: str = "default-flow"
     stream: bool = False
@@ -153,10 +157,10 @@ class Endpoint:
 
     address: str
     name: str = ""
-    labels: Mapping[str, str] = EMPTY_MAPPING
+    labels: Mapping[str, str] = field(default_factory=_empty_mapping)
     ready: bool = True
     metrics: MetricsView = field(default_factory=Metrics)
-    attributes: Mapping[str, Any] = EMPTY_MAPPING
+    attributes: Mapping[str, Any] = field(default_factory=_empty_mapping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +257,7 @@ class SchedulingResult:
     primary_profile: str
     endpoints: tuple[EndpointView, ...]
     profile_results: Mapping[str, ProfileResult]
-    headers: Mapping[str, str] = EMPTY_MAPPING
+    headers: Mapping[str, str] = field(default_factory=_empty_mapping)
     decision: DecisionRecord | None = None
 
     @property
