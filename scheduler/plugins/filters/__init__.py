@@ -1,0 +1,1 @@
+"""filters plugins (one per module)."""

@@ -1,0 +1,1 @@
+"""handlers plugins (one per module)."""

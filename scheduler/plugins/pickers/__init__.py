@@ -1,0 +1,1 @@
+"""pickers plugins (one per module)."""

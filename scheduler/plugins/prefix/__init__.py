@@ -1,0 +1,1 @@
+"""prefix plugins (one per module)."""

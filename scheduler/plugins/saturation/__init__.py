@@ -1,0 +1,1 @@
+"""saturation plugins (one per module)."""

@@ -1,0 +1,1 @@
+"""scorers plugins (one per module)."""

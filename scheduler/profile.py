@@ -1,0 +1,189 @@
+"""A scheduler profile: ordered filters -> weighted scorers -> exactly one picker.
+
+Run semantics (one profile run, on the cycle's snapshot):
+
+1. Filters run in order, each on the survivors of the previous one. Removed endpoints are recorded
+   per filter with a reason (``ExplainingFilter.reason`` when the filter implements it). If a filter
+   leaves nothing, the run fails with a reason naming the profile and the filter.
+2. Every scorer scores the survivors; each value is clamped into [0, 1] (NaN -> 0), multiplied by the
+   scorer's weight (a float, not renormalised) and summed: ``total(e) = sum_i w_i * clamp(s_i(e))``.
+3. The picker chooses 1..maxNumOfEndpoints distinct survivors, best first.
+
+A plugin that raises, or breaks its contract (wrong number of scores, picks nothing, picks an endpoint
+twice or one that was not a candidate), fails the run with a reason naming it; the exception is
+reported to the observer and never propagates. ``run`` returns ``(ProfileResult | None,
+ProfileDecision)``; the result is None exactly when ``decision.failure`` is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from time import perf_counter
+
+from scheduler.cycle_state import CycleState
+from scheduler.interfaces import ExplainingFilter, Filter, Picker, Scorer
+from scheduler.observer import SchedulerObserver
+from scheduler.types import (
+    EndpointView,
+    FilterStep,
+    LLMRequest,
+    ProfileDecision,
+    ProfileResult,
+    ScoredEndpoint,
+)
+
+__all__ = ["PluginContractError", "SchedulerProfile"]
+
+
+class PluginContractError(RuntimeError):
+    """A plugin returned something its contract forbids."""
+
+
+def _clamp(value: float) -> float:
+    if value >= 1.0:
+        return 1.0
+    if value > 0.0:
+        return value
+    return 0.0  # negatives and NaN
+
+
+def _label(plugin: Filter | Scorer | Picker) -> str:
+    return f'{plugin.plugin_type} "{plugin.name}"'
+
+
+class SchedulerProfile:
+    """Immutable after construction. ``scorers`` are ``(scorer, weight)`` pairs in configuration order."""
+
+    __slots__ = ("_explains", "filters", "name", "picker", "scorers", "shadow")
+
+    def __init__(
+        self,
+        name: str,
+        filters: Sequence[Filter],
+        scorers: Sequence[tuple[Scorer, float]],
+        picker: Picker,
+        *,
+        shadow: bool = False,
+    ) -> None:
+        self.name = name
+        self.filters = tuple(filters)
+        self.scorers = tuple((s, float(w)) for s, w in scorers)
+        self.picker = picker
+        self.shadow = shadow
+        self._explains = tuple(isinstance(f, ExplainingFilter) for f in self.filters)
+
+    def __repr__(self) -> str:
+        return f"SchedulerProfile({self.name!r}, shadow={self.shadow})"
+
+    def run(
+        self,
+        cycle: CycleState,
+        request: LLMRequest,
+        endpoints: Sequence[EndpointView],
+        observer: SchedulerObserver,
+    ) -> tuple[ProfileResult | None, ProfileDecision]:
+        steps: list[FilterStep] = []
+        candidates: Sequence[EndpointView] = endpoints
+        scores: dict[str, tuple[float, ...]] = {}
+        current = "filter"
+        plugin: Filter | Scorer | Picker | None = None
+        try:
+            for f, explains in zip(self.filters, self._explains, strict=True):
+                plugin = f
+                t0 = perf_counter()
+                kept = f.filter(cycle, request, candidates)
+                observer.observe_plugin("filter", f.plugin_type, f.name, perf_counter() - t0)
+                if len(kept) != len(candidates):
+                    steps.append(self._removed(f, explains, cycle, request, candidates, kept))
+                candidates = kept
+                if not candidates:
+                    reason = f'profile "{self.name}": filter {_label(f)} removed every endpoint'
+                    return None, self._decision(steps, (), scores, (), (), reason)
+            if not candidates:
+                return None, self._decision(steps, (), scores, (), (), f'profile "{self.name}": no endpoints')
+            current = "score"
+            n = len(candidates)
+            totals = [0.0] * n
+            for scorer, weight in self.scorers:
+                plugin = scorer
+                t0 = perf_counter()
+                raw = scorer.score(cycle, request, candidates)
+                observer.observe_plugin("score", scorer.plugin_type, scorer.name, perf_counter() - t0)
+                if len(raw) != n:
+                    raise PluginContractError(f"returned {len(raw)} scores for {n} endpoints")
+                clamped = tuple(map(_clamp, raw))
+                scores[scorer.name] = clamped
+                totals = [t + weight * s for t, s in zip(totals, clamped, strict=True)]
+            current = "pick"
+            picker = plugin = self.picker
+            scored = [ScoredEndpoint(e, t) for e, t in zip(candidates, totals, strict=True)]
+            t0 = perf_counter()
+            picked = tuple(picker.pick(cycle, request, scored))
+            observer.observe_plugin("pick", picker.plugin_type, picker.name, perf_counter() - t0)
+            _check_picked(picked, candidates)
+        except Exception as exc:
+            where = _label(plugin) if plugin is not None else "framework"
+            ptype, pname = getattr(plugin, "plugin_type", ""), getattr(plugin, "name", "")
+            observer.plugin_error(current, ptype, pname, exc)
+            reason = f'profile "{self.name}": {current} plugin {where} failed: {exc}'
+            addresses = tuple(e.address for e in candidates)
+            return None, self._decision(steps, addresses, scores, (), (), reason)
+        decision = self._decision(
+            steps, tuple(e.address for e in candidates), scores, tuple(totals), picked, None
+        )
+        return ProfileResult(self.name, picked, self.shadow), decision
+
+    @staticmethod
+    def _removed(
+        f: Filter,
+        explains: bool,
+        cycle: CycleState,
+        request: LLMRequest,
+        before: Sequence[EndpointView],
+        after: Sequence[EndpointView],
+    ) -> FilterStep:
+        kept = {e.address for e in after}
+        removed: list[tuple[str, str]] = []
+        for e in before:
+            if e.address in kept:
+                continue
+            reason = f.reason(cycle, request, e) if explains else "filtered out"  # type: ignore[attr-defined]
+            removed.append((e.address, reason))
+        if len(kept) + len(removed) != len(before) or not kept.issubset({e.address for e in before}):
+            raise PluginContractError("returned endpoints that were not in its input")
+        return FilterStep(f.plugin_type, f.name, tuple(removed))
+
+    def _decision(
+        self,
+        steps: list[FilterStep],
+        candidates: tuple[str, ...],
+        scores: dict[str, tuple[float, ...]],
+        totals: tuple[float, ...],
+        picked: tuple[ScoredEndpoint, ...],
+        failure: str | None,
+    ) -> ProfileDecision:
+        if failure is not None:
+            candidates, scores, totals = (), {}, ()
+        return ProfileDecision(
+            profile=self.name,
+            filters=tuple(steps),
+            candidates=candidates,
+            scores=scores,
+            weights={s.name: w for s, w in self.scorers},
+            totals=totals,
+            picker=self.picker.name,
+            picked=tuple(p.endpoint.address for p in picked),
+            failure=failure,
+        )
+
+
+def _check_picked(picked: tuple[ScoredEndpoint, ...], candidates: Sequence[EndpointView]) -> None:
+    if not picked:
+        raise PluginContractError("picked no endpoint")
+    addresses = [p.endpoint.address for p in picked]
+    if len(set(addresses)) != len(addresses):
+        raise PluginContractError(f"picked an endpoint twice: {addresses}")
+    if len(picked) == 1 and any(e is picked[0].endpoint for e in candidates):
+        return
+    if not {e.address for e in candidates}.issuperset(addresses):
+        raise PluginContractError(f"picked endpoints that were not candidates: {addresses}")
