@@ -1,0 +1,34 @@
+"""The ``epp`` console script.
+
+``epp [flags]`` runs the endpoint picker until SIGTERM/SIGINT (see :mod:`epp.options` for the flags and
+:mod:`epp.app` for what runs). ``epp check-config FILE`` validates an EndpointPickerConfig file and exits
+(0 valid, 1 invalid, 2 usage). Exit status 2 for an invalid command line, 1 for a startup failure such
+as an invalid configuration file, 0 after a clean shutdown.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from epp.options import UsageError, parse_options
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "check-config":
+        from scheduler.config.cli import check_config_main
+
+        return int(check_config_main(args[1:]))
+    try:
+        options = parse_options(args)
+    except UsageError as exc:
+        print(f"epp: error: {exc}\n(run 'epp --help' for the list of flags)", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    from epp.app import serve
+
+    return int(serve(options))

@@ -1,0 +1,146 @@
+"""Go-compatible flag syntax on top of :mod:`argparse`.
+
+The Go endpoint picker parses its flags with ``pflag`` (plus klog's ``-v``), and Helm charts written for
+it pass arguments in every spelling Go accepts. This module turns such argument lists into the form
+argparse understands, and parses Go value syntax:
+
+* ``-pool-name x`` (one dash, long name) -> ``--pool-name x``; ``--v=3`` / ``-v=3`` / ``-v3`` /
+  ``--v 3`` -> ``-v 3``.
+* Booleans: ``--flag`` (true), ``--flag=false``, and ``--flag false`` (the next argument is consumed only
+  when it is a Go boolean literal: ``1 t T TRUE true True 0 f F FALSE false False``).
+* Durations: Go's ``time.ParseDuration`` syntax, a sequence of decimal numbers with units ``ns us µs ms
+  s m h`` (``50ms``, ``1.5s``, ``1m30s``); ``0`` alone is accepted. Results are seconds as float.
+
+Every parse function raises :class:`argparse.ArgumentTypeError` with a message saying what was expected,
+which argparse reports as ``error: argument --flag: ...`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = [
+    "BoolAction",
+    "normalise_argv",
+    "parse_bool",
+    "parse_duration",
+    "parse_port",
+    "parse_port_list",
+]
+
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_bool(text: str) -> bool:
+    """Go's ``strconv.ParseBool``."""
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true or false), got {text!r}")
+
+
+def parse_duration(text: str) -> float:
+    """Go's ``time.ParseDuration`` (non-negative), in seconds."""
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    while pos < len(text):
+        match = _DURATION_PART.match(text, pos)
+        if match is None:
+            raise argparse.ArgumentTypeError(f"expected a duration such as 50ms, 2s or 1m30s, got {text!r}")
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos == 0:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 50ms, 2s or 1m30s, got {text!r}")
+    return total
+
+
+def parse_port(text: str) -> int:
+    """A TCP port number, 0-65535 (0 asks the OS for a free port)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}")
+    return port
+
+
+def parse_port_list(text: str) -> tuple[int, ...]:
+    """A comma-separated list of 1-8 distinct ports 1-65535 (``8000,8001``)."""
+    parts = [p for p in text.split(",") if p]
+    ports: list[int] = []
+    for part in parts:
+        port = parse_port(part)
+        if port == 0:
+            raise argparse.ArgumentTypeError(f"expected ports 1-65535, got {text!r}")
+        ports.append(port)
+    if not 1 <= len(ports) <= 8 or len(set(ports)) != len(ports):
+        raise argparse.ArgumentTypeError(f"expected 1 to 8 distinct comma-separated ports, got {text!r}")
+    return tuple(ports)
+
+
+class BoolAction(argparse.Action):
+    """``--flag`` sets True; ``--flag=VALUE`` / ``--flag VALUE`` set a Go boolean literal."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("default", False)
+        kwargs.setdefault("metavar", "BOOL")
+        super().__init__(option_strings, dest, nargs="?", const=True, type=parse_bool, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+
+
+def normalise_argv(
+    argv: Iterable[str], *, long_flags: frozenset[str], bool_flags: frozenset[str]
+) -> list[str]:
+    """Rewrite Go-style spellings into argparse's (see the module docstring).
+
+    ``long_flags`` are the known long names without dashes; ``bool_flags`` the boolean ones. A bool flag
+    followed by a separate argument that is not a boolean literal keeps its implicit ``true`` (the
+    argument is then reported as unexpected by argparse). Everything after ``--`` is left alone.
+    """
+    args = list(argv)
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            out.extend(args[i - 1 :])
+            break
+        if not arg.startswith("-") or arg == "-":
+            out.append(arg)
+            continue
+        name, eq, value = arg.lstrip("-").partition("=")
+        if name == "v" or (arg.startswith("-v") and not arg.startswith("--") and arg[2:].isdigit()):
+            # klog verbosity: -v 3, -v=3, --v=3, --v 3, -v3
+            out.append("-v")
+            if eq:
+                out.append(value)
+            elif arg[2:].isdigit() and not arg.startswith("--"):
+                out.append(arg[2:])
+            continue
+        if name in long_flags:
+            if name in bool_flags and not eq and i < len(args) and (args[i] in _TRUE or args[i] in _FALSE):
+                out.append(f"--{name}={args[i]}")
+                i += 1
+            else:
+                out.append(f"--{name}={value}" if eq else f"--{name}")
+            continue
+        out.append(arg)
+    return out

@@ -1,0 +1,284 @@
+"""Command-line options of the ``epp`` server: GIE-compatible names, defaults and validation.
+
+:func:`parse_options` turns an argument list into a frozen :class:`Options` or raises
+:class:`UsageError` (the CLI prints it and exits with status 2). Flag names, defaults and Go value syntax
+(durations such as ``50ms``, ``--secure-serving=false``, ``-v=3``) follow the Go endpoint picker, so a
+Helm chart written for it passes its arguments unchanged; flags of ours are marked in their help text.
+
+Discovery modes are exclusive: exactly one of ``--endpoints``, ``--endpoints-file``, ``--pool-name``,
+``--endpoint-selector`` (the latter needs ``--endpoint-target-ports``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NoReturn
+
+from epp.flags import BoolAction, normalise_argv, parse_duration, parse_port, parse_port_list
+
+__all__ = ["Options", "UsageError", "build_parser", "parse_endpoint_list", "parse_options"]
+
+
+class UsageError(Exception):
+    """Invalid command line; ``str()`` is the message shown to the user (exit status 2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Every setting of the server process, after parsing and validation (times in seconds)."""
+
+    # serving
+    host: str = "0.0.0.0"
+    grpc_port: int = 9002
+    grpc_health_port: int = 9003
+    metrics_port: int = 9090
+    secure_serving: bool = True
+    cert_path: str | None = None
+    enable_cert_reload: bool = False
+    health_checking: bool = False
+    shutdown_grace_period: float = 25.0
+    max_body_bytes: int = 16 * 1024 * 1024
+    # discovery
+    pool_name: str | None = None
+    pool_namespace: str = "default"
+    pool_group: str = "inference.networking.k8s.io"
+    endpoint_selector: str | None = None
+    endpoint_target_ports: tuple[int, ...] = ()
+    endpoints: tuple[str, ...] = ()
+    endpoints_file: str | None = None
+    # configuration
+    config_file: str | None = None
+    config_text: str | None = None
+    objectives_file: str | None = None
+    # scraping
+    refresh_metrics_interval: float = 0.05
+    refresh_prometheus_metrics_interval: float = 5.0
+    metrics_staleness_threshold: float = 2.0
+    model_server_metrics_scheme: str = "http"
+    model_server_metrics_path: str = "/metrics"
+    model_server_metrics_port: int = 0
+    model_server_metrics_https_insecure_skip_verify: bool = True
+    metric_overrides: tuple[tuple[str, str], ...] = ()  # (key, Prometheus metric spec) from GIE flags
+    # diagnostics
+    verbosity: int = 1
+    log_format: str = "json"
+    tracing: bool = True
+    enable_pprof: bool = True
+    metrics_endpoint_auth: bool = True
+    metrics_bearer_token_file: str | None = None
+    ha_enable_leader_election: bool = False
+
+    @property
+    def discovery_mode(self) -> str:
+        """``static``, ``file``, ``pool`` or ``selector``."""
+        if self.endpoints:
+            return "static"
+        if self.endpoints_file:
+            return "file"
+        return "pool" if self.pool_name else "selector"
+
+
+# GIE's per-metric flags -> the data layer's metric keys (vLLM engine mapping overrides).
+_METRIC_FLAGS: Mapping[str, str] = {
+    "total_queued_requests_metric": "waiting",
+    "total_running_requests_metric": "running",
+    "kv_cache_usage_percentage_metric": "kv_usage",
+    "lora_info_metric": "lora",
+    "cache_info_metric": "cache_config",
+}
+
+_OURS = "(pyepp)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Reports errors as :class:`UsageError` instead of exiting (``--help`` still prints and exits 0)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="epp",
+        description="Endpoint picker for LLM inference: an Envoy ext_proc gRPC service (GIE-compatible). "
+        "Subcommand: 'epp check-config FILE' validates an EndpointPickerConfig and exits.",
+        allow_abbrev=False,
+    )
+    b = BoolAction
+    s = p.add_argument_group("serving")
+    s.add_argument("--host", default="0.0.0.0", help=f"{_OURS} bind address of every port (default 0.0.0.0)")
+    s.add_argument("--grpc-port", type=parse_port, default=9002, help="ext_proc gRPC port (default 9002)")
+    s.add_argument("--grpc-health-port", type=parse_port, default=9003, help="grpc.health.v1 port (9003)")
+    s.add_argument("--metrics-port", type=parse_port, default=9090, help="/metrics and /debug port (9090)")
+    s.add_argument("--secure-serving", action=b, default=True, help="serve ext_proc over TLS (default true)")
+    s.add_argument("--cert-path", help="directory holding tls.crt and tls.key (default: self-signed)")
+    s.add_argument("--enable-cert-reload", action=b, help="reload --cert-path files when they change")
+    s.add_argument("--health-checking", action=b, help="also serve grpc.health.v1 on the ext_proc port")
+    s.add_argument(
+        "--shutdown-grace-period",
+        type=parse_duration,
+        default=25.0,
+        help=f"{_OURS} how long in-flight streams may finish after SIGTERM (default 25s)",
+    )
+    s.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        help=f"{_OURS} request bodies above this size get 413 (default 16 MiB)",
+    )
+    d = p.add_argument_group("endpoint discovery (exactly one mode)")
+    d.add_argument("--pool-name", help="InferencePool to serve (Kubernetes mode A)")
+    d.add_argument(
+        "--pool-namespace", default=None, help="namespace of the pool (default: env NAMESPACE, else default)"
+    )
+    d.add_argument("--pool-group", default="inference.networking.k8s.io", help="API group of the pool")
+    d.add_argument("--endpoint-selector", help="pod label selector k=v,k2=v2 (Kubernetes mode B)")
+    d.add_argument("--endpoint-target-ports", type=parse_port_list, help="model-server ports, e.g. 8000,8001")
+    d.add_argument("--endpoints", help=f"{_OURS} static list host:port,host:port")
+    d.add_argument("--endpoints-file", help=f"{_OURS} YAML/JSON file of endpoints, watched for changes")
+    c = p.add_argument_group("configuration")
+    c.add_argument("--config-file", help="EndpointPickerConfig YAML file")
+    c.add_argument("--config-text", help="EndpointPickerConfig YAML text (instead of --config-file)")
+    c.add_argument("--objectives-file", help=f"{_OURS} InferenceObjective names -> priorities (YAML)")
+    m = p.add_argument_group("model-server scraping")
+    m.add_argument("--refresh-metrics-interval", type=parse_duration, default=0.05, help="default 50ms")
+    m.add_argument("--refresh-prometheus-metrics-interval", type=parse_duration, default=5.0, help="5s")
+    m.add_argument("--metrics-staleness-threshold", type=parse_duration, default=2.0, help="default 2s")
+    m.add_argument("--model-server-metrics-scheme", choices=("http", "https"), default="http")
+    m.add_argument("--model-server-metrics-path", default="/metrics")
+    m.add_argument("--model-server-metrics-port", type=parse_port, default=0, help="deprecated in GIE")
+    m.add_argument("--model-server-metrics-https-insecure-skip-verify", action=b, default=True)
+    for flag in _METRIC_FLAGS:
+        m.add_argument("--" + flag.replace("_", "-"), help="Prometheus metric spec (vLLM mapping override)")
+    g = p.add_argument_group("diagnostics")
+    g.add_argument("-v", dest="verbosity", type=int, default=1, help="log verbosity 0-5 (default 1)")
+    g.add_argument("--log-format", choices=("json", "console"), default="json", help="default json")
+    g.add_argument("--tracing", action=b, default=True, help="log W3C trace ids of requests (default true)")
+    g.add_argument("--enable-pprof", action=b, default=True, help="accepted for GIE compatibility")
+    g.add_argument("--metrics-endpoint-auth", action=b, default=True, help="require the bearer token")
+    g.add_argument("--metrics-bearer-token-file", help=f"{_OURS} file with the token /metrics requires")
+    g.add_argument("--ha-enable-leader-election", action=b, help="active-passive HA via a Kubernetes Lease")
+    return p
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> tuple[frozenset[str], frozenset[str]]:
+    names: set[str] = set()
+    bools: set[str] = set()
+    for action in parser._actions:
+        for opt in action.option_strings:
+            if opt.startswith("--"):
+                names.add(opt[2:])
+                if isinstance(action, BoolAction):
+                    bools.add(opt[2:])
+    return frozenset(names), frozenset(bools)
+
+
+def parse_endpoint_list(text: str) -> tuple[str, ...]:
+    """``host:port,host:port`` (IPv6 as ``[::1]:8000``) -> addresses; raises UsageError."""
+    out: list[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise UsageError(f"--endpoints: expected host:port, got {item!r}")
+        out.append(item)
+    if not out:
+        raise UsageError("--endpoints: expected at least one host:port")
+    if len(set(out)) != len(out):
+        raise UsageError(f"--endpoints: duplicate endpoint in {text!r}")
+    return tuple(out)
+
+
+def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:
+    """Parse and validate; ``env`` defaults to ``os.environ`` (for ``NAMESPACE``)."""
+    env = os.environ if env is None else env
+    parser = build_parser()
+    names, bools = _long_flags(parser)
+    ns = parser.parse_args(normalise_argv(argv, long_flags=names, bool_flags=bools))
+    _check(ns)
+    overrides = tuple((key, getattr(ns, flag)) for flag, key in _METRIC_FLAGS.items() if getattr(ns, flag))
+    return Options(
+        host=ns.host,
+        grpc_port=ns.grpc_port,
+        grpc_health_port=ns.grpc_health_port,
+        metrics_port=ns.metrics_port,
+        secure_serving=ns.secure_serving,
+        cert_path=ns.cert_path,
+        enable_cert_reload=ns.enable_cert_reload,
+        health_checking=ns.health_checking,
+        shutdown_grace_period=ns.shutdown_grace_period,
+        max_body_bytes=ns.max_body_bytes,
+        pool_name=ns.pool_name,
+        pool_namespace=ns.pool_namespace or env.get("NAMESPACE") or "default",
+        pool_group=ns.pool_group,
+        endpoint_selector=ns.endpoint_selector,
+        endpoint_target_ports=ns.endpoint_target_ports or (),
+        endpoints=parse_endpoint_list(ns.endpoints) if ns.endpoints is not None else (),
+        endpoints_file=ns.endpoints_file,
+        config_file=ns.config_file,
+        config_text=ns.config_text,
+        objectives_file=ns.objectives_file,
+        refresh_metrics_interval=ns.refresh_metrics_interval,
+        refresh_prometheus_metrics_interval=ns.refresh_prometheus_metrics_interval,
+        metrics_staleness_threshold=ns.metrics_staleness_threshold,
+        model_server_metrics_scheme=ns.model_server_metrics_scheme,
+        model_server_metrics_path=ns.model_server_metrics_path,
+        model_server_metrics_port=ns.model_server_metrics_port,
+        model_server_metrics_https_insecure_skip_verify=ns.model_server_metrics_https_insecure_skip_verify,
+        metric_overrides=overrides,
+        verbosity=ns.verbosity,
+        log_format=ns.log_format,
+        tracing=ns.tracing,
+        enable_pprof=ns.enable_pprof,
+        metrics_endpoint_auth=ns.metrics_endpoint_auth,
+        metrics_bearer_token_file=ns.metrics_bearer_token_file,
+        ha_enable_leader_election=ns.ha_enable_leader_election,
+    )
+
+
+def _check(ns: argparse.Namespace) -> None:
+    """Cross-flag rules; each violation names the flags involved."""
+    if ns.config_file is not None and ns.config_text is not None:
+        raise UsageError("--config-file and --config-text are mutually exclusive")
+    modes = [
+        flag
+        for flag, value in (
+            ("--endpoints", ns.endpoints),
+            ("--endpoints-file", ns.endpoints_file),
+            ("--pool-name", ns.pool_name),
+            ("--endpoint-selector", ns.endpoint_selector),
+        )
+        if value is not None
+    ]
+    if len(modes) > 1:
+        raise UsageError(f"{' and '.join(modes)} are mutually exclusive: choose one way to find endpoints")
+    if not modes:
+        raise UsageError(
+            "no endpoints: give --endpoints host:port,..., --endpoints-file PATH, --pool-name NAME, "
+            "or --endpoint-selector k=v with --endpoint-target-ports"
+        )
+    if (ns.endpoint_selector is None) != (ns.endpoint_target_ports is None):
+        raise UsageError("--endpoint-selector and --endpoint-target-ports must be given together")
+    if ns.endpoint_selector is not None:
+        for pair in ns.endpoint_selector.split(","):
+            key, eq, _ = pair.partition("=")
+            if not eq or not key:
+                raise UsageError(
+                    f"--endpoint-selector: expected key=value pairs, got {ns.endpoint_selector!r}"
+                )
+    if not 0 <= ns.verbosity <= 5:
+        raise UsageError(f"-v: expected a verbosity 0-5, got {ns.verbosity}")
+    if ns.enable_cert_reload and not ns.cert_path:
+        raise UsageError("--enable-cert-reload needs --cert-path (a generated certificate never changes)")
+    if ns.cert_path and not ns.secure_serving:
+        raise UsageError("--cert-path was given but --secure-serving=false turns TLS off")
+    if ns.max_body_bytes < 1:
+        raise UsageError(f"--max-body-bytes: expected a positive size, got {ns.max_body_bytes}")
+    if ns.refresh_metrics_interval <= 0:
+        raise UsageError("--refresh-metrics-interval: expected a positive duration")
+    if ns.metrics_staleness_threshold <= 0:
+        raise UsageError("--metrics-staleness-threshold: expected a positive duration")

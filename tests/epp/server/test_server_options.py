@@ -1,0 +1,127 @@
+"""Flag parsing: GIE-style invocations, Go value syntax, contradictions and unknown flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from epp.cli import main
+from epp.flags import parse_duration
+from epp.options import Options, UsageError, parse_options
+
+
+def test_defaults_match_gie() -> None:
+    o = parse_options(["--endpoints", "10.0.0.1:8000"], env={})
+    assert (o.grpc_port, o.grpc_health_port, o.metrics_port) == (9002, 9003, 9090)
+    assert o.secure_serving is True
+    assert o.pool_namespace == "default"
+    assert o.pool_group == "inference.networking.k8s.io"
+    assert o.refresh_metrics_interval == pytest.approx(0.05)
+    assert o.metrics_staleness_threshold == pytest.approx(2.0)
+    assert o.endpoints == ("10.0.0.1:8000",)
+    assert o.discovery_mode == "static"
+
+
+def test_gie_helm_invocation_parses_unchanged() -> None:
+    argv = [
+        "--pool-name", "vllm-llama3", "--pool-namespace", "team-a",
+        "--config-file", "/config/default-plugins.yaml", "-v", "3", "--grpc-port", "9002",
+        "--grpc-health-port", "9003", "--metrics-port", "9090", "--secure-serving=false",
+        "--model-server-metrics-path", "/metrics", "--refresh-metrics-interval", "100ms",
+        "--metrics-endpoint-auth", "false", "--enable-pprof=true", "--tracing=false",
+        "--kv-cache-usage-percentage-metric", "vllm:gpu_cache_usage_perc",
+    ]  # fmt: skip
+    o = parse_options(argv, env={})
+    assert o.pool_name == "vllm-llama3" and o.pool_namespace == "team-a"
+    assert o.config_file == "/config/default-plugins.yaml"
+    assert o.verbosity == 3
+    assert o.secure_serving is False and o.metrics_endpoint_auth is False and o.tracing is False
+    assert o.refresh_metrics_interval == pytest.approx(0.1)
+    assert o.metric_overrides == (("kv_usage", "vllm:gpu_cache_usage_perc"),)
+    assert o.discovery_mode == "pool"
+
+
+@pytest.mark.parametrize("spelling", [["-v", "4"], ["-v=4"], ["--v=4"], ["--v", "4"], ["-v4"]])
+def test_verbosity_spellings(spelling: list[str]) -> None:
+    assert parse_options(["--endpoints", "a:1", *spelling], env={}).verbosity == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--secure-serving"], True),
+        (["--secure-serving=false"], False),
+        (["--secure-serving", "False"], False),
+        (["--secure-serving=0"], False),
+        (["-secure-serving=f"], False),
+        (["--secure-serving", "true"], True),
+    ],
+)
+def test_bool_spellings(args: list[str], expected: bool) -> None:
+    assert parse_options(["--endpoints", "a:1", *args], env={}).secure_serving is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("50ms", 0.05), ("2s", 2.0), ("1m30s", 90.0), ("1.5s", 1.5), ("100us", 1e-4), ("0", 0.0), ("1h", 3600)],
+)
+def test_go_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_namespace_from_env() -> None:
+    o = parse_options(["--pool-name", "p"], env={"NAMESPACE": "ns1"})
+    assert o.pool_namespace == "ns1"
+    explicit = parse_options(["--pool-name", "p", "--pool-namespace", "x"], env={"NAMESPACE": "ns1"})
+    assert explicit.pool_namespace == "x"
+
+
+def test_selector_mode() -> None:
+    o = parse_options(["--endpoint-selector", "app=vllm,env=prod", "--endpoint-target-ports", "8000,8001"])
+    assert o.discovery_mode == "selector" and o.endpoint_target_ports == (8000, 8001)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--endpoints", "a:1", "--pool-name", "p"], "mutually exclusive"),
+        (["--endpoints", "a:1", "--endpoints-file", "f.yaml"], "mutually exclusive"),
+        (["--endpoints", "a:1", "--config-file", "x", "--config-text", "y"], "--config-text"),
+        ([], "no endpoints"),
+        (["--endpoint-selector", "app=x"], "--endpoint-target-ports"),
+        (["--endpoint-selector", "app", "--endpoint-target-ports", "8000"], "key=value"),
+        (["--endpoints", "a:1", "--enable-cert-reload"], "--cert-path"),
+        (["--endpoints", "a:1", "--cert-path", "/c", "--secure-serving=false"], "TLS off"),
+        (["--endpoints", "a:1", "-v", "9"], "verbosity"),
+        (["--endpoints", "a"], "host:port"),
+        (["--endpoints", "a:1,a:1"], "duplicate"),
+        (["--endpoints", "a:1", "--refresh-metrics-interval", "50"], "duration"),
+        (["--endpoints", "a:1", "--secure-serving=maybe"], "boolean"),
+        (["--endpoints", "a:1", "--grpc-port", "70000"], "port"),
+        (["--endpoints", "a:1", "--no-such-flag"], "unrecognized"),
+        (["--endpoints", "a:1", "stray"], "unrecognized"),
+    ],
+)
+def test_bad_command_lines(args: list[str], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_options(args, env={})
+
+
+def test_cli_exit_status_2_with_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--endpoints", "a:1", "--pool-name", "p"]) == 2
+    err = capsys.readouterr().err
+    assert "--endpoints and --pool-name are mutually exclusive" in err
+    assert main(["--bogus"]) == 2
+    assert "--bogus" in capsys.readouterr().err
+
+
+def test_cli_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--grpc-port", "--pool-name", "--config-file", "--secure-serving", "--endpoints-file"):
+        assert flag in out
+
+
+def test_options_is_frozen() -> None:
+    o = Options()
+    with pytest.raises(AttributeError):
+        o.grpc_port = 1  # type: ignore[misc]
