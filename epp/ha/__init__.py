@@ -1,0 +1,1 @@
+"""High availability: leader election."""

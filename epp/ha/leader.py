@@ -1,0 +1,278 @@
+"""Active-passive high availability: leader election with a Kubernetes Lease.
+
+Semantics follow client-go's ``leaderelection`` package, so our replicas interoperate with the usual
+expectations of Kubernetes operators:
+
+* A candidate reads the Lease. If nobody holds it, or the holder has not renewed it for
+  ``lease_duration`` *as observed locally* (the time we last saw the record change, on our own
+  monotonic clock: no trust in other nodes' clocks), the candidate writes itself as holder using the
+  Lease's ``resourceVersion`` (optimistic concurrency: a concurrent writer gets 409 and loses).
+* The leader renews every ``retry_period``. If it cannot renew for ``renew_deadline`` it steps down
+  (``on_stopped_leading``) and becomes a candidate again.
+* On shutdown the leader releases the Lease (empty holder) so a standby takes over at once instead of
+  after ``lease_duration``.
+
+Only the leader reports ready (the server wires ``on_started_leading`` / ``on_stopped_leading`` to the
+gRPC health service). I/O goes through :class:`LeaseApi`; :class:`KubernetesLeaseApi` adapts
+``kubernetes_asyncio``. Clocks are injected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import structlog
+
+__all__ = [
+    "LeaderElector",
+    "LeaseApi",
+    "LeaseConflict",
+    "LeaseRecord",
+    "default_lease_name",
+]
+
+log = structlog.get_logger("epp.ha")
+
+
+class LeaseConflict(Exception):
+    """The Lease changed since it was read (HTTP 409) or was created concurrently."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    holder: str = ""
+    lease_duration_s: int = 15
+    acquire_time: dt.datetime | None = None
+    renew_time: dt.datetime | None = None
+    transitions: int = 0
+    resource_version: str = ""
+
+
+class LeaseApi(Protocol):
+    async def get(self) -> LeaseRecord | None:
+        """The current Lease, or None when it does not exist."""
+        ...
+
+    async def create(self, record: LeaseRecord) -> LeaseRecord:
+        """Create the Lease; raises LeaseConflict when it already exists."""
+        ...
+
+    async def update(self, record: LeaseRecord) -> LeaseRecord:
+        """Replace the Lease if ``record.resource_version`` is current; else LeaseConflict."""
+        ...
+
+
+def default_lease_name(pool_namespace: str, pool_name: str) -> str:
+    """The Lease name for a pool's pickers (one election per pool)."""
+    return f"epp-{pool_namespace}-{pool_name}.inference-extension.leader"[:253]
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        api: LeaseApi,
+        identity: str,
+        *,
+        lease_duration_s: float = 15.0,
+        renew_deadline_s: float = 10.0,
+        retry_period_s: float = 2.0,
+        on_started_leading: Callable[[], None] = lambda: None,
+        on_stopped_leading: Callable[[], None] = lambda: None,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        if not (lease_duration_s > renew_deadline_s > retry_period_s > 0):
+            raise ValueError("leader election needs lease_duration > renew_deadline > retry_period > 0")
+        if not identity:
+            raise ValueError("leader election needs a non-empty identity")
+        self._api = api
+        self.identity = identity
+        self._lease_duration = lease_duration_s
+        self._renew_deadline = renew_deadline_s
+        self._retry = retry_period_s
+        self._started = on_started_leading
+        self._stopped = on_stopped_leading
+        self._mono = monotonic
+        self._wall = wall
+        self._observed: LeaseRecord | None = None
+        self._observed_at = 0.0
+        self.is_leader = False
+
+    def _observe(self, record: LeaseRecord) -> None:
+        old = self._observed
+        same = old is not None and (old.holder, old.renew_time, old.resource_version) == (
+            record.holder,
+            record.renew_time,
+            record.resource_version,
+        )
+        if not same:
+            self._observed = record
+            self._observed_at = self._mono()
+
+    async def try_acquire_or_renew(self) -> bool:
+        """One round of the election; True when we hold the Lease afterwards."""
+        now = self._wall()
+        mine = LeaseRecord(
+            holder=self.identity,
+            lease_duration_s=round(self._lease_duration),
+            acquire_time=now,
+            renew_time=now,
+        )
+        current = await self._api.get()
+        if current is None:
+            try:
+                self._observe(await self._api.create(mine))
+            except LeaseConflict:
+                return False
+            return True
+        self._observe(current)
+        held_by_other = current.holder not in ("", self.identity)
+        if held_by_other and self._observed_at + current.lease_duration_s > self._mono():
+            return False
+        if current.holder == self.identity:
+            mine = replace(mine, acquire_time=current.acquire_time, transitions=current.transitions)
+        else:
+            mine = replace(mine, transitions=current.transitions + 1)
+        try:
+            self._observe(await self._api.update(replace(mine, resource_version=current.resource_version)))
+        except LeaseConflict:
+            return False
+        return True
+
+    def _set_leader(self, leader: bool) -> None:
+        if leader == self.is_leader:
+            return
+        self.is_leader = leader
+        log.info("leader election", identity=self.identity, leader=leader)
+        (self._started if leader else self._stopped)()
+
+    async def _attempt(self) -> bool:
+        try:
+            return await self.try_acquire_or_renew()
+        except LeaseConflict:
+            return False
+        except Exception as exc:  # API unreachable, bad answers: keep trying, never crash the server
+            log.warning("leader election round failed", error=str(exc))
+            return False
+
+    async def run(self) -> None:
+        """Campaign and lead until cancelled; releases the Lease when cancelled while leading."""
+        try:
+            while True:
+                # Candidate: retry until acquired.
+                while not await self._attempt():
+                    await asyncio.sleep(self._retry)
+                self._set_leader(True)
+                last_renew = self._mono()
+                # Leader: renew; step down when renewals fail for renew_deadline.
+                while True:
+                    await asyncio.sleep(self._retry)
+                    if await self._attempt():
+                        last_renew = self._mono()
+                    elif self._mono() - last_renew >= self._renew_deadline or (
+                        self._observed is not None and self._observed.holder not in ("", self.identity)
+                    ):
+                        self._set_leader(False)
+                        break
+        finally:
+            if self.is_leader:
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(self._release())
+                self._set_leader(False)
+
+    async def _release(self) -> None:
+        current = await self._api.get()
+        if current is None or current.holder != self.identity:
+            return
+        now = self._wall()
+        await self._api.update(replace(current, holder="", renew_time=now, lease_duration_s=1))
+
+
+def _parse_time(value: Any) -> dt.datetime | None:
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _fmt_time(value: dt.datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class KubernetesLeaseApi:
+    """:class:`LeaseApi` over ``kubernetes_asyncio`` (coordination.k8s.io/v1 Leases)."""
+
+    def __init__(self, api_client: Any, namespace: str, name: str) -> None:
+        from kubernetes_asyncio import client
+
+        self._api = client.CoordinationV1Api(api_client)
+        self._ns = namespace
+        self._name = name
+
+    @staticmethod
+    def _record(obj: dict[str, Any]) -> LeaseRecord:
+        spec = obj.get("spec") or {}
+        return LeaseRecord(
+            holder=spec.get("holderIdentity") or "",
+            lease_duration_s=int(spec.get("leaseDurationSeconds") or 15),
+            acquire_time=_parse_time(spec.get("acquireTime")),
+            renew_time=_parse_time(spec.get("renewTime")),
+            transitions=int(spec.get("leaseTransitions") or 0),
+            resource_version=(obj.get("metadata") or {}).get("resourceVersion", ""),
+        )
+
+    def _body(self, record: LeaseRecord) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": self._name, "namespace": self._ns}
+        if record.resource_version:
+            meta["resourceVersion"] = record.resource_version
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": {
+                "holderIdentity": record.holder,
+                "leaseDurationSeconds": record.lease_duration_s,
+                "acquireTime": _fmt_time(record.acquire_time),
+                "renewTime": _fmt_time(record.renew_time),
+                "leaseTransitions": record.transitions,
+            },
+        }
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+        import json
+
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            resp = await fn(*args, _preload_content=False)
+            data: dict[str, Any] = json.loads(await resp.read())
+            return data
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status == 409:
+                raise LeaseConflict(str(exc.reason)) from exc
+            raise
+
+    async def get(self) -> LeaseRecord | None:
+        obj = await self._call(self._api.read_namespaced_lease, self._name, self._ns)
+        return None if obj is None else self._record(obj)
+
+    async def create(self, record: LeaseRecord) -> LeaseRecord:
+        obj = await self._call(self._api.create_namespaced_lease, self._ns, self._body(record))
+        if obj is None:
+            raise LeaseConflict("namespace not found while creating the lease")
+        return self._record(obj)
+
+    async def update(self, record: LeaseRecord) -> LeaseRecord:
+        obj = await self._call(self._api.replace_namespaced_lease, self._name, self._ns, self._body(record))
+        if obj is None:
+            raise LeaseConflict("lease vanished while updating it")
+        return self._record(obj)
