@@ -1,0 +1,60 @@
+"""Admission: decide whether a request may be scheduled, and on which endpoints.
+
+:meth:`Admitter.admit` applies, in order:
+
+1. no endpoint in the snapshot -> 503 ``no ready endpoints in the pool``;
+2. subset hint present (not None): keep only endpoints it names (:func:`select_subset`); none left
+   (empty hint or no overlap) -> 503;
+3. sheddable request (priority < 0) and the saturation detector reports the pool (the whole snapshot)
+   saturated -> 429.
+
+It returns the candidate endpoints for the scheduler or raises :class:`~epp.request.errors.RequestError`
+(pass ``status``, ``error_type`` and ``message`` to ``Session.reject``). Pure apart from the injected
+clock; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from epp.admission.subset import select_subset
+from epp.request.errors import RATE_LIMITED, UNAVAILABLE, RequestError
+from scheduler.interfaces import SaturationDetector
+from scheduler.types import EndpointView, LLMRequest
+
+__all__ = ["Admitter"]
+
+
+class Admitter:
+    """Admission control in front of the scheduler.
+
+    ``detector`` is the configuration's SaturationDetector plugin (None disables shedding);
+    ``clock`` the monotonic clock shared with the data layer.
+    """
+
+    __slots__ = ("_clock", "_detector", "shed_total")
+
+    def __init__(self, detector: SaturationDetector | None, clock: Callable[[], float]) -> None:
+        self._detector = detector
+        self._clock = clock
+        self.shed_total = 0
+
+    def admit(
+        self, request: LLMRequest, subset: frozenset[str] | None, endpoints: Sequence[EndpointView]
+    ) -> Sequence[EndpointView]:
+        """The endpoints ``request`` may be scheduled on; RequestError (503/429) when rejected."""
+        if not endpoints:
+            raise RequestError(503, UNAVAILABLE, "no ready endpoints in the pool")
+        candidates = endpoints
+        if subset is not None:
+            if not subset:
+                raise RequestError(503, UNAVAILABLE, "the endpoint subset hint is empty")
+            candidates = select_subset(endpoints, subset)
+            if not candidates:
+                raise RequestError(503, UNAVAILABLE, "no endpoint of the pool is in the endpoint subset hint")
+        detector = self._detector
+        if request.priority < 0 and detector is not None and detector.is_saturated(endpoints, self._clock()):
+            self.shed_total += 1
+            message = f"pool saturated: sheddable request (priority {request.priority}) rejected"
+            raise RequestError(429, RATE_LIMITED, message)
+        return candidates

@@ -1,0 +1,87 @@
+"""Actions the :class:`~epp.protocol.session.Session` asks its I/O loop to perform, in order.
+
+All are frozen, slotted dataclasses. The loop handles each in the order returned:
+
+* :class:`Send`: write ``response`` on the ext_proc stream.
+* :class:`Schedule`: run admission and the scheduler for ``request`` (restricted to ``subset`` when
+  not None; an empty subset must be rejected with 503), then call ``session.scheduled(result)`` or
+  ``session.reject(status, error_type, message)`` and handle the actions those return.
+* :class:`Dispatched`: the request is being sent to ``result``'s endpoints: fire ``on_dispatched``.
+  Emitted exactly once per dispatched request, before the routing response's :class:`Send`.
+* :class:`ResponseStarted`: the model server's response headers arrived: fire
+  ``on_response_headers`` (at most once per dispatch).
+* :class:`ResponseChunk`: one response body chunk passed through (only when the session was created
+  with ``SessionConfig.response_chunks=True``): fire ``on_response_chunk``.
+* :class:`Completed`: the dispatched request ended: fire ``on_completed``. Exactly once per
+  :class:`Dispatched`, whatever the path (end of response, trailers, error, ``abort``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
+
+from scheduler.types import Completion, LLMRequest, SchedulingResult
+
+__all__ = ["Action", "Completed", "Dispatched", "ResponseChunk", "ResponseStarted", "Schedule", "Send"]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Write ``response`` to the proxy."""
+
+    response: ProcessingResponse
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Admit and schedule ``request``; ``subset`` is the proxy's endpoint subset hint (None = all).
+
+    Subset entries are ``ip:port`` (match the endpoint address exactly) or a bare IP (match the IP
+    part); see :func:`epp.admission.subset.select_subset`.
+    """
+
+    request: LLMRequest
+    subset: frozenset[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """``request`` goes to ``result.endpoints`` (primary first): fire the dispatch hooks."""
+
+    request: LLMRequest
+    result: SchedulingResult
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseStarted:
+    """The response headers arrived: HTTP ``status``; ``streaming`` when ``text/event-stream``."""
+
+    request: LLMRequest
+    result: SchedulingResult
+    status: int
+    streaming: bool
+    headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseChunk:
+    """One response body chunk, as received from the model server."""
+
+    request: LLMRequest
+    result: SchedulingResult
+    chunk: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The dispatched request ended with ``completion`` (its outcome, status, usage, served endpoint)."""
+
+    request: LLMRequest
+    result: SchedulingResult
+    completion: Completion
+
+
+Action = Send | Schedule | Dispatched | ResponseStarted | ResponseChunk | Completed

@@ -1,0 +1,51 @@
+"""Per-server settings shared by every :class:`~epp.protocol.session.Session` (immutable)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from epp.request.openai import OpenAIParser
+from epp.request.parser import RequestParser
+
+__all__ = ["DEFAULT_CHUNK_SIZE", "DEFAULT_MAX_BODY_BYTES", "SessionConfig"]
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_CHUNK_SIZE = 62_000  # some proxies cap streamed chunks at 64 KiB
+
+
+def _no_priority(objective: str | None) -> int:
+    return 0
+
+
+def _new_request_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """Settings of the protocol core.
+
+    ``parser`` turns bodies into requests. ``priority_of(objective_name_or_None) -> int`` resolves the
+    ``x-gateway-inference-objective`` header (see :class:`epp.admission.ObjectivePriorities`).
+    ``max_body_bytes`` is the request body limit (413 beyond). ``chunk_size`` bounds each
+    StreamedBodyResponse body. ``request_id_factory`` makes ids for requests without ``x-request-id``.
+    ``response_chunks`` makes the session emit a :class:`~epp.protocol.actions.ResponseChunk` per
+    response body chunk (only needed when a plugin implements ``on_response_chunk``).
+    ``usage_capture_bytes`` bounds the copy of a non-streamed response body kept to read its usage.
+    """
+
+    parser: RequestParser = field(default_factory=OpenAIParser)
+    priority_of: Callable[[str | None], int] = _no_priority
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    request_id_factory: Callable[[], str] = _new_request_id
+    response_chunks: bool = False
+    usage_capture_bytes: int = 4 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes <= 0:
+            raise ValueError(f"max_body_bytes must be positive, got {self.max_body_bytes}")
+        if not 0 < self.chunk_size <= 64 * 1024:
+            raise ValueError(f"chunk_size must be in (0, 65536], got {self.chunk_size}")

@@ -1,0 +1,87 @@
+"""Header and metadata names of the endpoint-picker protocol, and reading Envoy header maps.
+
+Envoy sends header values in ``raw_value`` (bytes) and, for older versions, in ``value``; both are
+read. Keys arrive lower-case. Repeated headers are joined with ``","`` (RFC 9110 list semantics).
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from envoy.config.core.v3.base_pb2 import HeaderMap, Metadata
+from google.protobuf.struct_pb2 import Value
+
+__all__ = [
+    "CONTENT_LENGTH",
+    "CONTENT_TYPE",
+    "CONTROL_HEADERS",
+    "DESTINATION_HEADER",
+    "DESTINATION_METADATA_KEY",
+    "DESTINATION_SERVED_KEY",
+    "DESTINATION_SUBSET_KEY",
+    "FAIRNESS_HEADER",
+    "LB_NAMESPACE",
+    "MODEL_REWRITE_HEADER",
+    "OBJECTIVE_HEADER",
+    "PREFILLER_HEADER",
+    "REQUEST_ID_HEADER",
+    "SUBSET_HEADER",
+    "SUBSET_NAMESPACE",
+    "metadata_value",
+    "read_headers",
+]
+
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+LB_NAMESPACE = "envoy.lb"
+DESTINATION_METADATA_KEY = "x-gateway-destination-endpoint"
+DESTINATION_SERVED_KEY = "x-gateway-destination-endpoint-served"
+SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+DESTINATION_SUBSET_KEY = "x-gateway-destination-endpoint-subset"
+SUBSET_HEADER = "x-gateway-destination-endpoint-subset"
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
+MODEL_REWRITE_HEADER = "x-gateway-model-name-rewrite"
+PREFILLER_HEADER = "x-prefiller-host-port"
+REQUEST_ID_HEADER = "x-request-id"
+CONTENT_LENGTH = "content-length"
+CONTENT_TYPE = "content-type"
+
+CONTROL_HEADERS = (OBJECTIVE_HEADER, FAIRNESS_HEADER, MODEL_REWRITE_HEADER, SUBSET_HEADER)
+"""Headers that steer the picker and are removed before the request reaches the model server."""
+
+
+def read_headers(header_map: HeaderMap) -> dict[str, str]:
+    """The headers of ``header_map`` as a dict (lower-case keys, repeated values comma-joined)."""
+    out: dict[str, str] = {}
+    for h in header_map.headers:
+        key = h.key.lower()
+        value = h.raw_value.decode("utf-8", "replace") if h.raw_value else h.value
+        previous = out.get(key)
+        out[key] = value if previous is None else f"{previous},{value}"
+    return out
+
+
+def metadata_value(metadata: Metadata, namespace: str, key: str) -> object | None:
+    """The value at ``filter_metadata[namespace][key]``: str, float, bool, list, Struct; None if absent."""
+    if namespace not in metadata.filter_metadata:
+        return None
+    fields = metadata.filter_metadata[namespace].fields
+    if key not in fields:
+        return None
+    value = fields[key]
+    if value.WhichOneof("kind") == "list_value":
+        return [_plain(v) for v in value.list_value.values]
+    return _plain(value)
+
+
+def _plain(value: Value) -> object:
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return str(value.string_value)
+    if kind == "number_value":
+        return float(value.number_value)
+    if kind == "bool_value":
+        return bool(value.bool_value)
+    if kind == "struct_value":
+        return cast(object, value.struct_value)
+    return None

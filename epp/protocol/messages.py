@@ -1,0 +1,145 @@
+"""Builders of the ext_proc ``ProcessingResponse`` messages the session sends (pure functions).
+
+* routing: a HeadersResponse (FULL_DUPLEX_STREAMED / header-only) or BodyResponse (BUFFERED) whose
+  CommonResponse sets ``x-gateway-destination-endpoint`` (+ extra headers, ``x-request-id`` when
+  generated, ``content-length`` when the body changed), removes the control headers and has
+  ``clear_route_cache: true``; the ProcessingResponse carries the same destination value in
+  ``dynamic_metadata["envoy.lb"]["x-gateway-destination-endpoint"]``.
+* streamed bodies: StreamedBodyResponse chunks of at most ``chunk_size`` bytes, the last one with
+  ``end_of_stream`` as given (an empty body is one empty chunk).
+* errors: an ImmediateResponse with ``{"error": {"type", "message"}}`` and ``application/json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import orjson
+from envoy.config.core.v3.base_pb2 import HeaderValue, HeaderValueOption
+from envoy.service.ext_proc.v3.external_processor_pb2 import (
+    BodyMutation,
+    BodyResponse,
+    CommonResponse,
+    HeaderMutation,
+    HeadersResponse,
+    ImmediateResponse,
+    ProcessingResponse,
+    StreamedBodyResponse,
+    TrailersResponse,
+)
+from envoy.type.v3.http_status_pb2 import HttpStatus
+from google.protobuf.struct_pb2 import Struct
+
+from epp.protocol.headers import CONTENT_TYPE, DESTINATION_METADATA_KEY, LB_NAMESPACE
+
+__all__ = [
+    "body_response",
+    "error_body",
+    "header_mutation",
+    "headers_response",
+    "immediate_error",
+    "routing_metadata",
+    "streamed_body",
+    "trailers_response",
+]
+
+_OVERWRITE = HeaderValueOption.HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD
+
+
+def header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> HeaderMutation:
+    """Overwrite-or-add every header of ``set_headers`` (as raw values) and remove ``remove``."""
+    return HeaderMutation(
+        set_headers=[
+            HeaderValueOption(header=HeaderValue(key=k, raw_value=v.encode()), append_action=_OVERWRITE)
+            for k, v in set_headers.items()
+        ],
+        remove_headers=list(remove),
+    )
+
+
+def routing_metadata(destination: str) -> Struct:
+    """``{"envoy.lb": {"x-gateway-destination-endpoint": destination}}``."""
+    md = Struct()
+    md.fields[LB_NAMESPACE].struct_value.fields[DESTINATION_METADATA_KEY].string_value = destination
+    return md
+
+
+def headers_response(
+    phase: str,
+    mutation: HeaderMutation | None = None,
+    clear_route_cache: bool = False,
+    metadata: Struct | None = None,
+) -> ProcessingResponse:
+    """A HeadersResponse for ``phase`` (``"request_headers"`` or ``"response_headers"``)."""
+    common = CommonResponse(header_mutation=mutation, clear_route_cache=clear_route_cache)
+    return ProcessingResponse(**{phase: HeadersResponse(response=common)}, dynamic_metadata=metadata)
+
+
+def body_response(
+    phase: str,
+    mutation: HeaderMutation | None = None,
+    body: bytes | None = None,
+    *,
+    clear_route_cache: bool = False,
+    metadata: Struct | None = None,
+) -> ProcessingResponse:
+    """A BodyResponse for ``phase`` (``"request_body"``/``"response_body"``), replacing the body if given."""
+    common = CommonResponse(
+        header_mutation=mutation,
+        body_mutation=None if body is None else BodyMutation(body=body),
+        clear_route_cache=clear_route_cache,
+    )
+    return ProcessingResponse(**{phase: BodyResponse(response=common)}, dynamic_metadata=metadata)
+
+
+def streamed_body(phase: str, body: bytes, chunk_size: int, end_of_stream: bool) -> list[ProcessingResponse]:
+    """``body`` as StreamedBodyResponse messages of at most ``chunk_size`` bytes (at least one)."""
+    if len(body) <= chunk_size:
+        pieces = [body]
+    else:
+        view = memoryview(body)
+        pieces = [bytes(view[i : i + chunk_size]) for i in range(0, len(body), chunk_size)]
+    last = len(pieces) - 1
+    return [
+        ProcessingResponse(
+            **{
+                phase: BodyResponse(
+                    response=CommonResponse(
+                        body_mutation=BodyMutation(
+                            streamed_response=StreamedBodyResponse(
+                                body=piece, end_of_stream=end_of_stream and i == last
+                            )
+                        )
+                    )
+                )
+            }
+        )
+        for i, piece in enumerate(pieces)
+    ]
+
+
+def trailers_response(phase: str) -> ProcessingResponse:
+    """An empty TrailersResponse for ``phase`` (``"request_trailers"``/``"response_trailers"``)."""
+    return ProcessingResponse(**{phase: TrailersResponse()})
+
+
+def error_body(error_type: str, message: str) -> bytes:
+    """``{"error": {"type": error_type, "message": message}}`` as JSON bytes."""
+    return orjson.dumps({"error": {"type": error_type, "message": message}})
+
+
+def immediate_error(
+    status: int, error_type: str, message: str, extra_headers: Mapping[str, str] | None = None
+) -> ProcessingResponse:
+    """An ImmediateResponse ending the request with ``status`` and a JSON error body."""
+    headers = {CONTENT_TYPE: "application/json"}
+    if extra_headers:
+        headers.update(extra_headers)
+    return ProcessingResponse(
+        immediate_response=ImmediateResponse(
+            status=HttpStatus(code=status),
+            headers=header_mutation(headers),
+            body=error_body(error_type, message),
+            details=error_type,
+        )
+    )

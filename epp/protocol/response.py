@@ -1,0 +1,122 @@
+"""Response-path state of one dispatched request (used by :class:`~epp.protocol.session.Session`).
+
+Per chunk the work is: one substring search for ``"usage"`` (SSE), an optional ``bytes.replace`` when
+the model name was rewritten, and appending a reference to a list (non-streamed bodies, bounded by
+``capture_limit``). JSON is decoded once at the end of the response.
+
+* Streaming (``text/event-stream``): chunks are forwarded at once. The last chunk containing a
+  non-null ``"usage"`` is kept with its predecessor (the ``data:`` line may start there) and the
+  chunks after it up to 64 KiB (the line may continue there); they are parsed at the end.
+* Non-streamed: chunks are forwarded at once and a reference kept (up to ``capture_limit`` bytes)
+  to parse the usage at the end. When the model name must be rewritten back the body is held
+  until complete, rewritten as JSON, and then sent (its ``content-length`` is removed from the
+  response headers since they are answered before the body is known).
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from epp.protocol.usage import USAGE_MARKER, rewrite_model_bytes, usage_from_json, usage_from_sse
+from scheduler.types import Usage
+
+__all__ = ["ResponseState"]
+
+_NULL_USAGE = (b'"usage":null', b'"usage": null')
+_SSE_TAIL_LIMIT = 64 * 1024
+
+
+class ResponseState:
+    """Mutable per-response bookkeeping; one instance per dispatched request."""
+
+    __slots__ = (
+        "_captured",
+        "_captured_bytes",
+        "_held",
+        "_new_model",
+        "_old_model",
+        "_prev",
+        "_tail",
+        "_tail_bytes",
+        "capture_limit",
+        "chunks",
+        "status",
+        "streaming",
+    )
+
+    def __init__(
+        self, status: int, streaming: bool, rewrite: tuple[str, str] | None, capture_limit: int
+    ) -> None:
+        """``rewrite`` is ``(target_model, original_model)``: replace the first by the second."""
+        self.status = status
+        self.streaming = streaming
+        self.capture_limit = capture_limit if 200 <= status < 300 else 0
+        self.chunks = 0
+        self._old_model = b""
+        self._new_model = b""
+        if rewrite is not None and 200 <= status < 300:
+            self._old_model = orjson.dumps(rewrite[0])
+            self._new_model = orjson.dumps(rewrite[1])
+        self._captured: list[bytes] = []
+        self._captured_bytes = 0
+        self._held: list[bytes] | None = [] if self._old_model and not streaming else None
+        self._prev = b""
+        self._tail: list[bytes] | None = None
+        self._tail_bytes = 0
+
+    @property
+    def holds_body(self) -> bool:
+        """True when the body is held until complete (non-streamed response with a model rewrite)."""
+        return self._held is not None
+
+    def chunk(self, data: bytes) -> bytes | None:
+        """Account for one body chunk; return the bytes to forward now (None while holding the body)."""
+        self.chunks += 1
+        if self._held is not None:
+            self._held.append(data)
+            return None
+        if self.streaming:
+            if self.capture_limit:
+                self._track_sse(data)
+        elif self._captured_bytes < self.capture_limit:
+            self._captured.append(data)
+            self._captured_bytes += len(data)
+        if self._old_model:
+            return rewrite_model_bytes(data, self._old_model, self._new_model)
+        return data
+
+    def _track_sse(self, data: bytes) -> None:
+        if USAGE_MARKER in data and not any(m in data for m in _NULL_USAGE):
+            self._tail = [self._prev, data]
+            self._tail_bytes = len(data)
+        elif self._tail is not None and self._tail_bytes < _SSE_TAIL_LIMIT:
+            self._tail.append(data)
+            self._tail_bytes += len(data)
+        self._prev = data
+
+    def finish(self) -> bytes | None:
+        """End of the body: the held body to send now (rewritten), or None when nothing was held."""
+        if self._held is None:
+            return None
+        body = b"".join(self._held)
+        self._held = None
+        self._captured = [body]
+        self._captured_bytes = len(body)
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return rewrite_model_bytes(body, self._old_model, self._new_model)
+        if isinstance(doc, dict) and doc.get("model") == orjson.loads(self._old_model):
+            doc["model"] = orjson.loads(self._new_model)
+            return orjson.dumps(doc)
+        return body
+
+    def usage(self) -> Usage:
+        """The usage reported by the model server (zeros when it reported none)."""
+        found: Usage | None = None
+        if self.streaming:
+            if self._tail is not None:
+                found = usage_from_sse(b"".join(self._tail))
+        elif self._captured and self._captured_bytes <= self.capture_limit:
+            found = usage_from_json(b"".join(self._captured))
+        return found if found is not None else Usage()

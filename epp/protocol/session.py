@@ -1,0 +1,454 @@
+"""The per-stream ext_proc state machine (sans-I/O): ProcessingRequest messages in, actions out.
+
+One :class:`Session` per ext_proc stream (= one HTTP request). The I/O loop feeds every message to
+:meth:`Session.receive` and performs the returned actions in order (see :mod:`epp.protocol.actions`);
+it answers a :class:`~epp.protocol.actions.Schedule` with :meth:`Session.scheduled` or
+:meth:`Session.reject`, and always calls :meth:`Session.abort` in its ``finally`` so that a dispatched
+request gets exactly one :class:`~epp.protocol.actions.Completed`.
+
+States and the messages each accepts (anything else raises RemoteProtocolError)::
+
+    HEADERS     --request_headers-->  BODY | SCHEDULING (end_of_stream or body mode NONE)
+    BODY        --request_body-->     BODY | SCHEDULING (end_of_stream)
+    BODY        --request_trailers--> SCHEDULING
+    SCHEDULING  --scheduled()-->      DISPATCHED;  --reject()--> CLOSED
+    DISPATCHED  --response_headers--> RESPONDING | COMPLETE (end_of_stream or body mode NONE)
+    RESPONDING  --response_body-->    RESPONDING | COMPLETE (end_of_stream)
+    RESPONDING  --response_trailers-> COMPLETE
+    COMPLETE    --response_trailers-> COMPLETE
+    any         --abort()-->          CLOSED
+
+Body modes come from ``ProcessingRequest.protocol_config`` (sent by Envoy on a stream's first
+message); without it FULL_DUPLEX_STREAMED, the Go EPP's mode, is assumed. Request bodies:
+FULL_DUPLEX_STREAMED defers the headers response until the body is complete and scheduled, then sends
+it followed by the body as StreamedBodyResponse chunks; BUFFERED answers the headers at once and
+routes in the BodyResponse; NONE routes on the headers. STREAMED and BUFFERED_PARTIAL request bodies
+are refused (they cannot carry the routing decision). Response bodies: FULL_DUPLEX_STREAMED, STREAMED,
+BUFFERED and NONE.
+
+Error handling inside :meth:`receive`: a :class:`~epp.request.errors.RequestError` becomes its HTTP
+error as an ImmediateResponse; any other exception (a bug) a 500 ImmediateResponse with a short
+message; protocol errors propagate.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Final
+
+import structlog
+from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+from envoy.service.ext_proc.v3.external_processor_pb2 import (
+    BodyMutation,
+    BodyResponse,
+    CommonResponse,
+    ProcessingRequest,
+    ProcessingResponse,
+    StreamedBodyResponse,
+)
+
+from epp.protocol import messages as m
+from epp.protocol.actions import (
+    Action,
+    Completed,
+    Dispatched,
+    ResponseChunk,
+    ResponseStarted,
+    Schedule,
+    Send,
+)
+from epp.protocol.config import SessionConfig
+from epp.protocol.errors import LocalProtocolError, RemoteProtocolError
+from epp.protocol.headers import (
+    CONTENT_LENGTH,
+    CONTENT_TYPE,
+    CONTROL_HEADERS,
+    DESTINATION_HEADER,
+    DESTINATION_SERVED_KEY,
+    FAIRNESS_HEADER,
+    LB_NAMESPACE,
+    MODEL_REWRITE_HEADER,
+    OBJECTIVE_HEADER,
+    REQUEST_ID_HEADER,
+    metadata_value,
+    read_headers,
+)
+from epp.protocol.response import ResponseState
+from epp.protocol.subset import subset_hint
+from epp.request.build import build_request
+from epp.request.errors import INTERNAL_ERROR, UNAVAILABLE, BodyTooLargeError, RequestError
+from epp.request.parser import ParsedBody, api_kind_of
+from scheduler.types import Completion, LLMRequest, Outcome, SchedulingResult, Usage
+
+__all__ = ["Session", "State"]
+
+_log = structlog.get_logger(__name__)
+
+_FULL_DUPLEX: Final = ProcessingMode.FULL_DUPLEX_STREAMED
+_BUFFERED: Final = ProcessingMode.BUFFERED
+_STREAMED: Final = ProcessingMode.STREAMED
+_NONE: Final = ProcessingMode.NONE
+_REQUEST_MODES = frozenset({_FULL_DUPLEX, _BUFFERED, _NONE})
+_RESPONSE_MODES = frozenset({_FULL_DUPLEX, _BUFFERED, _STREAMED, _NONE})
+DEFAULT_FAIRNESS_ID = "default-flow"
+
+
+class State(enum.Enum):
+    HEADERS = "headers"
+    BODY = "body"
+    SCHEDULING = "scheduling"
+    DISPATCHED = "dispatched"
+    RESPONDING = "responding"
+    COMPLETE = "complete"
+    CLOSED = "closed"
+
+
+class Session:
+    """State of one ext_proc stream. Not thread-safe; drive it from one task."""
+
+    __slots__ = (
+        "_body",
+        "_body_size",
+        "_changed_body",
+        "_chunks",
+        "_config",
+        "_generated_id",
+        "_header_only",
+        "_headers",
+        "_request",
+        "_request_mode",
+        "_request_trailers",
+        "_response",
+        "_response_mode",
+        "_result",
+        "_rewrite",
+        "_served",
+        "_subset",
+        "state",
+    )
+
+    def __init__(self, config: SessionConfig) -> None:
+        self._config = config
+        self.state = State.HEADERS
+        self._request_mode: int = _FULL_DUPLEX
+        self._response_mode: int = _FULL_DUPLEX
+        self._headers: dict[str, str] = {}
+        self._generated_id: str | None = None
+        self._subset: frozenset[str] | None = None
+        self._chunks: list[bytes] = []
+        self._body_size = 0
+        self._body = b""
+        self._changed_body: bytes | None = None
+        self._header_only = False
+        self._request_trailers = False
+        self._request: LLMRequest | None = None
+        self._result: SchedulingResult | None = None
+        self._rewrite: tuple[str, str] | None = None
+        self._response: ResponseState | None = None
+        self._served: str | None = None
+
+    # ----------------------------------------------------------------------------------- public API
+
+    @property
+    def request(self) -> LLMRequest | None:
+        """The request, once its body is complete (None before)."""
+        return self._request
+
+    @property
+    def dispatched(self) -> bool:
+        """True between :meth:`scheduled` and the :class:`Completed` action."""
+        return self.state in (State.DISPATCHED, State.RESPONDING)
+
+    def receive(self, msg: ProcessingRequest) -> list[Action]:
+        """Process one message from the proxy; return the actions to perform, in order.
+
+        Raises :class:`RemoteProtocolError` when the message is not allowed in the current state.
+        """
+        kind = msg.WhichOneof("request")
+        handler = _TRANSITIONS.get((self.state, kind))
+        if handler is None:
+            raise RemoteProtocolError(f"unexpected {kind or 'empty'} message in state {self.state.value}")
+        try:
+            return handler(self, msg)
+        except RequestError as exc:
+            return self._fail(exc.status, exc.error_type, exc.message)
+        except RemoteProtocolError:
+            raise
+        except Exception:
+            _log.exception("ext_proc session bug", state=self.state.value, message=kind)
+            return self._fail(500, INTERNAL_ERROR, "internal error in the endpoint picker")
+
+    def scheduled(self, result: SchedulingResult) -> list[Action]:
+        """Route the pending request to ``result`` (primary first, then fallbacks).
+
+        Returns ``[Dispatched, Send(routing response), Send(body chunks)...]``. A result with no
+        endpoint is answered with 503. Raises :class:`LocalProtocolError` unless a Schedule is pending.
+        """
+        if self.state is not State.SCHEDULING or self._request is None:
+            raise LocalProtocolError(f"scheduled() called in state {self.state.value}")
+        if not result.endpoints:
+            return self.reject(503, UNAVAILABLE, "the scheduler returned no endpoint")
+        destination = ",".join(result.addresses)
+        set_headers = {DESTINATION_HEADER: destination}
+        set_headers.update(result.headers)
+        if self._generated_id is not None:
+            set_headers[REQUEST_ID_HEADER] = self._generated_id
+        if self._changed_body is not None:
+            set_headers[CONTENT_LENGTH] = str(len(self._changed_body))
+        mutation = m.header_mutation(set_headers, [h for h in CONTROL_HEADERS if h in self._headers])
+        metadata = m.routing_metadata(destination)
+        out: list[Action] = [Dispatched(self._request, result)]
+        body = self._body if self._changed_body is None else self._changed_body
+        if self._header_only or self._request_mode == _FULL_DUPLEX:
+            routing = m.headers_response(
+                "request_headers", mutation, clear_route_cache=True, metadata=metadata
+            )
+            out.append(Send(routing))
+            if not self._header_only:
+                out.extend(self._streamed("request_body", body, not self._request_trailers))
+        else:
+            out.append(
+                Send(
+                    m.body_response(
+                        "request_body",
+                        mutation,
+                        self._changed_body,
+                        clear_route_cache=True,
+                        metadata=metadata,
+                    )
+                )
+            )
+        if self._request_trailers:
+            out.append(Send(m.trailers_response("request_trailers")))
+        self._body = b""
+        self._changed_body = None
+        self._result = result
+        self.state = State.DISPATCHED
+        return out
+
+    def reject(self, status: int, error_type: str, message: str) -> list[Action]:
+        """Answer the pending request with an HTTP error (429/503 from admission, 503, 500...)."""
+        if self.state is not State.SCHEDULING:
+            raise LocalProtocolError(f"reject() called in state {self.state.value}")
+        return self._fail(status, error_type, message)
+
+    def abort(self, outcome: Outcome) -> list[Action]:
+        """The stream is over (for any reason): ``[Completed]`` if a dispatch is still open, else ``[]``.
+
+        Idempotent; the session is CLOSED afterwards. Call it from the loop's ``finally`` with the
+        outcome it observed (CLIENT_CANCEL, STREAM_RESET, TIMEOUT, SHUTDOWN).
+        """
+        out = self._complete(outcome) if self.dispatched else []
+        self.state = State.CLOSED
+        return out
+
+    # ------------------------------------------------------------------------------- request path
+
+    def _on_request_headers(self, msg: ProcessingRequest) -> list[Action]:
+        if msg.HasField("protocol_config"):
+            self._request_mode = msg.protocol_config.request_body_mode
+            self._response_mode = msg.protocol_config.response_body_mode
+            if self._request_mode not in _REQUEST_MODES:
+                raise RemoteProtocolError(
+                    f"request_body_mode {ProcessingMode.BodySendMode.Name(self._request_mode)} is not "
+                    "supported; use FULL_DUPLEX_STREAMED (or BUFFERED)"
+                )
+            if self._response_mode not in _RESPONSE_MODES:
+                raise RemoteProtocolError(
+                    f"response_body_mode {ProcessingMode.BodySendMode.Name(self._response_mode)} "
+                    "is not supported"
+                )
+        self._headers = headers = read_headers(msg.request_headers.headers)
+        if not headers.get(REQUEST_ID_HEADER):
+            self._generated_id = self._config.request_id_factory()
+        self._subset = subset_hint(msg.metadata_context)
+        length = headers.get(CONTENT_LENGTH)
+        if length is not None and length.isdigit() and int(length) > self._config.max_body_bytes:
+            raise BodyTooLargeError(int(length), self._config.max_body_bytes)
+        if msg.request_headers.end_of_stream or self._request_mode == _NONE:
+            self._header_only = True
+            model = headers.get(MODEL_REWRITE_HEADER, "")
+            return self._schedule(ParsedBody(api=api_kind_of(headers.get(":path", "")), model=model))
+        self.state = State.BODY
+        if self._request_mode == _BUFFERED:
+            return [Send(m.headers_response("request_headers"))]
+        return []
+
+    def _on_request_body(self, msg: ProcessingRequest) -> list[Action]:
+        if self._subset is None:
+            self._subset = subset_hint(msg.metadata_context)
+        chunk = msg.request_body.body
+        if chunk:
+            self._body_size += len(chunk)
+            if self._body_size > self._config.max_body_bytes:
+                raise BodyTooLargeError(self._body_size, self._config.max_body_bytes)
+            self._chunks.append(chunk)
+        if msg.request_body.end_of_stream:
+            return self._end_of_body()
+        return []
+
+    def _on_request_trailers(self, msg: ProcessingRequest) -> list[Action]:
+        self._request_trailers = True
+        return self._end_of_body()
+
+    def _end_of_body(self) -> list[Action]:
+        chunks = self._chunks
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._chunks = []
+        self._body = body
+        parsed = self._config.parser.parse(self._headers.get(":path", ""), body)
+        target = self._headers.get(MODEL_REWRITE_HEADER)
+        if target and parsed.model and target != parsed.model:
+            new_body = self._config.parser.rewrite_model(parsed, body, target)
+            if new_body is not body:
+                self._changed_body = new_body
+                self._rewrite = (target, parsed.model)
+        return self._schedule(parsed)
+
+    def _schedule(self, parsed: ParsedBody) -> list[Action]:
+        headers = self._headers
+        self._request = request = build_request(
+            request_id=headers.get(REQUEST_ID_HEADER) or self._generated_id or "",
+            headers=headers,
+            parsed=parsed,
+            priority=self._config.priority_of(headers.get(OBJECTIVE_HEADER)),
+            fairness_id=headers.get(FAIRNESS_HEADER) or DEFAULT_FAIRNESS_ID,
+            body_size=self._body_size,
+        )
+        self.state = State.SCHEDULING
+        return [Schedule(request, self._subset)]
+
+    # ------------------------------------------------------------------------------ response path
+
+    def _on_response_headers(self, msg: ProcessingRequest) -> list[Action]:
+        assert self._request is not None and self._result is not None
+        self._note_served(msg)
+        headers = read_headers(msg.response_headers.headers)
+        status_text = headers.get(":status", "")
+        status = int(status_text) if status_text.isdigit() else 0
+        streaming = "text/event-stream" in headers.get(CONTENT_TYPE, "")
+        self._response = resp = ResponseState(
+            status, streaming, self._rewrite, self._config.usage_capture_bytes
+        )
+        mutation = None
+        if resp.holds_body and self._response_mode != _BUFFERED and CONTENT_LENGTH in headers:
+            mutation = m.header_mutation({}, [CONTENT_LENGTH])
+        out: list[Action] = [
+            ResponseStarted(self._request, self._result, status, streaming, headers),
+            Send(m.headers_response("response_headers", mutation)),
+        ]
+        self.state = State.RESPONDING
+        if msg.response_headers.end_of_stream or self._response_mode == _NONE:
+            out.extend(self._complete(None))
+        return out
+
+    def _on_response_body(self, msg: ProcessingRequest) -> list[Action]:
+        resp = self._response
+        assert resp is not None and self._request is not None and self._result is not None
+        if self._served is None:
+            self._note_served(msg)
+        body = msg.response_body
+        data = body.body
+        eos = body.end_of_stream
+        out: list[Action] = []
+        if self._config.response_chunks:
+            out.append(ResponseChunk(self._request, self._result, data))
+        forward = resp.chunk(data)
+        if eos and resp.holds_body:
+            forward = resp.finish()
+        mode = self._response_mode
+        if mode == _FULL_DUPLEX:
+            if forward is not None:
+                if eos or len(forward) > self._config.chunk_size:
+                    out.extend(self._streamed("response_body", forward, eos))
+                else:
+                    out.append(Send(_streamed_chunk(forward)))
+        elif mode == _STREAMED:
+            replaced = b"" if forward is None else (None if forward is data else forward)
+            out.append(Send(m.body_response("response_body", None, replaced)))
+        else:  # BUFFERED: one message with the whole body
+            changed = forward is not None and forward is not data
+            mutation = m.header_mutation({CONTENT_LENGTH: str(len(forward))}) if changed and forward else None
+            out.append(Send(m.body_response("response_body", mutation, forward if changed else None)))
+        if eos:
+            out.extend(self._complete(None))
+        return out
+
+    def _on_response_trailers(self, msg: ProcessingRequest) -> list[Action]:
+        self._note_served(msg)
+        out: list[Action] = []
+        resp = self._response
+        if self.state is State.RESPONDING and resp is not None and resp.holds_body:
+            held = resp.finish()
+            if held is not None and self._response_mode == _FULL_DUPLEX:
+                out.extend(self._streamed("response_body", held, False))
+        out.append(Send(m.trailers_response("response_trailers")))
+        if self.state is State.RESPONDING:
+            out.extend(self._complete(None))
+        return out
+
+    def _streamed(self, phase: str, body: bytes, eos: bool) -> list[Action]:
+        return [Send(r) for r in m.streamed_body(phase, body, self._config.chunk_size, eos)]
+
+    def _note_served(self, msg: ProcessingRequest) -> None:
+        if msg.HasField("metadata_context"):
+            served = metadata_value(msg.metadata_context, LB_NAMESPACE, DESTINATION_SERVED_KEY)
+            if isinstance(served, str) and served:
+                self._served = served
+
+    # ---------------------------------------------------------------------------------- endings
+
+    def _complete(self, outcome: Outcome | None) -> list[Action]:
+        """The one place that emits Completed; ``outcome`` None = derive it from the response status."""
+        assert self._request is not None and self._result is not None
+        resp = self._response
+        status = resp.status if resp is not None else 0
+        if outcome is None:
+            outcome = Outcome.OK if 200 <= status < 300 else Outcome.UPSTREAM_ERROR
+        completion = Completion(
+            outcome=outcome,
+            status_code=status,
+            served_endpoint=self._served,
+            usage=resp.usage() if resp is not None and outcome is Outcome.OK else Usage(),
+            output_chunks=resp.chunks if resp is not None else 0,
+        )
+        self.state = State.COMPLETE
+        return [Completed(self._request, self._result, completion)]
+
+    def _fail(self, status: int, error_type: str, message: str) -> list[Action]:
+        extra = {REQUEST_ID_HEADER: self._generated_id} if self._generated_id else None
+        out: list[Action] = [Send(m.immediate_error(status, error_type, message, extra))]
+        if self.dispatched:
+            assert self._request is not None and self._result is not None
+            out.append(
+                Completed(self._request, self._result, Completion(Outcome.UPSTREAM_ERROR, status_code=status))
+            )
+        self.state = State.CLOSED
+        self._chunks = []
+        self._body = b""
+        return out
+
+
+def _streamed_chunk(data: bytes) -> ProcessingResponse:
+    """Hot path: one FULL_DUPLEX response chunk, not end of stream."""
+    return ProcessingResponse(
+        response_body=BodyResponse(
+            response=CommonResponse(
+                body_mutation=BodyMutation(streamed_response=StreamedBodyResponse(body=data))
+            )
+        )
+    )
+
+
+_Handler = Callable[[Session, ProcessingRequest], list[Action]]
+
+_TRANSITIONS: dict[tuple[State, str | None], _Handler] = {
+    (State.HEADERS, "request_headers"): Session._on_request_headers,
+    (State.BODY, "request_body"): Session._on_request_body,
+    (State.BODY, "request_trailers"): Session._on_request_trailers,
+    (State.DISPATCHED, "response_headers"): Session._on_response_headers,
+    (State.RESPONDING, "response_body"): Session._on_response_body,
+    (State.RESPONDING, "response_trailers"): Session._on_response_trailers,
+    (State.COMPLETE, "response_trailers"): Session._on_response_trailers,
+}

@@ -1,0 +1,29 @@
+"""Passthrough parser: no body parsing, for non-OpenAI bodies.
+
+The body is forwarded untouched and never decoded. The request gets the API kind from ``:path``,
+an empty model (the ``x-gateway-model-name-rewrite`` header, when present, still sets the target
+model for scheduling, but the body is not rewritten) and an empty prompt, so prefix-cache scoring
+sees nothing to match and falls back to load-based scoring.
+"""
+
+from __future__ import annotations
+
+from epp.request.parser import ParsedBody, api_kind_of
+
+__all__ = ["PassthroughParser"]
+
+
+class PassthroughParser:
+    """Accepts any body; extracts nothing from it."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return "passthrough"
+
+    def parse(self, path: str, body: bytes) -> ParsedBody:
+        return ParsedBody(api=api_kind_of(path), model="")
+
+    def rewrite_model(self, parsed: ParsedBody, body: bytes, target_model: str) -> bytes:
+        return body
