@@ -25,3 +25,34 @@ def register_builtin(registry: Registry) -> None:
     registry.register("random-picker", random_picker.factory)
     registry.register("weighted-random-picker", weighted_random.factory)
     registry.register("single-profile-handler", single_profile.factory)
+
+    # Remaining scorers, filters and saturation detectors.
+    from scheduler.plugins.filters import header_testing, label_selector, lora_fit, ready, roles
+    from scheduler.plugins.saturation import concurrency, utilization
+    from scheduler.plugins.scorers import (
+        active_request,
+        binpack,
+        load_aware,
+        lora_affinity,
+        running_requests,
+        session_affinity,
+        spread,
+        token_load,
+    )
+
+    registry.register("running-requests-size-scorer", running_requests.factory)
+    registry.register("lora-affinity-scorer", lora_affinity.factory)
+    registry.register("load-aware-scorer", load_aware.factory)
+    registry.register("active-request-scorer", active_request.factory)
+    registry.register("token-load-scorer", token_load.factory)
+    registry.register("session-affinity-scorer", session_affinity.factory)
+    registry.register("binpack-scorer", binpack.factory)
+    registry.register("spread-scorer", spread.factory)
+    registry.register("label-selector-filter", label_selector.factory)
+    registry.register("ready-filter", ready.factory)
+    registry.register("lora-fit-filter", lora_fit.factory)
+    registry.register("header-based-testing-filter", header_testing.factory)
+    registry.register("prefill-filter", roles.prefill_factory)
+    registry.register("decode-filter", roles.decode_factory)
+    registry.register("utilization-detector", utilization.factory)
+    registry.register("concurrency-detector", concurrency.factory)

@@ -1,0 +1,54 @@
+"""``header-based-testing-filter`` (tests only): keep the endpoints named by a request header.
+
+Header ``test-epp-endpoint-selection`` holds a comma-separated list of ``ip:port`` (or bare ``ip``,
+which matches every port of that IP); whitespace around entries is ignored. Endpoints listed are
+kept, in endpoint order. As in GIE, a request without the header (or with an empty one) keeps
+nothing, so the profile fails: the filter is meant for tests that pin requests to endpoints and
+must never be configured for production traffic. Parameters: none. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler.cycle_state import CycleState
+from scheduler.plugins.base import PluginBase, factory_without_params
+from scheduler.types import EndpointView, LLMRequest
+
+__all__ = ["TEST_SELECTION_HEADER", "HeaderBasedTestingFilter", "factory", "selected"]
+
+TEST_SELECTION_HEADER = "test-epp-endpoint-selection"
+
+
+def selected(header: str | None) -> frozenset[str]:
+    """The addresses / bare IPs listed in the header value."""
+    if not header:
+        return frozenset()
+    return frozenset(part.strip() for part in header.split(",") if part.strip())
+
+
+def _ip(address: str) -> str:
+    host, sep, _ = address.rpartition(":")
+    return host if sep else address
+
+
+class HeaderBasedTestingFilter(PluginBase):
+    plugin_type = "header-based-testing-filter"
+
+    def filter(
+        self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
+    ) -> Sequence[EndpointView]:
+        wanted = selected(request.headers.get(TEST_SELECTION_HEADER))
+        if not wanted:
+            return []
+        return [e for e in endpoints if e.address in wanted or _ip(e.address) in wanted]
+
+    def reason(self, cycle: CycleState, request: LLMRequest, endpoint: EndpointView) -> str:
+        if not request.headers.get(TEST_SELECTION_HEADER):
+            return f"header {TEST_SELECTION_HEADER} missing"
+        return f"not listed in header {TEST_SELECTION_HEADER}"
+
+
+factory = factory_without_params(
+    HeaderBasedTestingFilter.plugin_type, lambda name, handle: HeaderBasedTestingFilter(name)
+)

@@ -1,0 +1,79 @@
+"""``prefill-filter`` and ``decode-filter`` (llm-d P/D): select endpoints by their role label.
+
+Label ``llm-d.ai/role``; accepted values (llm-d's):
+
+===========================  ===============  ==============
+role value                   prefill-filter   decode-filter
+===========================  ===============  ==============
+``prefill``                  keep             drop
+``decode``                   drop             keep
+``prefill-decode``           keep             keep
+``both`` (deprecated alias)  keep             keep
+``encode-prefill``           keep             drop
+``encode-prefill-decode``    keep             keep
+``encode`` / anything else   drop             drop
+no label                     drop             keep
+===========================  ===============  ==============
+
+Unlabeled endpoints serve decode, so a pool without P/D labels works unchanged behind a P/D
+configuration. Parameters: none. Pure; order kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler.cycle_state import CycleState
+from scheduler.plugins.base import PluginBase, factory_without_params
+from scheduler.types import EndpointView, LLMRequest
+
+__all__ = [
+    "DECODE_ROLES",
+    "PREFILL_ROLES",
+    "ROLE_LABEL",
+    "DecodeFilter",
+    "PrefillFilter",
+    "decode_factory",
+    "prefill_factory",
+]
+
+ROLE_LABEL = "llm-d.ai/role"
+PREFILL_ROLES = frozenset({"prefill", "prefill-decode", "both", "encode-prefill", "encode-prefill-decode"})
+DECODE_ROLES = frozenset({"decode", "prefill-decode", "both", "encode-prefill-decode"})
+
+
+class _RoleFilter(PluginBase):
+    roles: frozenset[str] = frozenset()
+    keep_unlabeled = False
+
+    def filter(
+        self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
+    ) -> Sequence[EndpointView]:
+        roles, keep_unlabeled = self.roles, self.keep_unlabeled
+        out = []
+        for e in endpoints:
+            role = e.labels.get(ROLE_LABEL)
+            if (role is None and keep_unlabeled) or role in roles:
+                out.append(e)
+        return out
+
+    def reason(self, cycle: CycleState, request: LLMRequest, endpoint: EndpointView) -> str:
+        role = endpoint.labels.get(ROLE_LABEL)
+        if role is None:
+            return f"no {ROLE_LABEL} label"
+        return f"{ROLE_LABEL}={role} is not one of {', '.join(sorted(self.roles))}"
+
+
+class PrefillFilter(_RoleFilter):
+    plugin_type = "prefill-filter"
+    roles = PREFILL_ROLES
+
+
+class DecodeFilter(_RoleFilter):
+    plugin_type = "decode-filter"
+    roles = DECODE_ROLES
+    keep_unlabeled = True
+
+
+prefill_factory = factory_without_params(PrefillFilter.plugin_type, lambda name, handle: PrefillFilter(name))
+decode_factory = factory_without_params(DecodeFilter.plugin_type, lambda name, handle: DecodeFilter(name))

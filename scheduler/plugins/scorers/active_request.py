@@ -1,0 +1,85 @@
+"""``active-request-scorer`` (llm-d): fewer requests in flight from this picker is better.
+
+Input: the picker's own in-flight count per endpoint, kept by an :class:`InflightTracker` from the
+lifecycle hooks (not from scraped metrics, so it reacts within the same millisecond):
+
+* ``on_dispatched`` counts the request against the first target of every routed profile (the
+  decode and the prefill endpoint in P/D), once per request id;
+* ``on_response_headers`` moves the count to the endpoint that actually served when the proxy
+  reports a fallback served (header ``x-gateway-destination-endpoint-served``);
+* ``on_completed`` uncounts it, idempotently (a completion reported twice counts once);
+* entries older than ``requestTimeout`` are dropped (a completion that never came).
+
+Formula, with ``hi`` the largest count among the candidates::
+
+    score = (hi - count) / hi          # idle (count 0) -> 1.0; hi == 0 -> all 1.0
+
+i.e. min-max normalisation anchored at zero: the busiest candidate scores 0, idle ones 1.
+
+Parameters: ``requestTimeout`` (duration, default ``"2m"``, > 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from scheduler.cycle_state import CycleState
+from scheduler.params import param
+from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
+from scheduler.plugins.scorers.inflight import InflightTracker, dispatch_targets
+from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
+
+__all__ = ["SERVED_ENDPOINT_HEADER", "ActiveRequestParams", "ActiveRequestScorer", "factory"]
+
+SERVED_ENDPOINT_HEADER = "x-gateway-destination-endpoint-served"
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveRequestParams:
+    request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
+
+
+class ActiveRequestScorer(PluginBase):
+    plugin_type = "active-request-scorer"
+
+    def __init__(
+        self, name: str, clock: Callable[[], float], params: ActiveRequestParams | None = None
+    ) -> None:
+        super().__init__(name)
+        self.params = params = params or ActiveRequestParams()
+        self.tracker = InflightTracker(clock, params.request_timeout)
+
+    def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
+        counts = self.tracker.request_counts
+        if not counts:
+            return [1.0] * len(endpoints)
+        values = [counts.get(e.address, 0) for e in endpoints]
+        hi = max(values, default=0)
+        if hi == 0:
+            return [1.0] * len(values)
+        return [(hi - v) / hi for v in values]
+
+    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
+        self.tracker.dispatch(request.request_id, dispatch_targets(result, every_profile=True))
+
+    def on_response_headers(
+        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
+    ) -> None:
+        served = headers.get(SERVED_ENDPOINT_HEADER)
+        if served:
+            self.tracker.move(request.request_id, served)
+
+    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
+        self.tracker.complete(request.request_id)
+
+    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
+        self.tracker.forget(addresses)
+
+
+factory = factory_with_params(
+    ActiveRequestScorer.plugin_type,
+    ActiveRequestParams,
+    lambda name, params, handle: ActiveRequestScorer(name, handle.clock, params),
+)

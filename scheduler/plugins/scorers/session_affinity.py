@@ -1,0 +1,83 @@
+"""``session-affinity-scorer``: keep a client session on the endpoint that served it before.
+
+The session token is ``base64(ip:port)`` (standard alphabet, padded) of the endpoint that served the
+session's previous request. The client echoes it back in request header ``x-session-token``.
+
+Score: 1.0 for the endpoint whose address the token decodes to, 0.0 for every other endpoint; all
+0.0 when the header is absent or not a valid token (never an error: a stale or forged token only
+loses its affinity).
+
+Setting the token: this plugin implements :class:`ResponseHeadersProvider`. After the model
+server's response headers arrive, the EPP calls ``response_headers(request, result, served)`` and
+adds the returned headers to the response sent to the client; here that is ``x-session-token`` for
+the endpoint that served (the proxy-reported one when known, else the primary).
+
+Parameters: none. ``score`` is pure: one header lookup and one base64 decode per request.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from scheduler.cycle_state import CycleState
+from scheduler.plugins.base import PluginBase, factory_without_params
+from scheduler.types import EndpointView, LLMRequest, SchedulingResult
+
+__all__ = [
+    "SESSION_TOKEN_HEADER",
+    "ResponseHeadersProvider",
+    "SessionAffinityScorer",
+    "decode_token",
+    "encode_token",
+    "factory",
+]
+
+SESSION_TOKEN_HEADER = "x-session-token"
+
+
+@runtime_checkable
+class ResponseHeadersProvider(Protocol):
+    """A plugin that adds headers to the response sent back to the client."""
+
+    def response_headers(
+        self, request: LLMRequest, result: SchedulingResult, served: str | None
+    ) -> Mapping[str, str]:
+        """Headers to add to the client response; ``served`` is the proxy-reported endpoint, if any."""
+        ...
+
+
+def encode_token(address: str) -> str:
+    return base64.b64encode(address.encode()).decode("ascii")
+
+
+def decode_token(token: str) -> str | None:
+    """The address in ``token``, or None when it is not a valid token."""
+    try:
+        return base64.b64decode(token.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+
+
+class SessionAffinityScorer(PluginBase):
+    plugin_type = "session-affinity-scorer"
+
+    def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
+        token = request.headers.get(SESSION_TOKEN_HEADER)
+        address = decode_token(token) if token else None
+        if address is None:
+            return [0.0] * len(endpoints)
+        return [1.0 if e.address == address else 0.0 for e in endpoints]
+
+    def response_headers(
+        self, request: LLMRequest, result: SchedulingResult, served: str | None
+    ) -> Mapping[str, str]:
+        address = served or (result.endpoints[0].address if result.endpoints else None)
+        return {SESSION_TOKEN_HEADER: encode_token(address)} if address else {}
+
+
+factory = factory_without_params(
+    SessionAffinityScorer.plugin_type, lambda name, handle: SessionAffinityScorer(name)
+)

@@ -1,0 +1,99 @@
+import pytest
+
+from scheduler.cycle_state import CycleState
+from scheduler.errors import ConfigError
+from scheduler.handle import PluginHandle
+from scheduler.plugins.scorers.active_request import (
+    SERVED_ENDPOINT_HEADER,
+    ActiveRequestParams,
+    ActiveRequestScorer,
+    factory,
+)
+from scheduler.types import (
+    Completion,
+    Endpoint,
+    LLMRequest,
+    Outcome,
+    ProfileResult,
+    SchedulingResult,
+    ScoredEndpoint,
+)
+
+EPS = [Endpoint(f"10.0.0.{i}:8000") for i in range(4)]
+DONE = Completion(Outcome.OK)
+
+
+def req(i: int) -> LLMRequest:
+    return LLMRequest(request_id=f"r{i}", model="m", target_model="m")
+
+
+def routed(*endpoints: Endpoint) -> SchedulingResult:
+    targets = tuple(ScoredEndpoint(e, 1.0) for e in endpoints)
+    return SchedulingResult("default", endpoints, {"default": ProfileResult("default", targets)})
+
+
+def scorer() -> ActiveRequestScorer:
+    return ActiveRequestScorer("a", lambda: 0.0)
+
+
+@pytest.mark.parametrize(
+    ("dispatch_to", "expected"),
+    [
+        ([], [1.0, 1.0, 1.0, 1.0]),
+        ([0], [0.0, 1.0, 1.0, 1.0]),
+        ([0, 0, 1], [0.0, 0.5, 1.0, 1.0]),
+        ([0, 0, 0, 0, 1, 2, 2], [0.0, 0.75, 0.5, 1.0]),
+        ([0, 1, 2, 3], [0.0, 0.0, 0.0, 0.0]),
+    ],
+)
+def test_scores(dispatch_to: list[int], expected: list[float]) -> None:
+    s = scorer()
+    for n, i in enumerate(dispatch_to):
+        s.on_dispatched(req(n), routed(EPS[i]))
+    assert s.score(CycleState(), req(99), EPS) == pytest.approx(expected)
+
+
+def test_completion_twice_counts_once() -> None:
+    s = scorer()
+    s.on_dispatched(req(1), routed(EPS[0]))
+    s.on_dispatched(req(2), routed(EPS[0]))
+    s.on_completed(req(1), routed(EPS[0]), DONE)
+    s.on_completed(req(1), routed(EPS[0]), DONE)
+    assert s.tracker.requests(EPS[0].address) == 1
+    s.on_completed(req(2), routed(EPS[0]), DONE)
+    assert s.score(CycleState(), req(3), EPS) == [1.0] * 4
+
+
+def test_fallback_served_moves_count() -> None:
+    s = scorer()
+    result = routed(EPS[0], EPS[1])
+    s.on_dispatched(req(1), result)
+    s.on_response_headers(req(1), result, 200, {SERVED_ENDPOINT_HEADER: EPS[1].address})
+    assert s.tracker.request_counts == {EPS[1].address: 1}
+    s.on_completed(req(1), result, Completion(Outcome.OK, served_endpoint=EPS[1].address))
+    assert s.tracker.request_counts == {}
+
+
+def test_counts_every_routed_profile() -> None:
+    s = scorer()
+    d, p = EPS[0], EPS[1]
+    result = SchedulingResult(
+        "decode",
+        (d,),
+        {
+            "decode": ProfileResult("decode", (ScoredEndpoint(d, 1),)),
+            "prefill": ProfileResult("prefill", (ScoredEndpoint(p, 1),)),
+        },
+    )
+    s.on_dispatched(req(1), result)
+    assert s.tracker.request_counts == {d.address: 1, p.address: 1}
+    s.on_endpoints_removed(frozenset({p.address}))
+    assert s.tracker.request_counts == {d.address: 1}
+
+
+def test_timeout_parameter() -> None:
+    s = factory("a", {"requestTimeout": "30s"}, PluginHandle())
+    assert isinstance(s, ActiveRequestScorer) and s.params == ActiveRequestParams(30.0)
+    for bad in ("0s", "soon", -1):
+        with pytest.raises(ConfigError, match="requestTimeout"):
+            factory("a", {"requestTimeout": bad}, PluginHandle())

@@ -1,0 +1,34 @@
+import pytest
+
+from scheduler.cycle_state import CycleState
+from scheduler.plugins.filters.header_testing import TEST_SELECTION_HEADER, HeaderBasedTestingFilter
+from scheduler.types import Endpoint, LLMRequest
+
+A, B, C = Endpoint("10.0.0.1:8000"), Endpoint("10.0.0.1:8001"), Endpoint("10.0.0.2:8000")
+
+
+def req(value: str | None) -> LLMRequest:
+    headers = {} if value is None else {TEST_SELECTION_HEADER: value}
+    return LLMRequest(request_id="r", model="m", target_model="m", headers=headers)
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (None, []),
+        ("", []),
+        ("10.0.0.2:8000", [C]),
+        ("10.0.0.2:8000, 10.0.0.1:8001", [B, C]),  # endpoint order, not header order
+        ("10.0.0.1", [A, B]),  # bare IP: every port
+        ("10.0.0.9:8000", []),
+        (" , 10.0.0.1:8000 ,", [A]),
+    ],
+)
+def test_filter(header: str | None, expected: list[Endpoint]) -> None:
+    assert list(HeaderBasedTestingFilter("h").filter(CycleState(), req(header), [A, B, C])) == expected
+
+
+def test_reason() -> None:
+    f = HeaderBasedTestingFilter("h")
+    assert f.reason(CycleState(), req(None), A) == f"header {TEST_SELECTION_HEADER} missing"
+    assert f.reason(CycleState(), req("x"), A) == f"not listed in header {TEST_SELECTION_HEADER}"

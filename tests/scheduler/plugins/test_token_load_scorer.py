@@ -1,0 +1,84 @@
+import pytest
+
+from scheduler.cycle_state import CycleState
+from scheduler.errors import ConfigError
+from scheduler.handle import PluginHandle
+from scheduler.plugins.scorers.active_request import SERVED_ENDPOINT_HEADER
+from scheduler.plugins.scorers.token_load import TokenLoadParams, TokenLoadScorer, factory
+from scheduler.types import (
+    Completion,
+    Endpoint,
+    LLMRequest,
+    Outcome,
+    ProfileResult,
+    SchedulingResult,
+    ScoredEndpoint,
+)
+
+EPS = [Endpoint(f"10.0.0.{i}:8000") for i in range(3)]
+
+
+def req(i: int, tokens: int, stream: bool = False) -> LLMRequest:
+    return LLMRequest(request_id=f"r{i}", model="m", target_model="m", token_estimate=tokens, stream=stream)
+
+
+def routed(*endpoints: Endpoint) -> SchedulingResult:
+    targets = tuple(ScoredEndpoint(e, 1.0) for e in endpoints)
+    return SchedulingResult("default", endpoints, {"default": ProfileResult("default", targets)})
+
+
+def scorer(threshold: int = 100) -> TokenLoadScorer:
+    return TokenLoadScorer("t", lambda: 0.0, TokenLoadParams(threshold=threshold))
+
+
+@pytest.mark.parametrize(
+    ("dispatches", "expected"),
+    [
+        ([], [1.0, 1.0, 1.0]),
+        ([(0, 50)], [0.5, 1.0, 1.0]),
+        ([(0, 50), (0, 25), (1, 100)], [0.25, 0.0, 1.0]),
+        ([(2, 1000)], [1.0, 1.0, 0.0]),  # capped at the threshold
+        ([(1, 0)], [1.0, 1.0, 1.0]),
+    ],
+)
+def test_scores(dispatches: list[tuple[int, int]], expected: list[float]) -> None:
+    s = scorer()
+    for n, (i, tokens) in enumerate(dispatches):
+        s.on_dispatched(req(n, tokens), routed(EPS[i]))
+    assert s.score(CycleState(), req(99, 0), EPS) == pytest.approx(expected)
+
+
+def test_streamed_output_tokens_count_until_completion() -> None:
+    s = scorer()
+    r = req(1, 10, stream=True)
+    result = routed(EPS[0])
+    s.on_dispatched(r, result)
+    s.on_response_chunk(r, result, b'data: {"x":1}\n\ndata: {"x":2}\n\n')
+    s.on_response_chunk(r, result, b'data: {"x":3}\n\n')
+    assert s.tracker.tokens(EPS[0].address) == 13
+    s.on_completed(r, result, Completion(Outcome.OK))
+    s.on_completed(r, result, Completion(Outcome.OK))
+    assert s.tracker.tokens(EPS[0].address) == 0
+
+
+def test_non_streamed_body_adds_nothing() -> None:
+    s = scorer()
+    r = req(1, 10)
+    s.on_dispatched(r, routed(EPS[0]))
+    s.on_response_chunk(r, routed(EPS[0]), b'{"choices": [{"text": "data: hello"}]}')
+    assert s.tracker.tokens(EPS[0].address) == 10
+
+
+def test_fallback_served_moves_tokens() -> None:
+    s = scorer()
+    r, result = req(1, 40), routed(EPS[0], EPS[1])
+    s.on_dispatched(r, result)
+    s.on_response_headers(r, result, 200, {SERVED_ENDPOINT_HEADER: EPS[1].address})
+    assert s.score(CycleState(), req(2, 0), EPS) == pytest.approx([1.0, 0.6, 1.0])
+
+
+def test_parameters() -> None:
+    s = factory("t", {}, PluginHandle())
+    assert isinstance(s, TokenLoadScorer) and s.params == TokenLoadParams(4_194_304, 120.0)
+    with pytest.raises(ConfigError, match="threshold"):
+        factory("t", {"threshold": 0}, PluginHandle())
