@@ -1,0 +1,214 @@
+"""Runs the Dockerfile's install steps outside Docker and starts the installed picker.
+
+No Docker engine runs here, so this test does what the two stages do, with the Dockerfile's own
+commands: the build context is assembled from the build stage's COPY lines (filtered by
+``.dockerignore``), the build stage's RUN line runs in a fresh CPython 3.12 virtualenv (the image's
+``python:3.12-slim``) with ``/src`` and ``/wheels`` mapped to temporary directories, then the final
+stage's RUN line (its ``--mount`` bind of ``/wheels`` mapped the same way, ``/opt/epp`` to a temporary
+directory) creates the runtime virtualenv and installs with ``--no-index`` from those wheels only.
+One deviation: ``PIP_NO_CACHE_DIR`` is dropped so that pip's local cache serves the downloads.
+
+From that virtualenv it runs ``epp --help``, then a real picker against a tiny metrics server, probes
+the gRPC health port with the Dockerfile's HEALTHCHECK command until it reports SERVING, stops the
+picker with SIGTERM, and checks that nothing was written into the installed tree (the image runs with
+a read-only root filesystem).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from _deploy_dockerfile import Stage, docker_ignored, parse_dockerfile, read_dockerignore
+from _deploy_tools import free_port, python312, stop
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+METRICS = b"""# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m"} 0
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m"} 0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="m"} 0.1
+"""
+MODELS = b'{"object":"list","data":[{"id":"m","object":"model","root":"m","parent":null}]}'
+
+
+def _env_of(stage: Stage, base: dict[str, str], paths: dict[str, Path]) -> dict[str, str]:
+    env = dict(base)
+    for args in stage.all("ENV"):
+        for item in shlex.split(args):
+            key, _, value = item.partition("=")
+            value = value.replace("$PATH", base.get("PATH", ""))
+            for image_path, host_path in paths.items():
+                value = value.replace(image_path, str(host_path))
+            env[key] = value
+    env.pop("PIP_NO_CACHE_DIR", None)
+    return env
+
+
+def _host_command(run: str, python: Path, paths: dict[str, Path]) -> str:
+    words = run.split(" ")
+    while words and words[0].startswith("--"):  # RUN options such as --mount=type=bind,...
+        words.pop(0)
+    command = " ".join(words)
+    for image_path, host_path in paths.items():
+        command = re.sub(re.escape(image_path) + r"(?=[/\s]|$)", str(host_path), command)
+    return re.sub(r"(^|&&\s*)python(?=\s)", lambda m: m.group(1) + shlex.quote(str(python)), command)
+
+
+def _run(command: str, *, cwd: Path, env: dict[str, str]) -> None:
+    proc = subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert proc.returncode == 0, f"{command}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+
+Image = tuple[Path, dict[str, str], Stage]
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
+    """The installed runtime virtualenv, the runtime environment and the final stage."""
+    tmp = tmp_path_factory.mktemp("image")
+    _, stages = parse_dockerfile((ROOT / "Dockerfile").read_text())
+    build, final = stages[0], stages[-1]
+    ignore = read_dockerignore((ROOT / ".dockerignore").read_text())
+    src = tmp / "src"
+    paths = {"/src": src, "/wheels": tmp / "wheels", "/opt/epp": tmp / "opt" / "epp"}
+    src.mkdir()
+    for args in build.all("COPY"):
+        *sources, dest = shlex.split(args)
+        for source in sources:
+            origin = ROOT / source
+            files = [origin] if origin.is_file() else sorted(p for p in origin.rglob("*") if p.is_file())
+            for file in files:
+                rel = file.relative_to(ROOT).as_posix()
+                if docker_ignored(rel, ignore):
+                    continue
+                target = src / dest / (file.name if origin.is_file() else file.relative_to(origin))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(file, target)
+    base_python = tmp / "base-python"
+    subprocess.run([str(python312()), "-m", "venv", str(base_python)], check=True, timeout=120)
+    host_env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    build_env = _env_of(build, host_env, paths)
+    for run in build.all("RUN"):
+        _run(_host_command(run, base_python / "bin" / "python", paths), cwd=src, env=build_env)
+    assert any(p.name.startswith("pyepp-") for p in (tmp / "wheels").glob("*.whl"))
+    (tmp / "opt").mkdir()
+    final_env = _env_of(final, host_env, paths)
+    for run in final.all("RUN"):
+        _run(_host_command(run, base_python / "bin" / "python", paths), cwd=tmp, env=final_env)
+    return paths["/opt/epp"], final_env, final
+
+
+@pytest.fixture
+def model_server() -> Iterator[int]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            routes = {"/metrics": (METRICS, "text/plain"), "/v1/models": (MODELS, "application/json")}
+            body, ctype = routes.get(self.path, (b"not found", "text/plain"))
+            self.send_response(200 if self.path in routes else 404)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_installed_tree_has_no_compiler_and_only_runtime_packages(image: Image) -> None:
+    venv, env, _ = image
+    listed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    names = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert {"pyepp", "grpcio", "grpcio-health-checking", "xds-protos"} <= names
+    assert not names & {"pytest", "ruff", "mypy", "setuptools", "wheel", "cython"}, names
+
+
+def test_epp_help_runs_from_the_installed_tree(image: Image) -> None:
+    venv, env, final = image
+    assert json.loads(final.all("ENTRYPOINT")[-1]) == ["epp"]
+    out = subprocess.run(
+        [str(venv / "bin" / "epp"), "--help"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    for flag in ("--grpc-port", "--grpc-health-port", "--pool-name", "--endpoint-selector", "--endpoints"):
+        assert flag in out.stdout
+
+
+def _snapshot(tree: Path) -> dict[str, tuple[int, float]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime) for p in tree.rglob("*") if p.is_file()}
+
+
+def test_picker_serves_grpc_health_from_the_installed_tree(
+    image: Image, model_server: int, tmp_path: Path
+) -> None:
+    pytest.importorskip("epp.app", reason="the picker's server (epp.app) has not landed yet")
+    venv, env, final = image
+    (check,) = final.all("HEALTHCHECK")
+    probe = json.loads(check[check.index("CMD") + 3 :].strip())
+    ports = {name: free_port() for name in ("grpc", "health", "metrics")}
+    run_env = dict(env, EPP_GRPC_HEALTH_PORT=str(ports["health"]), HOME=str(tmp_path), TMPDIR=str(tmp_path))
+    before = _snapshot(venv)
+    log = (tmp_path / "epp.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            str(venv / "bin" / "epp"),
+            f"--endpoints=127.0.0.1:{model_server}",
+            "--secure-serving=false",
+            "--host=127.0.0.1",
+            f"--grpc-port={ports['grpc']}",
+            f"--grpc-health-port={ports['health']}",
+            f"--metrics-port={ports['metrics']}",
+        ],
+        env=run_env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 40
+        healthy = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            probed = subprocess.run(
+                [str(venv / "bin" / probe[0]), *probe[1:]], env=run_env, capture_output=True, timeout=20
+            )
+            if probed.returncode == 0:
+                healthy = True
+                break
+            time.sleep(0.5)
+        assert healthy, (tmp_path / "epp.log").read_text()[-4000:]
+    finally:
+        rc = stop(proc)
+        log.close()
+    assert rc == 0, (tmp_path / "epp.log").read_text()[-4000:]
+    assert _snapshot(venv) == before, "the picker wrote into its installed tree"
