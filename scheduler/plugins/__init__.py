@@ -28,6 +28,7 @@ def register_builtin(registry: Registry) -> None:
 
     # Remaining scorers, filters and saturation detectors.
     from scheduler.plugins.filters import header_testing, label_selector, lora_fit, ready, roles
+    from scheduler.plugins.handlers import disagg, disagg_deciders
     from scheduler.plugins.saturation import concurrency, utilization
     from scheduler.plugins.scorers import (
         active_request,
@@ -56,3 +57,5 @@ def register_builtin(registry: Registry) -> None:
     registry.register("decode-filter", roles.decode_factory)
     registry.register("utilization-detector", utilization.factory)
     registry.register("concurrency-detector", concurrency.factory)
+    registry.register("always-disagg-pd-decider", disagg_deciders.always_factory)
+    registry.register("disagg-profile-handler", disagg.factory)

@@ -23,6 +23,8 @@ TYPES = [
     "decode-filter",
     "utilization-detector",
     "concurrency-detector",
+    "always-disagg-pd-decider",
+    "disagg-profile-handler",
 ]
 
 
