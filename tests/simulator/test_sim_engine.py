@@ -133,8 +133,7 @@ def test_queue_is_fifo_and_bounded_by_max_num_seqs() -> None:
 
 
 def test_lora_aware_skipping_lets_later_requests_pass() -> None:
-    eng = make_engine(max_loras=1, max_num_seqs=4,
-                      lora_modules=(LoraModule("a"), LoraModule("b")))  # fmt: skip
+    eng = make_engine(max_loras=1, max_num_seqs=4, lora_modules=(LoraModule("a"), LoraModule("b")))
     first = eng.submit("1", ids(4), 2, now=0.0, lora="a")
     eng.schedule(0.0)
     blocked = eng.submit("2", ids(4, 10), 2, now=0.1, lora="b")  # slot busy with a running request
@@ -202,8 +201,9 @@ def test_ttft_drops_with_cached_tokens() -> None:
     [(1, 1.0), (2, 1 + 1.0 / 3), (4, 2.0)],
 )
 def test_load_factor_is_linear_in_running_requests(running: int, factor: float) -> None:
-    cfg = SimConfig(max_num_seqs=4, time_factor_under_load=2.0, inter_token_latency=0.01,
-                    prefill_overhead=0.1)  # fmt: skip
+    cfg = SimConfig(
+        max_num_seqs=4, time_factor_under_load=2.0, inter_token_latency=0.01, prefill_overhead=0.1
+    )
     model = LatencyModel(cfg, random.Random(0))
     assert model.load_factor(running) == pytest.approx(factor)
     assert model.inter_token(running) == pytest.approx(0.01 * factor)
@@ -219,8 +219,12 @@ def test_load_factor_applies_to_admitted_requests() -> None:
 
 
 def test_fixed_ttft_replaces_prefill_formula_and_jitter_is_seeded() -> None:
-    cfg = SimConfig(time_to_first_token=0.2, time_to_first_token_std_dev=0.02, inter_token_latency=0.01,
-                    inter_token_latency_std_dev=0.002)  # fmt: skip
+    cfg = SimConfig(
+        time_to_first_token=0.2,
+        time_to_first_token_std_dev=0.02,
+        inter_token_latency=0.01,
+        inter_token_latency_std_dev=0.002,
+    )
     one, two = LatencyModel(cfg, random.Random(7)), LatencyModel(cfg, random.Random(7))
     draws = [one.ttft(1000, 0, 1) for _ in range(50)]
     assert draws == [two.ttft(1000, 0, 1) for _ in range(50)]
