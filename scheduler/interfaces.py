@@ -27,19 +27,20 @@ from scheduler.types import (
 )
 
 if TYPE_CHECKING:
-    from scheduler.profile import SchedulerProfile
-
     from scheduler.cycle_state import CycleState
+    from scheduler.profile import SchedulerProfile
 
 __all__ = [
     "CompletionHook",
     "DispatchHook",
     "EndpointRemovalHook",
+    "ExplainingFilter",
     "Filter",
     "Handle",
     "Picker",
     "Plugin",
     "PluginFactory",
+    "PrepareHook",
     "ProfileHandler",
     "ResponseChunkHook",
     "ResponseHeadersHook",
@@ -124,6 +125,17 @@ class ProfileHandler(Plugin, Protocol):
         """Turn the profile results into the routing result (primary profile, extra headers).
 
         Raises :class:`scheduler.errors.NoEndpointError` when no routable result exists.
+        """
+        ...
+
+
+@runtime_checkable
+class PrepareHook(Plugin, Protocol):
+    def prepare(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> None:
+        """Precompute per-request data into ``cycle`` before any profile runs (e.g. the prefix match).
+
+        Called once per scheduling cycle, on the whole snapshot, in configuration order. Pure apart
+        from writing ``cycle``; an exception is reported and the cycle goes on without the data.
         """
         ...
 

@@ -17,10 +17,12 @@ def register_builtin(registry: Registry) -> None:
     """Register every in-tree plugin type. Imports are local so that importing the package is cheap."""
     from scheduler.plugins.handlers import single_profile
     from scheduler.plugins.pickers import max_score, random_picker, weighted_random
+    from scheduler.plugins.prefix import scorer as prefix_scorer
     from scheduler.plugins.scorers import kv_cache_utilization, queue
 
     registry.register("queue-scorer", queue.factory)
     registry.register("kv-cache-utilization-scorer", kv_cache_utilization.factory)
+    registry.register("prefix-cache-scorer", prefix_scorer.factory)
     registry.register("max-score-picker", max_score.factory)
     registry.register("random-picker", random_picker.factory)
     registry.register("weighted-random-picker", weighted_random.factory)

@@ -1,0 +1,60 @@
+"""Parameters of ``prefix-cache-scorer`` and the index memory budget.
+
+| YAML key | default | meaning |
+|---|---|---|
+| ``blockSizeTokens`` | 16 | block size in tokens; a block is ``blockSizeTokens x 4`` characters |
+| ``blockSize`` / ``hashBlockSize`` | unset | legacy GIE names: block size in characters (overrides) |
+| ``maxPrefixBlocksToMatch`` | 256 | at most this many leading blocks are hashed and matched |
+| ``lruCapacityPerServer`` | 31250 | blocks remembered per endpoint (LRU) |
+| ``autoTune`` | true | learn block size / capacity from the servers' ``block_size`` / ``num_gpu_blocks`` |
+| ``maxIndexBytesPerServer`` | 64 MiB | memory budget per endpoint; capacities above it are rejected |
+
+The budget is checked with :data:`ENTRY_BYTES` (measured cost of one (endpoint, block) entry, rounded
+up); autotuned capacities are clamped to it instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.params import param
+
+__all__ = ["ENTRY_BYTES", "PrefixCacheParams"]
+
+ENTRY_BYTES = 150
+"""Upper bound of the memory one (endpoint, block) entry costs (measured ~130 B, bench/scheduler_bench.py)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheParams:
+    block_size_tokens: int = param(16, ge=1, le=65536)
+    block_size: int | None = param(None, ge=1, le=262144)
+    hash_block_size: int | None = param(None, ge=1, le=262144)
+    max_prefix_blocks_to_match: int = param(256, ge=1, le=65536)
+    lru_capacity_per_server: int = param(31250, ge=1)
+    auto_tune: bool = param(True)
+    max_index_bytes_per_server: int = param(64 * 1024 * 1024, ge=1024 * 1024)
+
+    def __post_init__(self) -> None:
+        if self.block_size is not None and self.hash_block_size is not None:
+            raise ValueError(
+                "give at most one of blockSize and hashBlockSize (both are the block size in chars)"
+            )
+        need = self.lru_capacity_per_server * ENTRY_BYTES
+        if need > self.max_index_bytes_per_server:
+            raise ValueError(
+                f"lruCapacityPerServer {self.lru_capacity_per_server} x ~{ENTRY_BYTES} bytes per entry = "
+                f"{need / 2**20:.1f} MiB per endpoint exceeds maxIndexBytesPerServer "
+                f"({self.max_index_bytes_per_server / 2**20:.1f} MiB); lower lruCapacityPerServer or raise "
+                "maxIndexBytesPerServer"
+            )
+
+    @property
+    def fixed_block_chars(self) -> int | None:
+        """Block size in characters given by a legacy parameter (disables block-size autotuning)."""
+        return self.block_size if self.block_size is not None else self.hash_block_size
+
+    @property
+    def max_capacity(self) -> int:
+        """The most entries per endpoint the memory budget allows."""
+        return max(1, self.max_index_bytes_per_server // ENTRY_BYTES)
