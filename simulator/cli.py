@@ -205,6 +205,7 @@ def build_configs(ns: argparse.Namespace) -> list[SimConfig]:
 
 
 def _configure_logging(fmt: str, level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper()), format="%(message)s", stream=sys.stderr)
     renderer: Any = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer()
     structlog.configure(
         processors=[
@@ -217,7 +218,10 @@ def _configure_logging(fmt: str, level: str) -> None:
 
 
 async def serve(
-    configs: Sequence[SimConfig], tokenizer: Tokenizer, stop: asyncio.Event | None = None
+    configs: Sequence[SimConfig],
+    tokenizer: Tokenizer,
+    stop: asyncio.Event | None = None,
+    access_log: bool = False,
 ) -> None:
     """Start every server, wait for ``stop`` (or SIGINT/SIGTERM), stop them all."""
     stop = stop or asyncio.Event()
@@ -225,7 +229,7 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    servers = [SimServer(c, tokenizer) for c in configs]
+    servers = [SimServer(c, tokenizer, access_log=access_log) for c in configs]
     try:
         for s in servers:
             await s.start()
@@ -251,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         runner = asyncio.run
     try:
-        runner(serve(configs, tokenizer))
+        runner(serve(configs, tokenizer, access_log=ns.log_level == "debug"))
     except OSError as exc:
         print(f"epp-sim: cannot serve: {exc}", file=sys.stderr)
         return 1

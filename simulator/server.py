@@ -17,13 +17,15 @@ Fault injection, in process or over HTTP (the admin endpoints are for tests and 
 ==========================================  =====================================================
 
 ``--startup-duration`` keeps the server unready for that many real seconds after ``start()``.
-Every response carries ``x-inference-pod`` and ``x-inference-port``.
+Every response carries ``x-inference-pod`` and ``x-inference-port``. ``access_log=True`` logs each request
+through the stdlib logger ``aiohttp.access`` (``epp-sim --log-level debug``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -58,8 +60,10 @@ class SimServer:
         *,
         clock: SimClock | None = None,
         wall_clock: Callable[[], float] = time.time,
+        access_log: bool = False,
     ) -> None:
         self.config = config
+        self._access_log = access_log
         self.tokenizer = tokenizer
         self.engine = Engine(config, random.Random(config.seed), wall_clock)
         self.driver = EngineDriver(self.engine, clock or SimClock(config.time_scale))
@@ -107,7 +111,8 @@ class SimServer:
         """Bind and serve; the server is ready after ``startup_duration`` seconds."""
         if self._runner is not None:
             raise RuntimeError(f"server on port {self._port} is already running")
-        runner = web.AppRunner(self._app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
+        log = logging.getLogger("aiohttp.access") if self._access_log else None
+        runner = web.AppRunner(self._app(), handler_cancellation=True, access_log=log, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.config.host, self._port, reuse_address=True, backlog=1024)
         await site.start()
