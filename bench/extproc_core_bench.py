@@ -1,0 +1,194 @@
+"""Micro-benchmark of the sans-I/O ext_proc core (epp.protocol.Session), no gRPC, no network.
+
+Run: ``.venv/bin/python bench/extproc_core_bench.py [--quick]``
+
+Measures CPU time (``time.process_time``, best of several rounds, single thread) of:
+
+* one request through the core: RequestHeaders + RequestBody chunks -> Schedule -> ``scheduled()``
+  with a fixed fake result -> all response messages built, for a 1 KB chat body (one chunk) and a
+  200 KB chat body (arriving in 16 KiB chunks, returned in 62,000-byte chunks), with and without the
+  model-name rewrite (which re-serialises the body);
+* one streamed response chunk (a ~200-byte vLLM SSE event) through ``receive()``: plain, with the
+  model-name rewrite back, and the final chunk carrying usage;
+
+each once for the core alone and once including protobuf (de)serialisation of the messages, which
+the gRPC layer performs anyway (``ParseFromString`` of each incoming message and
+``SerializeToString`` of each outgoing one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import orjson
+from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
+from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+from envoy.service.ext_proc.v3.external_processor_pb2 import (
+    HttpBody,
+    HttpHeaders,
+    ProcessingRequest,
+    ProtocolConfiguration,
+)
+
+from epp.protocol import Schedule, Send, Session, SessionConfig
+from scheduler.types import Endpoint, SchedulingResult
+
+__all__ = ["main"]
+
+CONFIG = SessionConfig()
+RESULT = SchedulingResult(
+    primary_profile="default",
+    endpoints=(Endpoint("10.0.0.7:8000"), Endpoint("10.0.0.3:8000")),
+    profile_results={},
+)
+ENVOY_CHUNK = 16 * 1024
+
+
+def _headers(length: int, rewrite: bool) -> ProcessingRequest:
+    h = {
+        ":method": "POST",
+        ":path": "/v1/chat/completions",
+        ":authority": "gateway.example",
+        ":scheme": "http",
+        "content-type": "application/json",
+        "content-length": str(length),
+        "user-agent": "bench/1.0",
+        "x-request-id": "0f6c1c1e-6a8e-4d3c-9d7e-3f1c2b0a9e11",
+        "x-forwarded-proto": "http",
+        "x-gateway-inference-objective": "standard",
+    }
+    if rewrite:
+        h["x-gateway-model-name-rewrite"] = "llama-3-8b-lora"
+    return ProcessingRequest(
+        request_headers=HttpHeaders(
+            headers=HeaderMap(headers=[HeaderValue(key=k, raw_value=v.encode()) for k, v in h.items()])
+        ),
+        protocol_config=ProtocolConfiguration(
+            request_body_mode=ProcessingMode.FULL_DUPLEX_STREAMED,
+            response_body_mode=ProcessingMode.FULL_DUPLEX_STREAMED,
+        ),
+    )
+
+
+def chat_body(size: int) -> bytes:
+    """A chat-completions body of about ``size`` bytes (several turns of text)."""
+    words = ("the quick brown fox jumps over the lazy dog " * (size // 40 + 1))[: max(0, size - 200)]
+    turn = len(words) // 4
+    messages = [{"role": "system", "content": "You are a helpful assistant."}]
+    messages += [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": words[i * turn : (i + 1) * turn]}
+        for i in range(4)
+    ]
+    return orjson.dumps({"model": "llama-3-8b", "messages": messages, "stream": True, "max_tokens": 256})
+
+
+def _body_messages(body: bytes) -> list[ProcessingRequest]:
+    pieces = [body[i : i + ENVOY_CHUNK] for i in range(0, len(body), ENVOY_CHUNK)]
+    return [
+        ProcessingRequest(request_body=HttpBody(body=p, end_of_stream=i == len(pieces) - 1))
+        for i, p in enumerate(pieces)
+    ]
+
+
+def request_case(size: int, rewrite: bool, wire: bool) -> Callable[[], None]:
+    body = chat_body(size)
+    incoming = [_headers(len(body), rewrite), *_body_messages(body)]
+    raw = [m.SerializeToString() for m in incoming]
+
+    def one() -> None:
+        session = Session(CONFIG)
+        msgs = [ProcessingRequest.FromString(r) for r in raw] if wire else incoming
+        actions = []
+        for m in msgs:
+            actions = session.receive(m)
+        assert isinstance(actions[0], Schedule)
+        for a in session.scheduled(RESULT):
+            if wire and isinstance(a, Send):
+                a.response.SerializeToString()
+
+    return one
+
+
+def chunk_case(kind: str, wire: bool) -> tuple[Callable[[], None], Session]:
+    rewrite = kind == "rewrite"
+    session = Session(CONFIG)
+    body = chat_body(1000)
+    session.receive(_headers(len(body), rewrite))
+    session.receive(_body_messages(body)[0])
+    session.scheduled(RESULT)
+    status = HeaderMap(
+        headers=[
+            HeaderValue(key=":status", raw_value=b"200"),
+            HeaderValue(key="content-type", raw_value=b"text/event-stream"),
+        ]
+    )
+    session.receive(ProcessingRequest(response_headers=HttpHeaders(headers=status)))
+    model = "llama-3-8b-lora" if rewrite else "llama-3-8b"
+    event = {
+        "id": "chatcmpl-8f1d2c",
+        "object": "chat.completion.chunk",
+        "created": 1763790000,
+        "model": model,
+        "choices": [{"index": 0, "delta": {"content": " token"}, "logprobs": None, "finish_reason": None}],
+    }
+    if kind == "usage":
+        event["usage"] = {"prompt_tokens": 250, "completion_tokens": 256, "total_tokens": 506}
+    data = b"data: " + orjson.dumps(event) + b"\n\n"
+    msg = ProcessingRequest(response_body=HttpBody(body=data))
+    raw = msg.SerializeToString()
+
+    def one() -> None:
+        m = ProcessingRequest.FromString(raw) if wire else msg
+        for a in session.receive(m):
+            if wire and isinstance(a, Send):
+                a.response.SerializeToString()
+
+    return one, session
+
+
+def best_us(fn: Callable[[], None], n: int, rounds: int) -> float:
+    """Best per-call CPU time over ``rounds`` rounds of ``n`` calls, in microseconds."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.process_time()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.process_time() - t0) / n)
+    return best * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="ext_proc core micro-benchmark")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    args = parser.parse_args(argv)
+    scale = 0.05 if args.quick else 1.0
+    rounds = 3 if args.quick else 5
+    print(f"python {sys.version.split()[0]}, CPU time per operation (best of {rounds} rounds)")
+    print(f"{'case':58s} {'core':>10s} {'core+protobuf':>14s}")
+    for size, n in ((1024, 4000), (200 * 1024, 200)):
+        for rewrite in (False, True):
+            label = f"request {size // 1024} KB chat body{' + model rewrite' if rewrite else ''}"
+            iters = max(5, int(n * scale))
+            core = best_us(request_case(size, rewrite, False), iters, rounds)
+            wire = best_us(request_case(size, rewrite, True), iters, rounds)
+            print(f"{label:58s} {core:8.1f}us {wire:12.1f}us")
+    for kind in ("plain", "rewrite", "usage"):
+        iters = max(200, int(50_000 * scale))
+        core_fn, _ = chunk_case(kind, False)
+        wire_fn, _ = chunk_case(kind, True)
+        core = best_us(core_fn, iters, rounds)
+        wire = best_us(wire_fn, iters, rounds)
+        label = f"streamed response chunk (SSE, ~230 B, {kind})"
+        print(f"{label:58s} {core:8.1f}us {wire:12.1f}us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
