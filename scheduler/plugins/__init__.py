@@ -29,7 +29,15 @@ def register_builtin(registry: Registry) -> None:
     registry.register("single-profile-handler", single_profile.factory)
 
     # Remaining scorers, filters and saturation detectors.
-    from scheduler.plugins.filters import header_testing, label_selector, lora_fit, ready, roles
+    from scheduler.plugins.filters import (
+        header_testing,
+        kv_headroom,
+        label_selector,
+        lora_fit,
+        prefix_affinity,
+        ready,
+        roles,
+    )
     from scheduler.plugins.handlers import disagg, disagg_deciders
     from scheduler.plugins.saturation import concurrency, utilization
     from scheduler.plugins.scorers import (
@@ -37,6 +45,7 @@ def register_builtin(registry: Registry) -> None:
         binpack,
         load_aware,
         lora_affinity,
+        no_hit_lru,
         running_requests,
         session_affinity,
         spread,
@@ -51,13 +60,17 @@ def register_builtin(registry: Registry) -> None:
     registry.register("session-affinity-scorer", session_affinity.factory)
     registry.register("binpack-scorer", binpack.factory)
     registry.register("spread-scorer", spread.factory)
+    registry.register("no-hit-lru-scorer", no_hit_lru.factory)
     registry.register("label-selector-filter", label_selector.factory)
     registry.register("ready-filter", ready.factory)
     registry.register("lora-fit-filter", lora_fit.factory)
+    registry.register("kv-headroom-filter", kv_headroom.factory)
+    registry.register("prefix-cache-affinity-filter", prefix_affinity.factory)
     registry.register("header-based-testing-filter", header_testing.factory)
     registry.register("prefill-filter", roles.prefill_factory)
     registry.register("decode-filter", roles.decode_factory)
     registry.register("utilization-detector", utilization.factory)
     registry.register("concurrency-detector", concurrency.factory)
     registry.register("always-disagg-pd-decider", disagg_deciders.always_factory)
+    registry.register("prefix-based-pd-decider", disagg_deciders.prefix_based_factory)
     registry.register("disagg-profile-handler", disagg.factory)

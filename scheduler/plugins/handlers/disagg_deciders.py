@@ -5,18 +5,40 @@ A decider is a plugin implementing :class:`PDDecider`, referenced by name from t
 endpoint, and must be pure.
 
 * ``always-disagg-pd-decider``: always true. Parameters: none.
+* ``prefix-based-pd-decider`` (llm-d): disaggregate when the prompt tokens the decode endpoint does
+  not hold yet are at least ``nonCachedTokens``::
+
+      prompt   = request.token_estimate (or len(prompt_text) / 4 when 0)
+      uncached = prompt - cached_tokens(decode endpoint)     # from the cycle's prefix match
+      decide   = nonCachedTokens == 0 or uncached >= nonCachedTokens
+
+  ``cached_tokens`` = matched blocks x block size in tokens, from ``prefix-cache-scorer``'s match;
+  without a prefix match nothing counts as cached (llm-d refuses to disaggregate then; we decide
+  by prompt length, which is what an empty cache means). Parameters: ``nonCachedTokens`` (int >= 0,
+  default 0 = always disaggregate, as in llm-d).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Plugin
-from scheduler.plugins.base import PluginBase, factory_without_params
+from scheduler.params import param
+from scheduler.plugins.base import PluginBase, factory_with_params, factory_without_params
+from scheduler.plugins.filters.kv_headroom import prompt_tokens
+from scheduler.plugins.prefix.match import prefix_match
 from scheduler.types import EndpointView, LLMRequest
 
-__all__ = ["AlwaysDisaggDecider", "PDDecider", "always_factory"]
+__all__ = [
+    "AlwaysDisaggDecider",
+    "PDDecider",
+    "PrefixBasedDecider",
+    "PrefixBasedDeciderParams",
+    "always_factory",
+    "prefix_based_factory",
+]
 
 
 @runtime_checkable
@@ -35,4 +57,35 @@ class AlwaysDisaggDecider(PluginBase):
 
 always_factory = factory_without_params(
     AlwaysDisaggDecider.plugin_type, lambda name, handle: AlwaysDisaggDecider(name)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixBasedDeciderParams:
+    non_cached_tokens: int = param(0, ge=0)
+
+
+class PrefixBasedDecider(PluginBase):
+    plugin_type = "prefix-based-pd-decider"
+
+    def __init__(self, name: str, params: PrefixBasedDeciderParams | None = None) -> None:
+        super().__init__(name)
+        self.params = params = params or PrefixBasedDeciderParams()
+        self._threshold = params.non_cached_tokens
+
+    def uncached_tokens(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> int:
+        match = prefix_match(cycle)
+        cached = match.cached_tokens(decode.address) if match is not None else 0
+        return max(0, prompt_tokens(request) - cached)
+
+    def should_disaggregate(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> bool:
+        if self._threshold == 0:
+            return True
+        return self.uncached_tokens(cycle, request, decode) >= self._threshold
+
+
+prefix_based_factory = factory_with_params(
+    PrefixBasedDecider.plugin_type,
+    PrefixBasedDeciderParams,
+    lambda name, params, handle: PrefixBasedDecider(name, params),
 )

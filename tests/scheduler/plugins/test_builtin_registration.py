@@ -25,6 +25,10 @@ TYPES = [
     "concurrency-detector",
     "always-disagg-pd-decider",
     "disagg-profile-handler",
+    "no-hit-lru-scorer",
+    "kv-headroom-filter",
+    "prefix-cache-affinity-filter",
+    "prefix-based-pd-decider",
 ]
 
 

@@ -20,6 +20,7 @@ from scheduler.handle import PluginHandle
 from scheduler.plugins import register_builtin
 from scheduler.plugins.filters.header_testing import TEST_SELECTION_HEADER
 from scheduler.plugins.filters.roles import ROLE_LABEL
+from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
 from scheduler.plugins.scorers.session_affinity import SESSION_TOKEN_HEADER, encode_token
 from scheduler.registry import Registry
 from scheduler.types import Endpoint, LLMRequest, Metrics, ProfileResult, SchedulingResult, ScoredEndpoint
@@ -40,6 +41,7 @@ SCORERS: dict[str, dict[str, Any]] = {
     "session-affinity-scorer": {},
     "binpack-scorer": {},
     "spread-scorer": {"load": "queue", "capacity": 20},
+    "no-hit-lru-scorer": {},
 }
 FILTERS: dict[str, dict[str, Any]] = {
     "label-selector-filter": {
@@ -53,6 +55,8 @@ FILTERS: dict[str, dict[str, Any]] = {
     "decode-filter": {},
     "utilization-detector": {},
     "concurrency-detector": {"maxConcurrency": 2},
+    "kv-headroom-filter": {},
+    "prefix-cache-affinity-filter": {"explorationProbability": 0.2},
 }
 DETECTORS = ["utilization-detector", "concurrency-detector"]
 
@@ -77,6 +81,8 @@ def endpoints(draw: st.DrawFn) -> list[Endpoint]:
             running_adapters=draw(adapter_sets),
             waiting_adapters=draw(adapter_sets),
             updated_at=draw(st.sampled_from([0.0, NOW - 5.0, NOW - 0.1, NOW - 0.01])),
+            block_size=draw(st.sampled_from([None, 16, 32])),
+            num_gpu_blocks=draw(st.sampled_from([None, 0, 100, 5000])),
         )
         attributes = {"draining": True} if draw(st.integers(0, 9)) == 0 else {}
         out.append(
@@ -110,6 +116,24 @@ def requests(draw: st.DrawFn, eps: list[Endpoint]) -> LLMRequest:
         token_estimate=draw(st.integers(0, 4000)),
         stream=draw(st.booleans()),
     )
+
+
+@st.composite
+def cycles(draw: st.DrawFn, eps: list[Endpoint]) -> Callable[[], CycleState]:
+    """A factory of fresh cycle states, with or without a random prefix match."""
+    match = None
+    if draw(st.booleans()):
+        total = draw(st.integers(0, 20))
+        matched = {e.address: draw(st.integers(0, total)) for e in eps if draw(st.booleans())}
+        match = PrefixMatch(tuple(range(total)), matched, 16, "prefix-cache-scorer")
+
+    def make() -> CycleState:
+        cycle = CycleState(now=NOW)
+        if match is not None:
+            cycle.write(PREFIX_MATCH, match)
+        return cycle
+
+    return make
 
 
 def build(plugin_type: str, parameters: dict[str, Any], eps: list[Endpoint], load: list[int]) -> Any:
@@ -147,9 +171,10 @@ common = settings(max_examples=60, deadline=None, suppress_health_check=[HealthC
 def test_scorers(data: st.DataObject, load: list[int]) -> None:
     eps = data.draw(endpoints())
     request = data.draw(requests(eps))
+    cycle = data.draw(cycles(eps))
     for plugin_type, parameters in SCORERS.items():
         scorer = build(plugin_type, parameters, eps, load)
-        scores = check_pure(lambda s=scorer: s.score(CycleState(now=NOW), request, eps), eps, request)
+        scores = check_pure(lambda s=scorer: s.score(cycle(), request, eps), eps, request)
         assert len(scores) == len(eps), plugin_type
         assert all(0.0 <= s <= 1.0 for s in scores), (plugin_type, scores)
 
@@ -159,15 +184,16 @@ def test_scorers(data: st.DataObject, load: list[int]) -> None:
 def test_filters(data: st.DataObject, load: list[int]) -> None:
     eps = data.draw(endpoints())
     request = data.draw(requests(eps))
+    cycle = data.draw(cycles(eps))
     for plugin_type, parameters in FILTERS.items():
         f = build(plugin_type, parameters, eps, load)
-        kept = check_pure(lambda f=f: f.filter(CycleState(now=NOW), request, eps), eps, request)
+        kept = check_pure(lambda f=f: f.filter(cycle(), request, eps), eps, request)
         positions = [next(i for i, e in enumerate(eps) if e is k) for k in kept]
         assert positions == sorted(set(positions)), plugin_type  # a subset, in input order
         if hasattr(f, "reason"):
             for e in eps:
                 if all(e is not k for k in kept):
-                    assert isinstance(f.reason(CycleState(now=NOW), request, e), str)
+                    assert isinstance(f.reason(cycle(), request, e), str)
 
 
 @common

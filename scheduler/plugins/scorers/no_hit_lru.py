@@ -1,0 +1,102 @@
+"""``no-hit-lru-scorer`` (llm-d): spread cold requests over the least recently used endpoints.
+
+A request is *cold* when the cycle's prefix match (:func:`scheduler.plugins.prefix.match.prefix_match`,
+published by ``prefix-cache-scorer``) shows no endpoint holding any of its blocks, or when no prefix
+match exists. Cold requests create new KV blocks wherever they land, so sending them to the endpoint
+that least recently received a cold request spreads cache growth evenly.
+
+Score for a cold request over ``n`` candidates: candidates are ranked, never-used first (in input
+order), then by the time of their last cold request, oldest first; ``score = 1 - rank / (n - 1)``
+(a single candidate scores 1.0). Requests with a prefix hit score a neutral 0.5 everywhere, leaving
+the choice to the other scorers.
+
+State: an LRU of endpoint addresses (at most ``lruSize``), updated by ``on_dispatched`` for cold
+requests only, with the primary endpoint and the prefill endpoint of the ``prefillProfile`` result.
+``score`` remembers which request ids were cold (a bounded map, read once by ``on_dispatched``);
+this does not affect any score, so scoring stays deterministic.
+
+Parameters: ``lruSize`` (int >= 1, default 1024), ``prefillProfile`` (default ``"prefill"``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scheduler.cycle_state import CycleState
+from scheduler.params import param
+from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.plugins.prefix.match import prefix_match
+from scheduler.types import EndpointView, LLMRequest, SchedulingResult
+
+__all__ = ["NoHitLruParams", "NoHitLruScorer", "factory"]
+
+NEUTRAL = 0.5
+_COLD_LIMIT = 4096  # cold request ids kept between score and on_dispatched
+
+
+@dataclass(frozen=True, slots=True)
+class NoHitLruParams:
+    lru_size: int = param(1024, ge=1, key="lruSize")
+    prefill_profile: str = "prefill"
+
+
+class NoHitLruScorer(PluginBase):
+    plugin_type = "no-hit-lru-scorer"
+
+    def __init__(self, name: str, params: NoHitLruParams | None = None) -> None:
+        super().__init__(name)
+        self.params = params = params or NoHitLruParams()
+        self._size = params.lru_size
+        self._prefill = params.prefill_profile
+        self._clock = 0
+        self._last_used: OrderedDict[str, int] = OrderedDict()  # oldest first
+        self._cold: dict[str, None] = {}
+
+    def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
+        match = prefix_match(cycle)
+        if match is not None and any(match.matched.values()):
+            return [NEUTRAL] * len(endpoints)
+        self._remember_cold(request.request_id)
+        n = len(endpoints)
+        if n <= 1:
+            return [1.0] * n
+        last_used = self._last_used
+        order = sorted(range(n), key=lambda i: last_used.get(endpoints[i].address, -1))  # stable
+        scores = [0.0] * n
+        step = 1.0 / (n - 1)
+        for rank, i in enumerate(order):
+            scores[i] = 1.0 - rank * step
+        return scores
+
+    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
+        if request.request_id not in self._cold:
+            return
+        del self._cold[request.request_id]
+        if result.endpoints:
+            self._touch(result.endpoints[0].address)
+        prefill = result.profile_results.get(self._prefill)
+        if prefill is not None and prefill.targets and self._prefill != result.primary_profile:
+            self._touch(prefill.targets[0].endpoint.address)
+
+    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
+        for address in addresses:
+            self._last_used.pop(address, None)
+
+    def _remember_cold(self, request_id: str) -> None:
+        if len(self._cold) >= _COLD_LIMIT:
+            self._cold.pop(next(iter(self._cold)))
+        self._cold[request_id] = None
+
+    def _touch(self, address: str) -> None:
+        self._clock += 1
+        self._last_used[address] = self._clock
+        self._last_used.move_to_end(address)
+        if len(self._last_used) > self._size:
+            self._last_used.popitem(last=False)
+
+
+factory = factory_with_params(
+    NoHitLruScorer.plugin_type, NoHitLruParams, lambda name, params, handle: NoHitLruScorer(name, params)
+)
