@@ -1,0 +1,134 @@
+"""The HTTP side port (``--metrics-port``): ``/metrics`` and the debug endpoints (aiohttp).
+
+* ``GET /metrics``: Prometheus text exposition of the picker's registry.
+* ``GET /debug/endpoints``: every endpoint with its latest state (JSON list).
+* ``GET /debug/decisions?n=20``: the newest ``n`` scheduling decisions, newest first (JSON list;
+  ``n`` defaults to 20, at most the ring's capacity; a non-integer ``n`` is a 400).
+* ``GET /debug/config``: the resolved configuration (flags and EndpointPickerConfig), JSON.
+
+With a bearer token configured every path requires ``Authorization: Bearer <token>`` (401 otherwise,
+compared in constant time): the debug endpoints expose as much about the pool as the metrics do.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from epp.server.decisions import DecisionLog
+from scheduler.types import EndpointView
+
+__all__ = ["endpoint_json", "make_http_app", "start_http"]
+
+
+def endpoint_json(endpoint: EndpointView, now: float) -> dict[str, Any]:
+    """One endpoint's state as JSON-ready data (``age_seconds`` from the monotonic ``now``)."""
+    m = endpoint.metrics
+    return {
+        "address": endpoint.address,
+        "name": endpoint.name,
+        "ready": endpoint.ready,
+        "labels": dict(endpoint.labels),
+        "metrics": {
+            "waiting_queue_size": m.waiting_queue_size,
+            "running_requests": m.running_requests,
+            "kv_cache_usage": m.kv_cache_usage,
+            "max_lora": m.max_lora,
+            "running_adapters": sorted(m.running_adapters),
+            "waiting_adapters": sorted(m.waiting_adapters),
+            "block_size": m.block_size,
+            "num_gpu_blocks": m.num_gpu_blocks,
+            "age_seconds": round(now - m.updated_at, 3) if m.updated_at else None,
+        },
+        "attributes": {k: _plain(v) for k, v in endpoint.attributes.items()},
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(data, default=str, option=orjson.OPT_INDENT_2),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def make_http_app(
+    registry: CollectorRegistry,
+    *,
+    snapshot: Callable[[], Sequence[EndpointView]],
+    decisions: DecisionLog,
+    config: Callable[[], Mapping[str, Any]],
+    token: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> web.Application:
+    expected = f"Bearer {token}".encode() if token else None
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
+        if expected is not None:
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return web.json_response(
+                    {"error": {"type": "unauthorized", "message": "a valid bearer token is required"}},
+                    status=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="epp"'},
+                )
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def endpoints(_: web.Request) -> web.Response:
+        now = clock()
+        return _json([endpoint_json(e, now) for e in snapshot()])
+
+    async def recent(request: web.Request) -> web.Response:
+        raw = request.query.get("n", "20")
+        if not raw.isdigit():
+            return _json(
+                {"error": {"type": "bad_request", "message": f"n: expected an integer, got {raw!r}"}}, 400
+            )
+        return _json(decisions.last(min(int(raw), decisions.capacity)))
+
+    async def resolved(_: web.Request) -> web.Response:
+        return _json(config())
+
+    app = web.Application(middlewares=[auth])
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/debug/endpoints", endpoints)
+    app.router.add_get("/debug/decisions", recent)
+    app.router.add_get("/debug/config", resolved)
+    return app
+
+
+async def start_http(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on host:port; returns the runner (``await runner.cleanup()`` stops it) and the port."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise RuntimeError(f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror}") from None
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    bound = sockets[0].getsockname()[1] if sockets else port
+    return runner, int(bound)

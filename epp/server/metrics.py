@@ -1,0 +1,253 @@
+"""Prometheus metrics of the picker, with the Go endpoint picker's names (drop-in dashboards).
+
+Per-request metrics (``inference_objective_*``) are recorded by :class:`RequestMetrics` through
+label children bound once per (model, target model[, priority]) and cached, so a request costs a few
+dict lookups and ``inc``/``observe`` calls. Scheduler metrics (``inference_extension_*``) are fed by
+:class:`SchedulerMetrics`, which implements the scheduler's observer seam. Pool gauges
+(``inference_pool_*``) and the saturation gauge are computed at scrape time by :class:`PoolCollector`
+from the data layer's snapshot, never per request.
+
+Normalised time per output token (NTPOT) = (completion time - receive time) / output tokens, observed
+only for successful requests that reported output tokens. Flow-control queue metrics stay at zero:
+flow control is not implemented yet (the saturation gauge is live).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from scheduler.types import Completion, EndpointView, Outcome
+
+__all__ = ["PoolCollector", "RequestMetrics", "SchedulerMetrics", "register_info"]
+
+_SIZE_BUCKETS = tuple(float(2**i) for i in range(6, 31, 2))  # 64 B .. 1 GiB
+_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+_LATENCY_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20,
+                    30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600)  # fmt: skip
+_NTPOT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
+_SCHED_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+_PLUGIN_BUCKETS = (1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 5e-3, 1e-2, 0.1)
+_RATIO_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+_MODEL_TARGET = ("model_name", "target_model_name")
+
+
+class _Children:
+    """Label children of one (model, target model): bound once, reused by every request."""
+
+    __slots__ = ("cached", "duration", "input", "ntpot", "output", "req_size", "resp_size", "running")
+
+    def __init__(self, m: RequestMetrics, model: str, target: str) -> None:
+        self.duration = m.duration.labels(model, target)
+        self.req_size = m.request_sizes.labels(model, target)
+        self.resp_size = m.response_sizes.labels(model, target)
+        self.input = m.input_tokens.labels(model, target)
+        self.output = m.output_tokens.labels(model, target)
+        self.cached = m.cached_tokens.labels(model, target)
+        self.ntpot = m.ntpot.labels(model, target)
+        self.running = m.running.labels(model)
+
+
+class RequestMetrics:
+    """``inference_objective_*``: one instance per registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        p = "inference_objective_"
+
+        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(p + name, doc, _MODEL_TARGET, buckets=buckets, registry=registry)
+
+        self.total = Counter(
+            p + "request", "Requests received", (*_MODEL_TARGET, "priority"), registry=registry
+        )
+        self.errors = Counter(
+            p + "request_error", "Requests that failed", (*_MODEL_TARGET, "error_code"), registry=registry
+        )
+        self.duration = hist("request_duration_seconds", "End-to-end request latency", _LATENCY_BUCKETS)
+        self.request_sizes = hist("request_sizes", "Request body size in bytes", _SIZE_BUCKETS)
+        self.response_sizes = hist("response_sizes", "Response body size in bytes", _SIZE_BUCKETS)
+        self.input_tokens = hist("input_tokens", "Prompt tokens per request", _TOKEN_BUCKETS)
+        self.output_tokens = hist("output_tokens", "Output tokens per request", _TOKEN_BUCKETS)
+        self.cached_tokens = hist("prompt_cached_tokens", "Prompt tokens served from cache", _TOKEN_BUCKETS)
+        self.running = Gauge(p + "running_requests", "Requests in flight", ("model_name",), registry=registry)
+        self.ntpot = hist(
+            "normalized_time_per_output_token_seconds", "Request latency / output tokens", _NTPOT_BUCKETS
+        )
+        self._children: dict[tuple[str, str], _Children] = {}
+        self._totals: dict[tuple[str, str, int], Any] = {}
+
+    def _bound(self, model: str, target: str) -> _Children:
+        key = (model, target)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = _Children(self, model, target)
+        return children
+
+    def received(self, model: str, target: str, priority: int, body_size: int) -> None:
+        """A request was parsed and is about to be scheduled."""
+        key = (model, target, priority)
+        counter = self._totals.get(key)
+        if counter is None:
+            counter = self._totals[key] = self.total.labels(model, target, str(priority))
+        counter.inc()
+        self._bound(model, target).req_size.observe(body_size)
+
+    def dispatched(self, model: str, target: str) -> None:
+        self._bound(model, target).running.inc()
+
+    def failed(self, model: str, target: str, error_code: str) -> None:
+        self.errors.labels(model, target, error_code).inc()
+
+    def completed(
+        self, model: str, target: str, completion: Completion, seconds: float, response_bytes: int
+    ) -> None:
+        """A dispatched request ended (any outcome); ``seconds`` since it was received."""
+        c = self._bound(model, target)
+        c.running.dec()
+        if completion.outcome is not Outcome.OK:
+            code = (
+                f"upstream_{completion.status_code}" if completion.status_code else completion.outcome.value
+            )
+            self.failed(model, target, code)
+            return
+        c.duration.observe(seconds)
+        c.resp_size.observe(response_bytes)
+        usage = completion.usage
+        if usage.prompt_tokens:
+            c.input.observe(usage.prompt_tokens)
+            c.cached.observe(usage.cached_tokens)
+        if usage.completion_tokens:
+            c.output.observe(usage.completion_tokens)
+            c.ntpot.observe(seconds / usage.completion_tokens)
+
+
+class SchedulerMetrics:
+    """``inference_extension_*`` scheduler metrics; implements the scheduler's observer protocol."""
+
+    def __init__(
+        self, registry: CollectorRegistry, on_plugin_error: Callable[..., None] | None = None
+    ) -> None:
+        p = "inference_extension_"
+        self.e2e = Histogram(
+            p + "scheduler_e2e_duration_seconds", "Scheduling cycle latency", buckets=_SCHED_BUCKETS,
+            registry=registry,
+        )  # fmt: skip
+        self.attempts = Counter(p + "scheduler_attempts", "Scheduling cycles", ("status",), registry=registry)
+        self.plugin = Histogram(
+            p + "plugin_duration_seconds", "Latency of one plugin call",
+            ("extension_point", "plugin_type", "plugin_name"), buckets=_PLUGIN_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.plugin_errors = Counter(
+            p + "plugin_errors", "Plugin calls that raised",
+            ("extension_point", "plugin_type", "plugin_name"), registry=registry,
+        )  # fmt: skip
+        self.hit_ratio = Histogram(
+            p + "prefix_indexer_hit_ratio", "Prefix-cache hit ratio of the chosen endpoint per request",
+            buckets=_RATIO_BUCKETS, registry=registry,
+        )  # fmt: skip
+        # Flow control (request queueing) is not implemented yet: this histogram has no observations.
+        self.queue_duration = Histogram(
+            p + "flow_control_request_queue_duration_seconds", "Time requests spent in flow-control queues",
+            buckets=_LATENCY_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self._status = {
+            "ok": self.attempts.labels("success"),
+            "no_endpoint": self.attempts.labels("failure"),
+            "error": self.attempts.labels("failure"),
+        }
+        self._plugins: dict[tuple[str, str, str], Any] = {}
+        self._on_plugin_error = on_plugin_error
+
+    def observe_plugin(
+        self, extension_point: str, plugin_type: str, plugin_name: str, seconds: float
+    ) -> None:
+        key = (extension_point, plugin_type, plugin_name)
+        child = self._plugins.get(key)
+        if child is None:
+            child = self._plugins[key] = self.plugin.labels(*key)
+        child.observe(seconds)
+
+    def observe_cycle(self, seconds: float, status: str) -> None:
+        self.e2e.observe(seconds)
+        child = self._status.get(status) or self.attempts.labels("failure")
+        child.inc()
+
+    def plugin_error(
+        self, extension_point: str, plugin_type: str, plugin_name: str, error: BaseException
+    ) -> None:
+        self.plugin_errors.labels(extension_point, plugin_type, plugin_name).inc()
+        if self._on_plugin_error is not None:
+            self._on_plugin_error(extension_point, plugin_type, plugin_name, error)
+
+
+def register_info(registry: CollectorRegistry, commit: str, build_ref: str) -> None:
+    """``inference_extension_info{commit,build_ref} 1``."""
+    Gauge("inference_extension_info", "Build information", ("commit", "build_ref"), registry=registry).labels(
+        commit, build_ref
+    ).set(1)
+
+
+class PoolCollector(Collector):
+    """Scrape-time pool gauges from ``snapshot()`` (ready endpoints only for the averages).
+
+    ``saturation()`` returns the detector's value for the current snapshot (None = no detector);
+    ``index_size()`` the prefix index's entry count (None = no prefix index).
+    """
+
+    def __init__(
+        self,
+        pool_name: str,
+        snapshot: Callable[[], Sequence[EndpointView]],
+        *,
+        saturation: Callable[[Sequence[EndpointView]], float | None] = lambda _: None,
+        index_size: Callable[[], int | None] = lambda: None,
+    ) -> None:
+        self._name = pool_name
+        self._snapshot = snapshot
+        self._saturation = saturation
+        self._index_size = index_size
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        endpoints = list(self._snapshot())
+        ready = [e for e in endpoints if e.ready]
+        n = len(ready)
+        name = self._name
+        p = "inference_pool_"
+        for metric, doc, value in (
+            ("average_kv_cache_utilization", "Mean KV-cache utilisation of ready endpoints",
+             sum(e.metrics.kv_cache_usage for e in ready) / n if n else 0.0),
+            ("average_queue_size", "Mean waiting queue of ready endpoints",
+             sum(e.metrics.waiting_queue_size for e in ready) / n if n else 0.0),
+            ("average_running_requests", "Mean running requests of ready endpoints",
+             sum(e.metrics.running_requests for e in ready) / n if n else 0.0),
+            ("ready_pods", "Ready endpoints", float(n)),
+        ):  # fmt: skip
+            family = GaugeMetricFamily(p + metric, doc, labels=("name",))
+            family.add_metric((name,), value)
+            yield family
+        per_pod = GaugeMetricFamily(
+            p + "per_pod_queue_size", "Waiting queue per endpoint", labels=("name", "model_server_pod")
+        )
+        for e in endpoints:
+            per_pod.add_metric((name, e.name or e.address), float(e.metrics.waiting_queue_size))
+        yield per_pod
+        f = "inference_extension_flow_control_"
+        saturation = GaugeMetricFamily(
+            f + "pool_saturation", "Pool saturation (>= 1 saturated)", labels=("name",)
+        )
+        saturation.add_metric((name,), float(self._saturation(endpoints) or 0.0))
+        yield saturation
+        # Flow control (request queueing) is not implemented yet: the queues are always empty.
+        yield GaugeMetricFamily(f + "queue_size", "Requests queued by flow control", value=0.0)
+        yield GaugeMetricFamily(f + "queue_bytes", "Bytes queued by flow control", value=0.0)
+        size = self._index_size()
+        yield GaugeMetricFamily(
+            "inference_extension_prefix_indexer_size",
+            "Entries in the prefix-cache index",
+            value=float(size or 0),
+        )

@@ -1,0 +1,100 @@
+"""The scheduling step of a stream: snapshot -> admission -> scheduler -> session.
+
+:meth:`Router.route` answers a :class:`~epp.protocol.actions.Schedule` action: it takes one snapshot of
+the endpoints from the data layer, lets the admitter restrict it (subset hint, shedding), runs the
+scheduler inline (pure CPU, no awaits) and returns what ``session.scheduled(result)`` or
+``session.reject(...)`` returns. Rejections: admission's own status (503 / 429), 503 when the scheduler
+finds no endpoint, 500 (short message, logged with the traceback) for any unexpected exception. It never
+raises for a request's sake.
+
+The seams are protocols so tests and benchmarks plug fakes: :class:`EndpointSource` (the data layer),
+:class:`RequestScheduler` (the scheduler: ``schedule`` plus the lifecycle hooks fired by the servicer).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+import structlog
+
+from epp.admission import Admitter
+from epp.protocol import Action, Schedule, Session
+from epp.request.errors import INTERNAL_ERROR, UNAVAILABLE, RequestError
+from epp.server.decisions import DecisionLog
+from epp.server.metrics import RequestMetrics
+from scheduler.errors import NoEndpointError
+from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
+
+__all__ = ["EndpointSource", "RequestScheduler", "Router"]
+
+_log = structlog.get_logger("epp.routing")
+
+
+class EndpointSource(Protocol):
+    def snapshot(self) -> Sequence[EndpointView]:
+        """Every endpoint of the pool with its latest state (immutable; cheap to call per request)."""
+        ...
+
+
+class RequestScheduler(Protocol):
+    """What the server needs of :class:`scheduler.Scheduler`: one decision plus the lifecycle hooks."""
+
+    def schedule(self, request: LLMRequest, endpoints: Sequence[EndpointView]) -> SchedulingResult: ...
+
+    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None: ...
+
+    def on_response_headers(
+        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
+    ) -> None: ...
+
+    def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None: ...
+
+    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None: ...
+
+
+class Router:
+    """Per-server scheduling step shared by every stream (no per-request state)."""
+
+    __slots__ = ("_admitter", "_clock", "_decisions", "_metrics", "_scheduler", "_source")
+
+    def __init__(
+        self,
+        source: EndpointSource,
+        admitter: Admitter,
+        scheduler: RequestScheduler,
+        metrics: RequestMetrics,
+        decisions: DecisionLog | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._source = source
+        self._admitter = admitter
+        self._scheduler = scheduler
+        self._metrics = metrics
+        self._decisions = decisions
+        self._clock = clock
+
+    @property
+    def scheduler(self) -> RequestScheduler:
+        return self._scheduler
+
+    def route(self, session: Session, action: Schedule) -> tuple[list[Action], float]:
+        """The session's actions for ``action`` and the seconds spent scheduling."""
+        request = action.request
+        self._metrics.received(request.model, request.target_model, request.priority, request.body_size)
+        start = self._clock()
+        try:
+            candidates = self._admitter.admit(request, action.subset, self._source.snapshot())
+            result = self._scheduler.schedule(request, candidates)
+        except RequestError as exc:
+            return session.reject(exc.status, exc.error_type, exc.message), 0.0
+        except NoEndpointError as exc:
+            return session.reject(503, UNAVAILABLE, f"no endpoint: {exc.reason}"), 0.0
+        except Exception:
+            _log.exception("scheduling failed", request_id=request.request_id, model=request.model)
+            return session.reject(500, INTERNAL_ERROR, "internal error in the endpoint picker"), 0.0
+        seconds = self._clock() - start
+        if self._decisions is not None:
+            self._decisions.add(request, result, seconds)
+        return session.scheduled(result), seconds

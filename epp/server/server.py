@@ -1,0 +1,143 @@
+"""The running picker: ext_proc + health gRPC servers and the HTTP metrics/debug port, as one object.
+
+:class:`EppServer` is assembled from finished parts (endpoint source, admitter, scheduler, session
+config), so the CLI (:mod:`epp.app`) and the tests build it the same way, the tests with fakes.
+
+Lifecycle: ``await start()`` binds every port (health reports live, not ready); ``await
+set_synced(True)`` once the data layer has its first complete view (ready); ``await shutdown()``
+turns health NOT_SERVING, stops accepting streams, lets in-flight streams finish for up to
+``shutdown_grace`` seconds, then cancels the rest (their completions carry outcome SHUTDOWN), and
+closes the HTTP port last so the final metrics can still be scraped during the grace period.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from epp.admission import Admitter
+from epp.protocol import SessionConfig
+from epp.server.decisions import DecisionLog
+from epp.server.grpc_server import GrpcServers, start_grpc_servers
+from epp.server.health import HealthStatus
+from epp.server.http import make_http_app, start_http
+from epp.server.metrics import RequestMetrics
+from epp.server.request_log import RequestLog
+from epp.server.routing import EndpointSource, RequestScheduler, Router
+from epp.server.servicer import ExtProcServicer
+from epp.server.tls import CertPair
+
+__all__ = ["EppServer", "ServerSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """Network and diagnostics settings (ports 0 = any free port)."""
+
+    host: str = "127.0.0.1"
+    grpc_port: int = 9002
+    grpc_health_port: int = 9003
+    metrics_port: int = 9090
+    credentials: grpc.ServerCredentials | None = None  # None = plaintext
+    certificate: CertPair | None = None
+    max_body_bytes: int = 16 * 1024 * 1024
+    health_on_ext_proc_port: bool = False
+    leader_election: bool = False
+    shutdown_grace: float = 25.0
+    verbosity: int = 1
+    tracing: bool = True
+    metrics_token: str | None = None
+    decisions_capacity: int = 256
+    reuse_port: bool = False
+
+
+class EppServer:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        *,
+        source: EndpointSource,
+        admitter: Admitter,
+        scheduler: RequestScheduler,
+        session_config: SessionConfig,
+        registry: CollectorRegistry,
+        request_metrics: RequestMetrics,
+        config_view: Callable[[], Mapping[str, Any]] = dict,
+        clock: Callable[[], float] = time.perf_counter,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.source = source
+        self.registry = registry
+        self.decisions = DecisionLog(settings.decisions_capacity)
+        self.health = HealthStatus(leader_election=settings.leader_election)
+        router = Router(source, admitter, scheduler, request_metrics, self.decisions, clock)
+        request_log = (
+            RequestLog(settings.verbosity, tracing=settings.tracing) if settings.verbosity >= 2 else None
+        )
+        self.servicer = ExtProcServicer(session_config, router, request_metrics, request_log, clock)
+        self._http_app = make_http_app(
+            registry,
+            snapshot=source.snapshot,
+            decisions=self.decisions,
+            config=config_view,
+            token=settings.metrics_token,
+            clock=monotonic,
+        )
+        self._grpc: GrpcServers | None = None
+        self._http: web.AppRunner | None = None
+        self.metrics_port = 0
+
+    @property
+    def grpc_port(self) -> int:
+        assert self._grpc is not None, "server not started"
+        return self._grpc.port
+
+    @property
+    def grpc_health_port(self) -> int:
+        assert self._grpc is not None, "server not started"
+        return self._grpc.health_port
+
+    async def start(self) -> None:
+        s = self.settings
+        await self.health.start()
+        self._http, self.metrics_port = await start_http(self._http_app, s.host, s.metrics_port)
+        try:
+            self._grpc = await start_grpc_servers(
+                self.servicer,
+                self.health,
+                host=s.host,
+                port=s.grpc_port,
+                health_port=s.grpc_health_port,
+                credentials=s.credentials,
+                certificate=s.certificate,
+                max_body_bytes=s.max_body_bytes,
+                health_on_ext_proc_port=s.health_on_ext_proc_port,
+                reuse_port=s.reuse_port,
+            )
+        except BaseException:
+            await self._http.cleanup()
+            raise
+
+    async def set_synced(self, synced: bool) -> None:
+        await self.health.set_synced(synced)
+
+    async def set_leader(self, leader: bool) -> None:
+        await self.health.set_leader(leader)
+
+    async def shutdown(self, grace: float | None = None) -> None:
+        """Graceful stop (idempotent); ``grace`` defaults to the settings' ``shutdown_grace``."""
+        await self.health.shutting_down()
+        if self._grpc is not None:
+            servers, self._grpc = self._grpc, None
+            self.servicer.shutting_down = True
+            await servers.stop(self.settings.shutdown_grace if grace is None else grace)
+        if self._http is not None:
+            runner, self._http = self._http, None
+            await runner.cleanup()
