@@ -99,11 +99,11 @@ def parse_lora_modules(items: Sequence[str]) -> tuple[LoraModule, ...]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    profiles = "; ".join(f"{k}: " + ", ".join(f"{f}={v}" for f, v in d.items()) for k, d in PROFILES.items())
     p = argparse.ArgumentParser(
         prog="epp-sim",
         description="Simulated vLLM model servers (OpenAI API, /metrics, KV cache, LoRA, queueing).",
-        epilog="Durations take a unit suffix (us, ms, s). Profiles: "
-        + "; ".join(f"{k}: " + ", ".join(f"{f}={v}" for f, v in d.items()) for k, d in PROFILES.items()),
+        epilog="DURATION takes a unit suffix (us, ms, s). Profiles (seconds): " + profiles,
     )
     a = p.add_argument
     a("--model", help=f"base model name (default {_D.model})")
@@ -111,15 +111,19 @@ def _parser() -> argparse.ArgumentParser:
         "--served-model-name",
         nargs="+",
         dest="served_model_names",
-        help="names clients use (default: --model)",
+        metavar="NAME",
+        help="names clients use for the base model (default: --model)",
     )
     a("--host", help="bind address (default 127.0.0.1)")
     a("--port", type=int, help="one server on this port (default 8000; 0 picks a free port)")
     a("--ports", type=parse_ports, help="many servers, e.g. 8000-8007 or 8000,8002")
     a("--profile", choices=sorted(PROFILES), help="named latency profile (explicit flags override it)")
     a("--max-num-seqs", type=int, help=f"max running requests per server (default {_D.max_num_seqs})")
-    a("--max-waiting-queue-length", type=int,
-      help=f"max queued requests; beyond it 429 (default {_D.max_waiting_queue_length})")  # fmt: skip
+    a(
+        "--max-waiting-queue-length",
+        type=int,
+        help=f"max queued requests; beyond it 429 (default {_D.max_waiting_queue_length})",
+    )
     a("--max-model-len", type=int, help="max prompt+output tokens (default: kv-cache-size x block-size)")
     a("--block-size", type=int, help=f"tokens per KV block (default {_D.block_size})")
     a("--kv-cache-size", type=int, help=f"KV cache size in blocks (default {_D.kv_cache_size})")
@@ -130,36 +134,41 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE",
         help="adapters: name=path or JSON {name,path,base_model_name}",
     )
+    for flag, what in (
+        ("--time-to-first-token", "fixed TTFT replacing the prefill formula (default 0 = off)"),
+        ("--time-to-first-token-std-dev", "TTFT jitter std-dev (default 0)"),
+        ("--prefill-overhead", "fixed prefill cost per request (default 0; 8b-h100: 30ms)"),
+        ("--prefill-time-per-token", "prefill cost per uncached prompt token (default 0; 8b-h100: 250us)"),
+        ("--inter-token-latency", "decode time per output token (default 0; 8b-h100: 12ms)"),
+        ("--inter-token-latency-std-dev", "inter-token jitter std-dev (default 0)"),
+        ("--lora-load-time", "time to load an adapter into a free or idle slot (default 0)"),
+    ):
+        a(flag, type=parse_duration, metavar="DURATION", help=what + "; a bare number is milliseconds")
     a(
-        "--time-to-first-token",
-        type=parse_duration,
-        help="fixed TTFT, replaces the prefill formula (default off)",
+        "--time-factor-under-load",
+        type=float,
+        help="latency multiplier with max-num-seqs running, linear in between (>= 1; default 1.0)",
     )
-    a("--time-to-first-token-std-dev", type=parse_duration, help="TTFT jitter std-dev (default 0)")
-    a("--prefill-overhead", type=parse_duration, help="fixed prefill cost per request (default 0)")
-    a(
-        "--prefill-time-per-token",
-        type=parse_duration,
-        help="prefill cost per uncached prompt token (default 0)",
-    )
-    a("--inter-token-latency", type=parse_duration, help="decode time per output token (default 0)")
-    a("--inter-token-latency-std-dev", type=parse_duration, help="inter-token jitter std-dev (default 0)")
-    a("--time-factor-under-load", type=float,
-      help="latency multiplier when max-num-seqs run; linear in between (>= 1, default 1.0)")  # fmt: skip
-    a("--lora-load-time", type=parse_duration, help="time to load an adapter into a slot (default 0)")
     a("--time-scale", type=float, help="run simulated time this many times faster (default 1.0)")
     a("--seed", type=int, help=f"random seed for output lengths and jitter (default {_D.seed})")
     a(
         "--failure-injection-rate",
         type=float,
-        help="percent of requests failing with an injected error (0-100)",
+        metavar="PERCENT",
+        help="percent of inference requests failing with an injected error (0-100; default 0)",
     )
     a(
         "--failure-types",
         nargs="+",
-        help=f"failure kinds to inject, from {', '.join(FAILURE_TYPES)} (default all)",
+        metavar="TYPE",
+        help=f"failure kinds to inject: {', '.join(FAILURE_TYPES)} (default all)",
     )
-    a("--startup-duration", type=_seconds, help="seconds before /health/ready turns 200 (default 0)")
+    a(
+        "--startup-duration",
+        type=_seconds,
+        metavar="DURATION",
+        help="time before /health/ready turns 200; a bare number is seconds (default 0)",
+    )
     a(
         "--default-max-tokens",
         type=int,
@@ -169,11 +178,16 @@ def _parser() -> argparse.ArgumentParser:
     a(
         "--tokenizer",
         metavar="DIR",
-        help="load DIR/tokenizer.json with the 'tokenizers' package (default offline)",
+        help="load DIR/tokenizer.json with the 'tokenizers' package (default: offline tokenizer)",
     )
     a("--log-format", choices=("json", "console"), default="console", help="log format (default console)")
-    a("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="(default info)")
-    return p
+    a(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="log level; debug also logs every request (default info)",
+    )
+    return p  # fmt: skip
 
 
 _CONFIG_FIELDS = {f.name for f in fields(SimConfig)}
