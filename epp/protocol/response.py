@@ -45,9 +45,18 @@ class ResponseState:
     )
 
     def __init__(
-        self, status: int, streaming: bool, rewrite: tuple[str, str] | None, capture_limit: int
+        self,
+        status: int,
+        streaming: bool,
+        rewrite: tuple[str, str] | None,
+        capture_limit: int,
+        hold: bool = True,
     ) -> None:
-        """``rewrite`` is ``(target_model, original_model)``: replace the first by the second."""
+        """``rewrite`` is ``(target_model, original_model)``: replace the first by the second.
+
+        ``hold`` allows holding a non-streamed body for a JSON rewrite; without it such bodies are
+        rewritten chunk by chunk like streamed ones.
+        """
         self.status = status
         self.streaming = streaming
         self.capture_limit = capture_limit if 200 <= status < 300 else 0
@@ -59,10 +68,15 @@ class ResponseState:
             self._new_model = orjson.dumps(rewrite[1])
         self._captured: list[bytes] = []
         self._captured_bytes = 0
-        self._held: list[bytes] | None = [] if self._old_model and not streaming else None
+        self._held: list[bytes] | None = [] if self._old_model and hold and not streaming else None
         self._prev = b""
         self._tail: list[bytes] | None = None
         self._tail_bytes = 0
+
+    @property
+    def rewrites(self) -> bool:
+        """True when the model name is rewritten back (the body length may change)."""
+        return bool(self._old_model)
 
     @property
     def holds_body(self) -> bool:

@@ -40,12 +40,7 @@ from typing import Final
 import structlog
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3.external_processor_pb2 import (
-    BodyMutation,
-    BodyResponse,
-    CommonResponse,
     ProcessingRequest,
-    ProcessingResponse,
-    StreamedBodyResponse,
 )
 
 from epp.protocol import messages as m
@@ -74,6 +69,7 @@ from epp.protocol.headers import (
     metadata_value,
     read_headers,
 )
+from epp.protocol.replies import response_body_replies, routing_replies
 from epp.protocol.response import ResponseState
 from epp.protocol.subset import subset_hint
 from epp.request.build import build_request
@@ -197,30 +193,18 @@ class Session:
         if self._changed_body is not None:
             set_headers[CONTENT_LENGTH] = str(len(self._changed_body))
         mutation = m.header_mutation(set_headers, [h for h in CONTROL_HEADERS if h in self._headers])
-        metadata = m.routing_metadata(destination)
+        replies = routing_replies(
+            request_mode=self._request_mode,
+            header_only=self._header_only,
+            mutation=mutation,
+            metadata=m.routing_metadata(destination),
+            body=self._body,
+            changed_body=self._changed_body,
+            chunk_size=self._config.chunk_size,
+            trailers=self._request_trailers,
+        )
         out: list[Action] = [Dispatched(self._request, result)]
-        body = self._body if self._changed_body is None else self._changed_body
-        if self._header_only or self._request_mode == _FULL_DUPLEX:
-            routing = m.headers_response(
-                "request_headers", mutation, clear_route_cache=True, metadata=metadata
-            )
-            out.append(Send(routing))
-            if not self._header_only:
-                out.extend(self._streamed("request_body", body, not self._request_trailers))
-        else:
-            out.append(
-                Send(
-                    m.body_response(
-                        "request_body",
-                        mutation,
-                        self._changed_body,
-                        clear_route_cache=True,
-                        metadata=metadata,
-                    )
-                )
-            )
-        if self._request_trailers:
-            out.append(Send(m.trailers_response("request_trailers")))
+        out.extend(Send(r) for r in replies)
         self._body = b""
         self._changed_body = None
         self._result = result
@@ -328,11 +312,11 @@ class Session:
         status_text = headers.get(":status", "")
         status = int(status_text) if status_text.isdigit() else 0
         streaming = "text/event-stream" in headers.get(CONTENT_TYPE, "")
-        self._response = resp = ResponseState(
-            status, streaming, self._rewrite, self._config.usage_capture_bytes
-        )
+        hold = self._response_mode != _STREAMED  # STREAMED answers every chunk: rewrite in place
+        capture = self._config.usage_capture_bytes
+        self._response = resp = ResponseState(status, streaming, self._rewrite, capture, hold)
         mutation = None
-        if resp.holds_body and self._response_mode != _BUFFERED and CONTENT_LENGTH in headers:
+        if resp.rewrites and self._response_mode != _BUFFERED and CONTENT_LENGTH in headers:
             mutation = m.header_mutation({}, [CONTENT_LENGTH])
         out: list[Action] = [
             ResponseStarted(self._request, self._result, status, streaming, headers),
@@ -357,20 +341,8 @@ class Session:
         forward = resp.chunk(data)
         if eos and resp.holds_body:
             forward = resp.finish()
-        mode = self._response_mode
-        if mode == _FULL_DUPLEX:
-            if forward is not None:
-                if eos or len(forward) > self._config.chunk_size:
-                    out.extend(self._streamed("response_body", forward, eos))
-                else:
-                    out.append(Send(_streamed_chunk(forward)))
-        elif mode == _STREAMED:
-            replaced = b"" if forward is None else (None if forward is data else forward)
-            out.append(Send(m.body_response("response_body", None, replaced)))
-        else:  # BUFFERED: one message with the whole body
-            changed = forward is not None and forward is not data
-            mutation = m.header_mutation({CONTENT_LENGTH: str(len(forward))}) if changed and forward else None
-            out.append(Send(m.body_response("response_body", mutation, forward if changed else None)))
+        replies = response_body_replies(self._response_mode, data, forward, eos, self._config.chunk_size)
+        out.extend(Send(reply) for reply in replies)
         if eos:
             out.extend(self._complete(None))
         return out
@@ -382,14 +354,12 @@ class Session:
         if self.state is State.RESPONDING and resp is not None and resp.holds_body:
             held = resp.finish()
             if held is not None and self._response_mode == _FULL_DUPLEX:
-                out.extend(self._streamed("response_body", held, False))
+                chunks = m.streamed_body("response_body", held, self._config.chunk_size, False)
+                out.extend(Send(r) for r in chunks)
         out.append(Send(m.trailers_response("response_trailers")))
         if self.state is State.RESPONDING:
             out.extend(self._complete(None))
         return out
-
-    def _streamed(self, phase: str, body: bytes, eos: bool) -> list[Action]:
-        return [Send(r) for r in m.streamed_body(phase, body, self._config.chunk_size, eos)]
 
     def _note_served(self, msg: ProcessingRequest) -> None:
         if msg.HasField("metadata_context"):
@@ -428,17 +398,6 @@ class Session:
         self._chunks = []
         self._body = b""
         return out
-
-
-def _streamed_chunk(data: bytes) -> ProcessingResponse:
-    """Hot path: one FULL_DUPLEX response chunk, not end of stream."""
-    return ProcessingResponse(
-        response_body=BodyResponse(
-            response=CommonResponse(
-                body_mutation=BodyMutation(streamed_response=StreamedBodyResponse(body=data))
-            )
-        )
-    )
 
 
 _Handler = Callable[[Session, ProcessingRequest], list[Action]]

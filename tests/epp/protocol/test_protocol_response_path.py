@@ -168,7 +168,7 @@ def test_served_endpoint_on_response_headers() -> None:
 def test_model_rewritten_back_in_streamed_response() -> None:
     s = dispatched({"x-gateway-model-name-rewrite": "llama-lora"})
     (_, hdr) = s.receive(response_headers(200, SSE, content_length="999"))
-    assert removed_headers(hdr.response, "response_headers") == []  # streamed: length untouched
+    assert removed_headers(hdr.response, "response_headers") == ["content-length"]
     ev = b'data: {"id":"c","model":"llama-lora","choices":[]}\n\n'
     out = s.receive(response_body(ev))
     (chunk, eos) = streamed_chunks([a.response for a in out], "response_body")[0]
@@ -200,7 +200,8 @@ def test_model_rewritten_back_in_non_streamed_body_held_until_complete() -> None
 
 def test_no_rewrite_means_chunks_forwarded_unchanged() -> None:
     s = dispatched()
-    s.receive(response_headers(200))
+    (_, hdr) = s.receive(response_headers(200, content_length="17"))
+    assert not hdr.response.response_headers.response.HasField("header_mutation")
     body = b'{"model":"llama"}'
     out = s.receive(response_body(body, eos=False))
     assert streamed_chunks([a.response for a in out], "response_body") == [(body, False)]
@@ -286,13 +287,15 @@ def test_buffered_response_mode_without_change_sends_plain_continue() -> None:
     assert not out[0].response.response_body.response.HasField("body_mutation")  # type: ignore[union-attr]
 
 
-def test_streamed_response_mode_answers_each_chunk() -> None:
+def test_streamed_response_mode_answers_each_chunk_rewriting_in_place() -> None:
     s = dispatched({"x-gateway-model-name-rewrite": "llama-lora"}, response_mode=ProcessingMode.STREAMED)
-    s.receive(response_headers(200))
-    first = s.receive(response_body(b'{"model":'))
-    assert first[0].response.response_body.response.body_mutation.body == b""  # type: ignore[union-attr]
-    last = s.receive(response_body(b'"llama-lora"}', eos=True))
-    assert last[0].response.response_body.response.body_mutation.body == b'{"model":"llama"}'  # type: ignore[union-attr]
+    (_, hdr) = s.receive(response_headers(200, content_length="30"))
+    assert removed_headers(hdr.response, "response_headers") == ["content-length"]
+    (first,) = s.receive(response_body(b'{"model":"llama-lora",'))
+    assert first.response.response_body.response.body_mutation.body == b'{"model":"llama",'  # type: ignore[union-attr]
+    last = s.receive(response_body(b'"x":1}', eos=True))
+    assert not last[0].response.response_body.response.HasField("body_mutation")  # type: ignore[union-attr]
+    assert len(completions(last)) == 1
 
 
 def test_response_body_mode_none_completes_on_headers() -> None:

@@ -1,0 +1,93 @@
+"""The reply sequences of the session, by processing mode (pure functions over ``messages``).
+
+* :func:`routing_replies`: what answers a scheduled request. Header-only requests and
+  FULL_DUPLEX_STREAMED bodies: the RequestHeaders response with the routing mutation, then (with a
+  body) the body as StreamedBodyResponse chunks; BUFFERED: one BodyResponse carrying the mutation and
+  the replacement body when it changed. A TrailersResponse follows when the request had trailers
+  (then the body's last chunk is not ``end_of_stream``).
+* :func:`response_body_replies`: what answers one response body message. FULL_DUPLEX_STREAMED: the
+  bytes to forward as StreamedBodyResponse chunks (nothing while the body is held); STREAMED: a
+  BodyResponse replacing the chunk when it changed; BUFFERED: a BodyResponse replacing the whole body
+  (with its new ``content-length``) when it changed.
+
+The FULL_DUPLEX_STREAMED single-chunk case is the per-token hot path and builds one message directly.
+"""
+
+from __future__ import annotations
+
+from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+from envoy.service.ext_proc.v3.external_processor_pb2 import (
+    BodyMutation,
+    BodyResponse,
+    CommonResponse,
+    HeaderMutation,
+    ProcessingResponse,
+    StreamedBodyResponse,
+)
+from google.protobuf.struct_pb2 import Struct
+
+from epp.protocol import messages as m
+from epp.protocol.headers import CONTENT_LENGTH
+
+__all__ = ["response_body_replies", "routing_replies"]
+
+_FULL_DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
+_STREAMED = ProcessingMode.STREAMED
+
+
+def routing_replies(
+    *,
+    request_mode: int,
+    header_only: bool,
+    mutation: HeaderMutation,
+    metadata: Struct,
+    body: bytes,
+    changed_body: bytes | None,
+    chunk_size: int,
+    trailers: bool,
+) -> list[ProcessingResponse]:
+    """The responses that route a request (see the module docstring)."""
+    if header_only or request_mode == _FULL_DUPLEX:
+        out = [m.headers_response("request_headers", mutation, clear_route_cache=True, metadata=metadata)]
+        if not header_only:
+            forward = body if changed_body is None else changed_body
+            out.extend(m.streamed_body("request_body", forward, chunk_size, not trailers))
+    else:
+        out = [
+            m.body_response("request_body", mutation, changed_body, clear_route_cache=True, metadata=metadata)
+        ]
+    if trailers:
+        out.append(m.trailers_response("request_trailers"))
+    return out
+
+
+def _one_chunk(data: bytes) -> ProcessingResponse:
+    return ProcessingResponse(
+        response_body=BodyResponse(
+            response=CommonResponse(
+                body_mutation=BodyMutation(streamed_response=StreamedBodyResponse(body=data))
+            )
+        )
+    )
+
+
+def response_body_replies(
+    mode: int, data: bytes, forward: bytes | None, eos: bool, chunk_size: int
+) -> list[ProcessingResponse]:
+    """Answer one response body message: ``data`` arrived, ``forward`` goes out (None = held back).
+
+    ``forward is data`` means unchanged.
+    """
+    if mode == _FULL_DUPLEX:
+        if forward is None:
+            return []
+        if not eos and len(forward) <= chunk_size:
+            return [_one_chunk(forward)]
+        return m.streamed_body("response_body", forward, chunk_size, eos)
+    if mode == _STREAMED:
+        return [m.body_response("response_body", None, None if forward is data else forward)]
+    # BUFFERED: one message with the whole body.
+    if forward is None or forward is data:
+        return [m.body_response("response_body")]
+    length = m.header_mutation({CONTENT_LENGTH: str(len(forward))})
+    return [m.body_response("response_body", length, forward)]
