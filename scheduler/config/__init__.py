@@ -1,0 +1,26 @@
+"""Configuration: ``EndpointPickerConfig`` YAML -> plugin instances, profiles -> Scheduler.
+
+Entry points: :func:`load_config_file`, :func:`load_config_text`, :func:`default_config` (all return a
+:class:`ResolvedConfig`, whose ``build_scheduler()`` gives the Scheduler and ``render()`` the effective
+configuration as YAML). ``check-config`` lives in :mod:`scheduler.config.cli`.
+"""
+
+from __future__ import annotations
+
+from scheduler.config.defaults import DEFAULT_CONFIG_TEXT
+from scheduler.config.document import API_VERSIONS, EXTERNAL_SECTIONS, SectionValidator
+from scheduler.config.loader import default_config, load_config_file, load_config_text, resolve_document
+from scheduler.config.resolved import ResolvedConfig, ResolvedPlugin
+
+__all__ = [
+    "API_VERSIONS",
+    "DEFAULT_CONFIG_TEXT",
+    "EXTERNAL_SECTIONS",
+    "ResolvedConfig",
+    "ResolvedPlugin",
+    "SectionValidator",
+    "default_config",
+    "load_config_file",
+    "load_config_text",
+    "resolve_document",
+]

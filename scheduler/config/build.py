@@ -1,0 +1,232 @@
+"""Turning a validated document into plugin instances, profiles and a profile handler.
+
+Rules (GIE semantics):
+
+* Plugins are instantiated in configuration order through the registry, with a shared
+  :class:`~scheduler.handle.PluginHandle` (lookup of earlier plugins by name, seeded rng, clock).
+  An unknown type or a bad parameter fails with the plugin's location, type and name.
+* At most one plugin may be a profile handler; with none, a ``single-profile-handler`` is added.
+* No ``schedulingProfiles``: one ``default`` profile with every filter, scorer and picker instance in
+  configuration order (plugins referenced by ``saturationDetector`` excepted).
+* In a profile, a referenced plugin is slotted by what it implements (filter, scorer, picker; a
+  plugin implementing several is slotted into each); a scorer without weight gets 1.0; a weight on a
+  plugin that is not a scorer, a second picker, a dangling or non-schedulable reference are errors.
+  A profile without picker gets an implicit ``max-score-picker``.
+* ``single-profile-handler`` accepts exactly one routed (non-shadow) profile; every configuration
+  needs at least one routed profile.
+* ``saturationDetector.pluginRef`` must name a plugin implementing SaturationDetector; the legacy
+  threshold fields (or no section at all) configure an implicit ``utilization-detector`` when that
+  type is registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler.config.defaults import (
+    DEFAULT_PICKER_TYPE,
+    DEFAULT_PROFILE_HANDLER_TYPE,
+    DEFAULT_PROFILE_NAME,
+    DEFAULT_SATURATION_DETECTOR_TYPE,
+)
+from scheduler.config.document import ConfigDocument, PluginRefSpec, PluginSpec, ProfileSpec
+from scheduler.config.resolved import ResolvedConfig, ResolvedPlugin
+from scheduler.errors import ConfigError
+from scheduler.handle import PluginHandle
+from scheduler.interfaces import Filter, Picker, Plugin, ProfileHandler, SaturationDetector, Scorer
+from scheduler.params import plugin_location
+from scheduler.profile import SchedulerProfile
+from scheduler.registry import Registry
+
+__all__ = ["IMPLICIT", "build_config"]
+
+IMPLICIT = "(implicit)"
+
+
+def _label(plugin: Plugin) -> str:
+    return f'{plugin.plugin_type} "{plugin.name}"'
+
+
+class _Builder:
+    def __init__(self, registry: Registry, handle: PluginHandle) -> None:
+        self.registry = registry
+        self.handle = handle
+        self.resolved: list[ResolvedPlugin] = []
+        self.where: dict[str, str] = {}
+        self._default_picker: Picker | None = None
+
+    def default_picker(self) -> Picker:
+        """The implicit max-score-picker shared by every profile that names no picker."""
+        if self._default_picker is None:
+            plugin = self.implicit(DEFAULT_PICKER_TYPE)
+            assert isinstance(plugin, Picker)
+            self._default_picker = plugin
+        return self._default_picker
+
+    def create(self, spec: PluginSpec) -> Plugin:
+        if spec.type not in self.registry:
+            raise ConfigError(
+                f'unknown plugin type "{spec.type}" (known: {", ".join(self.registry.types())})',
+                location=f"{spec.location}.type",
+            )
+        try:
+            plugin = self.registry.create(spec.type, spec.name, spec.parameters, self.handle)
+        except ConfigError as exc:
+            inner = exc.location or f"{plugin_location(spec.type, spec.name)}"
+            raise ConfigError(exc.message, location=f"{spec.location} {inner}") from None
+        except Exception as exc:
+            raise ConfigError(
+                f"plugin could not be created: {exc!r}",
+                location=f"{spec.location} {plugin_location(spec.type, spec.name)}",
+            ) from exc
+        self.handle.add(plugin)
+        self.resolved.append(ResolvedPlugin(spec, plugin))
+        self.where[spec.name] = spec.location
+        return plugin
+
+    def implicit(self, plugin_type: str, parameters: Mapping[str, Any] | None = None) -> Plugin:
+        name = plugin_type
+        suffix = 1
+        while name in self.where:
+            suffix += 1
+            name = f"{plugin_type}-{suffix}"
+        return self.create(PluginSpec(name, plugin_type, parameters or {}, IMPLICIT))
+
+
+def build_config(
+    doc: ConfigDocument, registry: Registry, handle: PluginHandle, source: str = ""
+) -> ResolvedConfig:
+    """Instantiate and wire everything; raises ConfigError (without ``source``; the caller sets it)."""
+    b = _Builder(registry, handle)
+    for spec in doc.plugins:
+        b.create(spec)
+    handler = _handler(b)
+    detector, detector_names = _saturation(doc, b)
+    specs = doc.profiles
+    if not specs:
+        specs = (_default_profile(b, detector_names),)
+    profiles = {spec.name: _profile(spec, b) for spec in specs}
+    routed = [name for name, p in profiles.items() if not p.shadow]
+    if not routed:
+        raise ConfigError(
+            "every profile is shadow: at least one profile must be routed", location="schedulingProfiles"
+        )
+    if handler.plugin_type == DEFAULT_PROFILE_HANDLER_TYPE and len(routed) > 1:
+        raise ConfigError(
+            f"{_label(handler)} routes exactly one profile, got {len(routed)} ({', '.join(routed)}); "
+            "configure a profile handler for several profiles (e.g. disagg-profile-handler) "
+            "or mark the others shadow: true",
+            location="schedulingProfiles",
+        )
+    return ResolvedConfig(
+        source=source,
+        api_version=doc.api_version,
+        plugins=tuple(b.resolved),
+        profiles=profiles,
+        handler=handler,
+        saturation_detector=detector,
+        sections=dict(doc.sections),
+        raw_sections=dict(doc.raw_sections),
+        handle=handle,
+    )
+
+
+def _handler(b: _Builder) -> ProfileHandler:
+    handlers = [r.plugin for r in b.resolved if isinstance(r.plugin, ProfileHandler)]
+    if len(handlers) > 1:
+        first, second = handlers[0], handlers[1]
+        raise ConfigError(
+            f"second profile handler {_label(second)} (the first is {_label(first)} at "
+            f"{b.where[first.name]}): a configuration takes exactly one profile handler",
+            location=b.where[second.name],
+        )
+    if handlers:
+        return handlers[0]
+    plugin = b.implicit(DEFAULT_PROFILE_HANDLER_TYPE)
+    assert isinstance(plugin, ProfileHandler)
+    return plugin
+
+
+def _saturation(doc: ConfigDocument, b: _Builder) -> tuple[SaturationDetector | None, frozenset[str]]:
+    spec = doc.saturation
+    if spec is not None and spec.ref is not None:
+        where = f"{spec.location}.pluginRef"
+        if spec.ref not in b.where:
+            raise ConfigError(
+                f'no plugin named "{spec.ref}" (declared: {", ".join(b.where) or "none"})', location=where
+            )
+        plugin = b.handle.plugin(spec.ref)
+        if not isinstance(plugin, SaturationDetector):
+            raise ConfigError(
+                f"{_label(plugin)} is not a saturation detector "
+                "(expected e.g. utilization-detector or concurrency-detector)",
+                location=where,
+            )
+        return plugin, frozenset({spec.ref})
+    if DEFAULT_SATURATION_DETECTOR_TYPE not in b.registry:
+        if spec is not None and spec.parameters:
+            raise ConfigError(
+                f"the threshold fields need the {DEFAULT_SATURATION_DETECTOR_TYPE} plugin, not registered",
+                location=spec.location,
+            )
+        return None, frozenset()
+    try:
+        plugin = b.implicit(DEFAULT_SATURATION_DETECTOR_TYPE, spec.parameters if spec else None)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, location=f"saturationDetector: {exc.location}") from None
+    assert isinstance(plugin, SaturationDetector)
+    return plugin, frozenset({plugin.name})
+
+
+def _default_profile(b: _Builder, excluded: frozenset[str]) -> ProfileSpec:
+    refs = [
+        PluginRefSpec(r.plugin.name, None, IMPLICIT)
+        for r in b.resolved
+        if r.plugin.name not in excluded
+        and r.spec.location != IMPLICIT
+        and isinstance(r.plugin, Filter | Scorer | Picker)
+    ]
+    return ProfileSpec(DEFAULT_PROFILE_NAME, tuple(refs), False, "schedulingProfiles (default)")
+
+
+def _profile(spec: ProfileSpec, b: _Builder) -> SchedulerProfile:
+    filters: list[Filter] = []
+    scorers: list[tuple[Scorer, float]] = []
+    picker: Picker | None = None
+    picker_at = ""
+    for ref in spec.refs:
+        where = f"{ref.location}.pluginRef" if ref.location != IMPLICIT else spec.location
+        if ref.ref not in b.where:
+            raise ConfigError(
+                f'no plugin named "{ref.ref}" (declared: {", ".join(b.where) or "none"})', location=where
+            )
+        plugin = b.handle.plugin(ref.ref)
+        is_filter = isinstance(plugin, Filter)
+        is_scorer = isinstance(plugin, Scorer)
+        is_picker = isinstance(plugin, Picker)
+        if not (is_filter or is_scorer or is_picker):
+            raise ConfigError(
+                f"{_label(plugin)} is not a filter, scorer or picker, so it cannot be used in a profile",
+                location=where,
+            )
+        if ref.weight is not None and not is_scorer:
+            raise ConfigError(
+                f"{_label(plugin)} is not a scorer, so it takes no weight", location=f"{ref.location}.weight"
+            )
+        if isinstance(plugin, Filter):
+            filters.append(plugin)
+        if isinstance(plugin, Scorer):
+            scorers.append((plugin, 1.0 if ref.weight is None else ref.weight))
+        if isinstance(plugin, Picker):
+            if picker is not None:
+                raise ConfigError(
+                    f'profile "{spec.name}" already has picker {_label(picker)} ({picker_at}); '
+                    "a profile takes exactly one picker",
+                    location=where,
+                )
+            picker, picker_at = plugin, where
+    if picker is None:
+        picker = b.default_picker()
+    assert picker is not None
+    return SchedulerProfile(spec.name, filters, scorers, picker, shadow=spec.shadow)

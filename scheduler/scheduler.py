@@ -1,0 +1,241 @@
+"""The scheduler: one scheduling cycle per request, plus the fan-out of lifecycle hooks.
+
+``schedule(request, endpoints)``:
+
+1. takes a snapshot (tuple) of ``endpoints`` and a ``CycleState(now=clock())``; every profile run
+   of the cycle sees the same snapshot and instant;
+2. runs every ``PrepareHook`` plugin (configuration order) on the snapshot;
+3. loops ``handler.pick_profiles`` -> run each returned profile, until it returns no profile
+   (a profile runs at most once per cycle; a handler returning one again is a contract error);
+4. passes the results of the routed (non-shadow) profiles to ``handler.process_results``; shadow
+   profile results are attached to the returned ``SchedulingResult.profile_results`` and to its
+   ``decision`` record, and never routed.
+
+Raises :class:`NoEndpointError` (empty pool, or no routable result; the reason joins the failure
+reasons of the routed profiles, which name the profile and filter) or :class:`SchedulingError` (the
+profile handler raised or broke its contract). Latency of every plugin call and of the whole cycle
+goes to the injected observer.
+
+Hooks (``dispatched``, ``response_headers``, ``response_chunk``, ``completed``,
+``endpoints_removed``) call every plugin implementing them, in configuration order; a plugin that
+raises is reported to the observer and the remaining plugins still run. ``has_chunk_hooks`` and
+friends let the caller skip per-chunk work when no plugin wants it. Not thread-safe: call from one
+thread (the event loop).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from time import perf_counter
+from typing import Any
+
+from scheduler.cycle_state import CycleState
+from scheduler.errors import NoEndpointError, SchedulingError
+from scheduler.interfaces import (
+    CompletionHook,
+    DispatchHook,
+    EndpointRemovalHook,
+    Plugin,
+    PrepareHook,
+    ProfileHandler,
+    ResponseChunkHook,
+    ResponseHeadersHook,
+    SaturationDetector,
+)
+from scheduler.observer import LoggingObserver, SchedulerObserver
+from scheduler.profile import SchedulerProfile
+from scheduler.types import (
+    Completion,
+    DecisionRecord,
+    EndpointView,
+    LLMRequest,
+    ProfileDecision,
+    ProfileResult,
+    SchedulingResult,
+)
+
+__all__ = ["Scheduler"]
+
+
+class Scheduler:
+    def __init__(
+        self,
+        profiles: Mapping[str, SchedulerProfile],
+        handler: ProfileHandler,
+        plugins: Sequence[Plugin] = (),
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        observer: SchedulerObserver | None = None,
+        saturation_detector: SaturationDetector | None = None,
+    ) -> None:
+        """``plugins``: every plugin instance of the configuration (for hooks), in configuration order."""
+        if not profiles:
+            raise ValueError("a scheduler needs at least one profile")
+        self.profiles: Mapping[str, SchedulerProfile] = dict(profiles)
+        self.handler = handler
+        self.plugins = tuple(plugins)
+        self.saturation_detector = saturation_detector
+        self._clock = clock
+        self._observer: SchedulerObserver = observer if observer is not None else LoggingObserver()
+        self._shadow = frozenset(name for name, p in self.profiles.items() if p.shadow)
+        self._prepare = [p for p in self.plugins if isinstance(p, PrepareHook)]
+        self._dispatch = [p for p in self.plugins if isinstance(p, DispatchHook)]
+        self._headers = [p for p in self.plugins if isinstance(p, ResponseHeadersHook)]
+        self._chunks = [p for p in self.plugins if isinstance(p, ResponseChunkHook)]
+        self._completed = [p for p in self.plugins if isinstance(p, CompletionHook)]
+        self._removed = [p for p in self.plugins if isinstance(p, EndpointRemovalHook)]
+
+    @property
+    def observer(self) -> SchedulerObserver:
+        return self._observer
+
+    @property
+    def has_dispatch_hooks(self) -> bool:
+        return bool(self._dispatch)
+
+    @property
+    def has_response_header_hooks(self) -> bool:
+        return bool(self._headers)
+
+    @property
+    def has_chunk_hooks(self) -> bool:
+        """False when no plugin wants response chunks: the caller may skip body streaming work."""
+        return bool(self._chunks)
+
+    @property
+    def has_completion_hooks(self) -> bool:
+        return bool(self._completed)
+
+    # -- the scheduling cycle -----------------------------------------------------------------------
+
+    def schedule(self, request: LLMRequest, endpoints: Sequence[EndpointView]) -> SchedulingResult:
+        start = perf_counter()
+        status = "error"
+        try:
+            result = self._cycle(request, tuple(endpoints))
+            status = "ok"
+            return result
+        except NoEndpointError:
+            status = "no_endpoint"
+            raise
+        finally:
+            self._observer.observe_cycle(perf_counter() - start, status)
+
+    def _cycle(self, request: LLMRequest, snapshot: tuple[EndpointView, ...]) -> SchedulingResult:
+        if not snapshot:
+            raise NoEndpointError("no endpoint available: the pool is empty")
+        observer = self._observer
+        cycle = CycleState(now=self._clock())
+        for plugin in self._prepare:
+            t0 = perf_counter()
+            try:
+                plugin.prepare(cycle, request, snapshot)
+            except Exception as exc:
+                observer.plugin_error("prepare", plugin.plugin_type, plugin.name, exc)
+            observer.observe_plugin("prepare", plugin.plugin_type, plugin.name, perf_counter() - t0)
+        handler = self.handler
+        results: dict[str, ProfileResult | None] = {}
+        decisions: list[ProfileDecision] = []
+        while True:
+            picked = self._call_handler(
+                "pick_profiles", handler.pick_profiles, cycle, request, self.profiles, results
+            )
+            if not picked:
+                break
+            for name, profile in picked.items():
+                if name in results:
+                    label = f'{handler.plugin_type} "{handler.name}"'
+                    raise SchedulingError(f'profile handler {label} picked profile "{name}" twice')
+                result, decision = profile.run(cycle, request, snapshot, observer)
+                results[name] = result
+                decisions.append(decision)
+        shadow = self._shadow
+        routed = {n: r for n, r in results.items() if n not in shadow}
+        try:
+            outcome: SchedulingResult = self._call_handler(
+                "process_results", handler.process_results, cycle, request, routed
+            )
+        except NoEndpointError as exc:
+            failures = [d.failure for d in decisions if d.failure and d.profile not in shadow]
+            raise NoEndpointError("; ".join(failures) if failures else exc.reason) from None
+        shadow_run = tuple(n for n in results if n in shadow)
+        profile_results = dict(outcome.profile_results)
+        for name in shadow_run:
+            shadow_result = results[name]
+            if shadow_result is not None:
+                profile_results[name] = shadow_result
+        record = DecisionRecord(request.request_id, tuple(decisions), outcome.primary_profile, shadow_run)
+        return dataclasses.replace(outcome, profile_results=profile_results, decision=record)
+
+    def _call_handler(self, point: str, method: Callable[..., Any], *args: Any) -> Any:
+        handler = self.handler
+        t0 = perf_counter()
+        try:
+            return method(*args)
+        except NoEndpointError:
+            raise
+        except Exception as exc:
+            self._observer.plugin_error(point, handler.plugin_type, handler.name, exc)
+            raise SchedulingError(
+                f'profile handler {handler.plugin_type} "{handler.name}" failed in {point}: {exc!r}'
+            ) from exc
+        finally:
+            self._observer.observe_plugin(point, handler.plugin_type, handler.name, perf_counter() - t0)
+
+    # -- lifecycle hooks ----------------------------------------------------------------------------
+
+    def dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
+        observer = self._observer
+        for plugin in self._dispatch:
+            t0 = perf_counter()
+            try:
+                plugin.on_dispatched(request, result)
+            except Exception as exc:
+                observer.plugin_error("dispatched", plugin.plugin_type, plugin.name, exc)
+            observer.observe_plugin("dispatched", plugin.plugin_type, plugin.name, perf_counter() - t0)
+
+    def response_headers(
+        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
+    ) -> None:
+        observer = self._observer
+        for plugin in self._headers:
+            t0 = perf_counter()
+            try:
+                plugin.on_response_headers(request, result, status, headers)
+            except Exception as exc:
+                observer.plugin_error("response_headers", plugin.plugin_type, plugin.name, exc)
+            observer.observe_plugin("response_headers", plugin.plugin_type, plugin.name, perf_counter() - t0)
+
+    def response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
+        observer = self._observer
+        for plugin in self._chunks:
+            t0 = perf_counter()
+            try:
+                plugin.on_response_chunk(request, result, chunk)
+            except Exception as exc:
+                observer.plugin_error("response_chunk", plugin.plugin_type, plugin.name, exc)
+            observer.observe_plugin("response_chunk", plugin.plugin_type, plugin.name, perf_counter() - t0)
+
+    def completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
+        observer = self._observer
+        for plugin in self._completed:
+            t0 = perf_counter()
+            try:
+                plugin.on_completed(request, result, completion)
+            except Exception as exc:
+                observer.plugin_error("completed", plugin.plugin_type, plugin.name, exc)
+            observer.observe_plugin("completed", plugin.plugin_type, plugin.name, perf_counter() - t0)
+
+    def endpoints_removed(self, addresses: frozenset[str]) -> None:
+        if not addresses:
+            return
+        observer = self._observer
+        for plugin in self._removed:
+            t0 = perf_counter()
+            try:
+                plugin.on_endpoints_removed(addresses)
+            except Exception as exc:
+                observer.plugin_error("endpoints_removed", plugin.plugin_type, plugin.name, exc)
+            observer.observe_plugin("endpoints_removed", plugin.plugin_type, plugin.name, perf_counter() - t0)
