@@ -1,1 +1,102 @@
-"""datalayer package."""
+"""The data layer: discover model-server endpoints, poll their state, hand out immutable snapshots.
+
+Public API (what the epp service uses)::
+
+    from datalayer import DataLayer, DataLayerOptions, StaticDiscovery, AiohttpClient
+
+    http = AiohttpClient()                                   # one shared keep-alive pool
+    layer = DataLayer(
+        StaticDiscovery.from_addresses(["10.0.0.1:8000", "10.0.0.2:8000"]),
+        http=http,
+        options=DataLayerOptions(refresh_interval=0.05, staleness_threshold=2.0),
+    )
+    await layer.start()                 # discovery + pollers + staleness sweeper on the running loop
+    layer.synced                        # first discovery listing applied (gate health on it)
+    endpoints = layer.snapshot()        # tuple[EndpointRecord, ...]; same object until a change
+    pool = layer.aggregates()           # PoolAggregates over fresh endpoints
+    unsubscribe = layer.on_endpoints_removed(lambda addrs: ...)   # frozenset of "ip:port"
+    await layer.stop(); await http.aclose()
+
+* Discovery sources (:mod:`datalayer.discovery`): :class:`StaticDiscovery` (``--endpoints``),
+  :class:`FileDiscovery` (``--endpoints-file``), :class:`KubePoolDiscovery` (``--pool-name``) and
+  :class:`KubeSelectorDiscovery` (``--endpoint-selector`` + ``--endpoint-target-ports``).
+* Records: :class:`EndpointRecord` (structurally a scheduler ``EndpointView``: ``address``, ``name``,
+  ``labels``, ``ready``, ``metrics``, ``attributes``, plus ``engine``, ``health``, ``last_error``) with
+  :class:`EndpointMetrics` (a ``MetricsView``; ``updated_at`` on the monotonic clock).
+* Engine mappings: :data:`BUILTIN_ENGINES`, :func:`parse_engine_configs` (``engineConfigs``),
+  :func:`apply_metric_overrides` (GIE's per-metric flags).
+* Data-source plugins: :class:`DataSource`, :class:`MetricsExtractor`; built-ins
+  :class:`MetricsDataSource`, :class:`CoreMetricsExtractor`, :class:`ModelsDataSource`.
+* HTTP seam: :class:`HttpClient` (:class:`AiohttpClient`, :class:`HttpxClient`).
+
+This package never imports ``epp`` or ``scheduler``.
+"""
+
+from datalayer.aggregates import PoolAggregates, pool_aggregates
+from datalayer.discovery import Discovery, DiscoverySink, StaticDiscovery, parse_endpoint_list
+from datalayer.engines import (
+    BUILTIN_ENGINES,
+    DEFAULT_ENGINE,
+    EngineConfigError,
+    EngineMapping,
+    MetricSpec,
+    apply_metric_overrides,
+    parse_engine_configs,
+    parse_spec,
+)
+from datalayer.http import AiohttpClient, FetchError, HttpClient, HttpResponse, HttpxClient
+from datalayer.layer import DataLayer, DataLayerOptions
+from datalayer.records import (
+    ENGINE_LABEL,
+    DiscoveryEvent,
+    EndpointMetrics,
+    EndpointRecord,
+    EndpointSpec,
+    EventKind,
+    Health,
+)
+from datalayer.sources import (
+    CoreMetricsExtractor,
+    DataSource,
+    MetricsDataSource,
+    MetricsExtractor,
+    ModelsDataSource,
+    SourceUpdate,
+)
+
+__all__ = [
+    "BUILTIN_ENGINES",
+    "DEFAULT_ENGINE",
+    "ENGINE_LABEL",
+    "AiohttpClient",
+    "CoreMetricsExtractor",
+    "DataLayer",
+    "DataLayerOptions",
+    "DataSource",
+    "Discovery",
+    "DiscoveryEvent",
+    "DiscoverySink",
+    "EndpointMetrics",
+    "EndpointRecord",
+    "EndpointSpec",
+    "EngineConfigError",
+    "EngineMapping",
+    "EventKind",
+    "FetchError",
+    "Health",
+    "HttpClient",
+    "HttpResponse",
+    "HttpxClient",
+    "MetricSpec",
+    "MetricsDataSource",
+    "MetricsExtractor",
+    "ModelsDataSource",
+    "PoolAggregates",
+    "SourceUpdate",
+    "StaticDiscovery",
+    "apply_metric_overrides",
+    "parse_endpoint_list",
+    "parse_engine_configs",
+    "parse_spec",
+    "pool_aggregates",
+]

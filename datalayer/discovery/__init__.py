@@ -1,0 +1,14 @@
+"""Endpoint discovery sources: static list, endpoints file, Kubernetes (InferencePool or selector)."""
+
+from datalayer.discovery.base import Discovery, DiscoverySink, SpecTracker, make_spec, split_address
+from datalayer.discovery.static import StaticDiscovery, parse_endpoint_list
+
+__all__ = [
+    "Discovery",
+    "DiscoverySink",
+    "SpecTracker",
+    "StaticDiscovery",
+    "make_spec",
+    "parse_endpoint_list",
+    "split_address",
+]

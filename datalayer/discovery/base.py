@@ -1,0 +1,81 @@
+"""The discovery contract: a source of endpoint add / update / remove events.
+
+A :class:`Discovery` runs (``await run(sink)``) until cancelled. It reports changes to the sink as
+batches of :class:`~datalayer.records.DiscoveryEvent` and calls ``sink.mark_synced()`` once its first
+complete listing has been applied (the picker reports healthy only after that). Sources that know the
+full desired set at each step use :class:`SpecTracker` to turn successive sets into events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from datalayer.engines import DEFAULT_ENGINE
+from datalayer.records import ENGINE_LABEL, DiscoveryEvent, EndpointSpec, EventKind, frozen_mapping
+
+__all__ = ["Discovery", "DiscoverySink", "SpecTracker", "make_spec", "split_address"]
+
+
+class DiscoverySink(Protocol):
+    def apply(self, events: Sequence[DiscoveryEvent]) -> None:
+        """Apply one batch of changes atomically (one new snapshot)."""
+        ...
+
+    def mark_synced(self) -> None:
+        """The first complete listing has been applied. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class Discovery(Protocol):
+    async def run(self, sink: DiscoverySink) -> None:
+        """Report the endpoint set to ``sink`` until cancelled. Must not raise on bad input it can
+        recover from (a broken file, a dropped watch): log once and keep the last good set."""
+        ...
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` -> (host, port); ``[v6]:port`` accepted. Raises ValueError naming the problem."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected host:port, got {address!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"IPv6 addresses must be bracketed, got {address!r}")
+    return host, int(port)
+
+
+def make_spec(address: str, name: str = "", labels: Mapping[str, str] | None = None) -> EndpointSpec:
+    """An :class:`EndpointSpec` with the engine taken from the engine-type label (vllm by default)."""
+    frozen = frozen_mapping(labels)
+    return EndpointSpec(
+        address=address,
+        name=name or address,
+        labels=frozen,
+        engine=frozen.get(ENGINE_LABEL) or DEFAULT_ENGINE,
+    )
+
+
+class SpecTracker:
+    """Remembers the last endpoint set and turns a new full set into the events that lead to it."""
+
+    def __init__(self) -> None:
+        self._current: dict[str, EndpointSpec] = {}
+
+    @property
+    def current(self) -> Mapping[str, EndpointSpec]:
+        return self._current
+
+    def update(self, specs: Iterable[EndpointSpec]) -> list[DiscoveryEvent]:
+        new = {s.address: s for s in specs}
+        events = [DiscoveryEvent(EventKind.REMOVED, s) for a, s in self._current.items() if a not in new]
+        for address, spec in new.items():
+            old = self._current.get(address)
+            if old is None:
+                events.append(DiscoveryEvent(EventKind.ADDED, spec))
+            elif old != spec:
+                events.append(DiscoveryEvent(EventKind.UPDATED, spec))
+        self._current = new
+        return events

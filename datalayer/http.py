@@ -1,0 +1,105 @@
+"""The HTTP seam of the scrapers: a tiny ``GET`` contract with a timeout and a body-size cap.
+
+:class:`HttpClient` is what pollers call; tests inject fakes. Implementations must raise
+:class:`FetchError` (never anything else) for refused connections, timeouts, protocol errors and bodies
+larger than ``max_bytes`` (they stop reading at the cap, so a server streaming gigabytes costs
+``max_bytes``). Non-2xx statuses are not errors here: the caller decides.
+
+Two implementations share one connection pool per process: :class:`HttpxClient` (httpx) and
+:class:`AiohttpClient` (aiohttp, measurably cheaper per request; the default, see docs/datalayer.md).
+Both must be created and closed on the event loop that uses them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiohttp
+import httpx
+
+__all__ = ["AiohttpClient", "FetchError", "HttpClient", "HttpResponse", "HttpxClient"]
+
+
+class FetchError(Exception):
+    """The GET did not produce a complete response (the message says why, for ``last_error``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: int
+    body: bytes
+
+
+class HttpClient(Protocol):
+    async def get(self, url: str, *, timeout: float, max_bytes: int) -> HttpResponse:
+        """GET ``url``; raise :class:`FetchError` on any transport failure or a body over ``max_bytes``."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def _too_large(max_bytes: int) -> FetchError:
+    return FetchError(f"response body larger than {max_bytes} bytes")
+
+
+class HttpxClient:
+    """:class:`HttpClient` over one shared ``httpx.AsyncClient`` (keep-alive pool)."""
+
+    def __init__(self, *, max_connections: int = 1024, verify_tls: bool = False) -> None:
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client = httpx.AsyncClient(limits=limits, verify=verify_tls, trust_env=False)
+
+    async def get(self, url: str, *, timeout: float, max_bytes: int) -> HttpResponse:
+        try:
+            async with asyncio.timeout(timeout), self._client.stream("GET", url) as resp:
+                declared = resp.headers.get("content-length")
+                if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+                    raise _too_large(max_bytes)
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.aiter_bytes():
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise _too_large(max_bytes)
+                    chunks.append(chunk)
+                return HttpResponse(resp.status_code, b"".join(chunks))
+        except TimeoutError:
+            raise FetchError(f"timed out after {timeout:g}s") from None
+        except httpx.HTTPError as exc:
+            raise FetchError(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from None
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class AiohttpClient:
+    """:class:`HttpClient` over one shared ``aiohttp.ClientSession`` (keep-alive pool)."""
+
+    def __init__(self, *, max_connections: int = 1024, verify_tls: bool = False) -> None:
+        connector = aiohttp.TCPConnector(limit=max_connections, ssl=verify_tls, keepalive_timeout=30)
+        self._session = aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=True)
+
+    async def get(self, url: str, *, timeout: float, max_bytes: int) -> HttpResponse:
+        try:
+            async with asyncio.timeout(timeout), self._session.get(url, allow_redirects=False) as resp:
+                declared = resp.content_length
+                if declared is not None and declared > max_bytes:
+                    raise _too_large(max_bytes)
+                body = await resp.content.read(max_bytes + 1)
+                while len(body) <= max_bytes and not resp.content.at_eof():
+                    more = await resp.content.read(max_bytes + 1 - len(body))
+                    if not more:
+                        break
+                    body += more
+                if len(body) > max_bytes:
+                    raise _too_large(max_bytes)
+                return HttpResponse(resp.status, body)
+        except TimeoutError:
+            raise FetchError(f"timed out after {timeout:g}s") from None
+        except (aiohttp.ClientError, ValueError) as exc:
+            raise FetchError(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from None
+
+    async def aclose(self) -> None:
+        await self._session.close()

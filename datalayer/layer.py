@@ -1,0 +1,242 @@
+"""The data layer: discovery + one poller per (endpoint, source) + staleness sweeps + the snapshot.
+
+Lifecycle: ``await start()`` launches the discovery task, the staleness sweeper and (as endpoints
+appear) the pollers, all on the running loop; ``await stop()`` cancels and awaits them all (it does not
+close the injected HTTP client: its owner does). Everything runs on one event loop; ``snapshot()`` may
+also be called from other threads (it only reads an immutable tuple or builds one from a dict that is
+never resized in place).
+
+Staleness: a sweeper runs every ``min(threshold / 4, 0.25 s)`` and turns HEALTHY endpoints whose last
+good scrape is older than ``staleness_threshold`` into STALE (not ready). A poll failure makes an
+endpoint UNHEALTHY at once; the next good scrape makes it HEALTHY again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import structlog
+
+from datalayer.aggregates import PoolAggregates, pool_aggregates
+from datalayer.discovery.base import Discovery
+from datalayer.engines import BUILTIN_ENGINES, EngineMapping
+from datalayer.http import HttpClient
+from datalayer.poller import PollSettings, SourcePoller
+from datalayer.records import DiscoveryEvent, EndpointRecord, EndpointSpec, Health
+from datalayer.sources import CoreMetricsExtractor, DataSource, MetricsDataSource, ModelsDataSource
+from datalayer.store import EndpointStore
+
+__all__ = ["DataLayer", "DataLayerOptions", "RemovalCallback"]
+
+log = structlog.get_logger("datalayer")
+
+RemovalCallback = Callable[[frozenset[str]], None]
+
+
+def _builtin_engines() -> Mapping[str, EngineMapping]:
+    return BUILTIN_ENGINES
+
+
+@dataclass(frozen=True, slots=True)
+class DataLayerOptions:
+    """Scraping settings (flag names in parentheses)."""
+
+    refresh_interval: float = 0.05  # --refresh-metrics-interval
+    staleness_threshold: float = 2.0  # --metrics-staleness-threshold
+    timeout: float = 1.0
+    max_body_bytes: int = 4 * 1024 * 1024
+    models_interval: float = 5.0
+    scheme: str = "http"  # --model-server-metrics-scheme
+    metrics_path: str = "/metrics"  # --model-server-metrics-path
+    metrics_port: int = 0  # --model-server-metrics-port (0: the endpoint's port)
+    engines: Mapping[str, EngineMapping] = field(default_factory=_builtin_engines)
+
+    def __post_init__(self) -> None:
+        for name in ("refresh_interval", "staleness_threshold", "timeout", "models_interval"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"DataLayerOptions.{name}: expected a positive number of seconds")
+        if self.max_body_bytes <= 0:
+            raise ValueError("DataLayerOptions.max_body_bytes: expected a positive byte count")
+        if self.scheme not in ("http", "https"):
+            raise ValueError(f"DataLayerOptions.scheme: expected http or https, got {self.scheme!r}")
+        if not self.metrics_path.startswith("/"):
+            raise ValueError(
+                f"DataLayerOptions.metrics_path: expected a path starting with '/', got {self.metrics_path!r}"
+            )
+
+    def default_sources(self) -> tuple[DataSource, ...]:
+        metrics = MetricsDataSource(
+            extractors=[CoreMetricsExtractor(engines=self.engines)], path=self.metrics_path
+        )
+        return (metrics, ModelsDataSource(interval=self.models_interval))
+
+
+class DataLayer:
+    def __init__(
+        self,
+        discovery: Discovery,
+        *,
+        http: HttpClient,
+        options: DataLayerOptions | None = None,
+        sources: Sequence[DataSource] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.options = options or DataLayerOptions()
+        self.discovery = discovery
+        self.sources = tuple(sources) if sources is not None else self.options.default_sources()
+        self._http = http
+        self._clock = clock
+        self._sleep = sleep
+        self._store = EndpointStore()
+        self._specs: dict[str, EndpointSpec] = {}
+        self._pollers: dict[str, list[asyncio.Task[None]]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._removal_callbacks: list[RemovalCallback] = []
+        self._synced = asyncio.Event()
+        self._running = False
+        o = self.options
+        self._settings = PollSettings(
+            o.refresh_interval, o.timeout, o.max_body_bytes, o.scheme, o.metrics_port
+        )
+
+    # -- public API ---------------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        """True once discovery has applied its first complete listing."""
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    def snapshot(self) -> tuple[EndpointRecord, ...]:
+        """Every known endpoint (ready or not), immutable; the same object until something changes."""
+        return self._store.snapshot()
+
+    def get(self, address: str) -> EndpointRecord | None:
+        return self._store.get(address)
+
+    def now(self) -> float:
+        """The layer's clock (the clock of ``metrics.updated_at``)."""
+        return self._clock()
+
+    def aggregates(self) -> PoolAggregates:
+        """Pool averages over fresh endpoints (see :mod:`datalayer.aggregates`)."""
+        return pool_aggregates(self._store.snapshot(), self._clock(), self.options.staleness_threshold)
+
+    def on_endpoints_removed(self, callback: RemovalCallback) -> Callable[[], None]:
+        """Call ``callback(addresses)`` after endpoints leave; returns an unsubscribe function."""
+        self._removal_callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._removal_callbacks.remove(callback)
+
+        return unsubscribe
+
+    async def start(self) -> None:
+        if self._running:
+            return
+        self._running = True
+        self._tasks.append(asyncio.create_task(self._run_discovery(), name="datalayer-discovery"))
+        self._tasks.append(asyncio.create_task(self._sweep_forever(), name="datalayer-staleness"))
+        for address in self._specs:
+            self._start_pollers(address)
+
+    async def stop(self) -> None:
+        self._running = False
+        tasks = self._tasks + [t for ts in self._pollers.values() for t in ts]
+        self._tasks = []
+        self._pollers = {}
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- discovery sink -----------------------------------------------------------------------------
+
+    def apply(self, events: Sequence[DiscoveryEvent]) -> None:
+        added, updated, removed = self._store.apply(events)
+        for spec in (*added, *updated):
+            self._specs[spec.address] = spec
+        for address in removed:
+            self._specs.pop(address, None)
+            for task in self._pollers.pop(address, ()):
+                task.cancel()
+        if self._running:
+            for spec in added:
+                self._start_pollers(spec.address)
+        if added or updated or removed:
+            log.info("endpoints changed", added=len(added), updated=len(updated), removed=len(removed))
+        if removed:
+            gone = frozenset(removed)
+            for callback in list(self._removal_callbacks):
+                try:
+                    callback(gone)
+                except Exception:
+                    log.exception("endpoint removal callback failed", callback=repr(callback))
+
+    def mark_synced(self) -> None:
+        if not self._synced.is_set():
+            log.info("endpoint discovery synced", endpoints=len(self._store))
+            self._synced.set()
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _start_pollers(self, address: str) -> None:
+        self._pollers[address] = [
+            asyncio.create_task(
+                SourcePoller(
+                    address,
+                    source,
+                    self._store,
+                    self._specs,
+                    self._http,
+                    self._settings,
+                    self._clock,
+                    self._sleep,
+                ).run(),
+                name=f"datalayer-poll-{source.name}-{address}",
+            )
+            for source in self.sources
+        ]
+
+    async def _run_discovery(self) -> None:
+        backoff = 0.5
+        while True:
+            try:
+                await self.discovery.run(self)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("endpoint discovery crashed; restarting", retry_in=backoff)
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def sweep(self) -> None:
+        """Mark HEALTHY endpoints whose last good scrape is older than the threshold as STALE."""
+        now = self._clock()
+        threshold = self.options.staleness_threshold
+        for record in self._store.snapshot():
+            if record.health is Health.HEALTHY and record.is_stale(now, threshold):
+                age = record.age(now)
+                log.warning(
+                    "endpoint metrics stale",
+                    endpoint=record.name,
+                    address=record.address,
+                    age_s=round(age, 3),
+                )
+                error = f"no good scrape for {age:.2f}s"
+                stale = replace(record, ready=False, health=Health.STALE, last_error=error)
+                self._store.replace(stale)
+
+    async def _sweep_forever(self) -> None:
+        period = min(self.options.staleness_threshold / 4, 0.25)
+        while True:
+            await self._sleep(period)
+            self.sweep()

@@ -1,0 +1,129 @@
+"""One poller per (endpoint, data source): fetch, extract, swap the endpoint's record.
+
+Each poll: ``GET <scheme>://<host>:<port><path>`` with the layer's timeout and body cap; a non-2xx
+status, a transport failure (:class:`FetchError`) or an extraction ``ValueError`` is a failure. For
+the primary source a success makes the endpoint HEALTHY and ready with the new metrics; a failure
+makes it UNHEALTHY, not ready, with ``last_error`` set (metrics keep their old ``updated_at``, so their
+age keeps growing). Secondary sources only merge attributes. Errors are logged on transitions only.
+
+Scheduling: the first poll happens at once; later polls are spaced ``interval`` apart on a fixed
+grid, offset per address (a hash) so that many pollers do not fire together; a poll that overruns
+skips the missed ticks instead of bunching up.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import structlog
+
+from datalayer.discovery.base import split_address
+from datalayer.http import FetchError, HttpClient
+from datalayer.records import EndpointSpec, Health, frozen_mapping
+from datalayer.sources import DataSource, SourceUpdate
+from datalayer.store import EndpointStore
+
+__all__ = ["PollSettings", "SourcePoller"]
+
+log = structlog.get_logger("datalayer")
+
+
+@dataclass(frozen=True, slots=True)
+class PollSettings:
+    refresh_interval: float
+    timeout: float
+    max_body_bytes: int
+    scheme: str = "http"
+    metrics_port: int = 0  # overrides the endpoint port for the primary source when non-zero
+
+
+class SourcePoller:
+    def __init__(
+        self,
+        address: str,
+        source: DataSource,
+        store: EndpointStore,
+        specs: Mapping[str, EndpointSpec],
+        http: HttpClient,
+        settings: PollSettings,
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]],
+    ) -> None:
+        self.address = address
+        self.source = source
+        self._store = store
+        self._specs = specs
+        self._http = http
+        self._settings = settings
+        self._clock = clock
+        self._sleep = sleep
+        self._failing = False
+        host, port = split_address(address)
+        if source.primary and settings.metrics_port:
+            port = settings.metrics_port
+        host = f"[{host}]" if ":" in host else host
+        self.url = f"{settings.scheme}://{host}:{port}{source.path}"
+
+    async def run(self) -> None:
+        interval = self.source.interval(self._settings.refresh_interval)
+        await self.poll_once()
+        offset = (zlib.crc32(self.address.encode()) % 1000) / 1000.0 * interval
+        next_at = self._clock() + offset
+        while True:
+            now = self._clock()
+            if next_at > now:
+                await self._sleep(next_at - now)
+            await self.poll_once()
+            next_at += interval
+            now = self._clock()
+            if next_at < now:
+                next_at = now + (next_at - now) % interval
+
+    async def poll_once(self) -> None:
+        spec = self._specs.get(self.address)
+        if spec is None:
+            return
+        s = self._settings
+        try:
+            resp = await self._http.get(self.url, timeout=s.timeout, max_bytes=s.max_body_bytes)
+            if not 200 <= resp.status < 300:
+                raise FetchError(f"HTTP {resp.status}")
+            update = self.source.extract(resp.body, spec, self._clock())
+        except (FetchError, ValueError) as exc:
+            self._failed(f"{self.source.path}: {exc}")
+            return
+        self._succeeded(update)
+
+    def _succeeded(self, update: SourceUpdate) -> None:
+        record = self._store.get(self.address)
+        if record is None:
+            return
+        changes: dict[str, Any] = {}
+        if update.attributes:
+            changes["attributes"] = frozen_mapping({**record.attributes, **update.attributes})
+        if self.source.primary and update.metrics is not None:
+            changes.update(metrics=update.metrics, ready=True, health=Health.HEALTHY, last_error=None)
+            if record.health is not Health.HEALTHY:
+                log.info(
+                    "endpoint healthy", endpoint=record.name, address=self.address, was=record.health.value
+                )
+        elif self._failing:
+            log.info(
+                "data source recovered", endpoint=record.name, address=self.address, source=self.source.name
+            )
+        self._failing = False
+        if changes:
+            self._store.replace(replace(record, **changes))
+
+    def _failed(self, error: str) -> None:
+        record = self._store.get(self.address)
+        if record is None:
+            return
+        if not self._failing:
+            log.warning("endpoint scrape failed", endpoint=record.name, address=self.address, error=error)
+        self._failing = True
+        if self.source.primary and (record.health is not Health.UNHEALTHY or record.last_error != error):
+            self._store.replace(replace(record, ready=False, health=Health.UNHEALTHY, last_error=error))

@@ -1,0 +1,261 @@
+"""DataLayer with static discovery and a fake HTTP client: health, staleness, snapshots, removals."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+from dl_fakes import FakeHttp, ManualClock, ok, vllm_text
+
+from datalayer import (
+    DataLayer,
+    DataLayerOptions,
+    DiscoveryEvent,
+    EndpointRecord,
+    EventKind,
+    FetchError,
+    Health,
+    StaticDiscovery,
+)
+from datalayer.discovery import SpecTracker, make_spec
+from datalayer.poller import PollSettings, SourcePoller
+from datalayer.sources import MetricsDataSource, ModelsDataSource
+from scheduler.types import EndpointView, MetricsView
+
+A, B = "10.0.0.1:8000", "10.0.0.2:8000"
+
+
+def _layer(http: FakeHttp, clock: ManualClock, addresses: Sequence[str] = (A, B)) -> DataLayer:
+    return DataLayer(
+        StaticDiscovery.from_addresses(addresses),
+        http=http,
+        options=DataLayerOptions(staleness_threshold=2.0),
+        clock=clock,
+    )
+
+
+async def _poll(layer: DataLayer, address: str) -> None:
+    for source in layer.sources:
+        poller = SourcePoller(
+            address,
+            source,
+            layer._store,
+            layer._specs,
+            layer._http,
+            PollSettings(0.05, 1.0, 1 << 20),
+            layer._clock,
+            asyncio.sleep,
+        )
+        await poller.poll_once()
+
+
+def _added(*addresses: str) -> list[DiscoveryEvent]:
+    return SpecTracker().update(make_spec(a) for a in addresses)
+
+
+async def test_records_satisfy_scheduler_protocols() -> None:
+    http, clock = FakeHttp(), ManualClock()
+    http.set(f"http://{A}/metrics", ok(vllm_text(3, 4, 0.5)))
+    layer = _layer(http, clock, [A])
+    layer.apply(_added(A))
+    await _poll(layer, A)
+    (record,) = layer.snapshot()
+    assert isinstance(record, EndpointView)
+    assert isinstance(record.metrics, MetricsView)
+
+
+async def test_good_scrape_makes_endpoint_ready_with_metrics() -> None:
+    http, clock = FakeHttp(), ManualClock()
+    http.set(f"http://{A}/metrics", ok(vllm_text(3, 4, 0.5, lora=[(5.0, 4, "x,y", "z")])))
+    http.set(
+        f"http://{A}/v1/models",
+        ok('{"object":"list","data":[{"id":"base","parent":null},{"id":"x","parent":"base"}]}'),
+    )
+    layer = _layer(http, clock, [A])
+    layer.apply(_added(A))
+    assert layer.get(A) == EndpointRecord(address=A, name=A)  # not scraped yet: not ready
+    await _poll(layer, A)
+    record = layer.get(A)
+    assert record is not None
+    assert (record.ready, record.health, record.last_error) == (True, Health.HEALTHY, None)
+    m = record.metrics
+    assert (m.waiting_queue_size, m.running_requests, m.kv_cache_usage) == (3, 4, 0.5)
+    assert (m.max_lora, m.running_adapters, m.waiting_adapters) == (4, {"x", "y"}, {"z"})
+    assert (m.block_size, m.num_gpu_blocks, m.updated_at) == (16, 1024, clock.now)
+    assert record.attributes["models"] == {"base"}
+    assert dict(record.attributes["adapters"]) == {"x": "base"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (FetchError("connection refused"), "connection refused"),
+        (FetchError("timed out after 1s"), "timed out"),
+        (ok("internal error", status=500), "HTTP 500"),
+        (ok("<html>garbage</html>"), "missing"),
+        (ok(vllm_text(1, 2, 0.3)[:90]), "missing"),  # truncated mid-body
+        (ok('vllm:num_requests_waiting{model_name="m} 1\n'), "unterminated"),
+        (ok(b"\xff\xfe binary"), "UTF-8"),
+        (ok(vllm_text(-1, 2, 0.3)), "impossible value"),
+        (ok("x" * (2 << 20)), "larger than"),
+    ],
+)
+async def test_bad_output_marks_only_that_endpoint_unhealthy(answer: object, error: str) -> None:
+    http, clock = FakeHttp(), ManualClock()
+    http.set(f"http://{A}/metrics", ok(vllm_text(1, 1, 0.1)))
+    http.set(f"http://{B}/metrics", ok(vllm_text(2, 2, 0.2)))
+    layer = _layer(http, clock)
+    layer.apply(_added(A, B))
+    await _poll(layer, A)
+    await _poll(layer, B)
+    http.set(f"http://{A}/metrics", answer)  # type: ignore[arg-type]
+    clock.advance(0.05)
+    await _poll(layer, A)
+    await _poll(layer, B)
+    a, b = layer.get(A), layer.get(B)
+    assert a is not None and b is not None
+    assert (a.ready, a.health) == (False, Health.UNHEALTHY)
+    assert a.last_error is not None and error in a.last_error
+    assert a.metrics.waiting_queue_size == 1  # last good metrics kept, with their old timestamp
+    assert a.metrics.updated_at == clock.now - 0.05
+    assert (b.ready, b.health, b.metrics.waiting_queue_size, b.metrics.updated_at) == (
+        True,
+        Health.HEALTHY,
+        2,
+        clock.now,
+    )
+    http.set(f"http://{A}/metrics", ok(vllm_text(5, 1, 0.1)))
+    await _poll(layer, A)
+    a = layer.get(A)
+    assert a is not None and (a.ready, a.health, a.last_error, a.metrics.waiting_queue_size) == (
+        True,
+        Health.HEALTHY,
+        None,
+        5,
+    )
+
+
+async def test_models_failure_keeps_attributes_and_health() -> None:
+    http, clock = FakeHttp(), ManualClock()
+    http.set(f"http://{A}/metrics", ok(vllm_text()))
+    http.set(f"http://{A}/v1/models", ok('{"data":[{"id":"base","parent":null}]}'))
+    layer = _layer(http, clock, [A])
+    layer.apply(_added(A))
+    await _poll(layer, A)
+    http.set(f"http://{A}/v1/models", ok("{not json"))
+    await _poll(layer, A)
+    record = layer.get(A)
+    assert record is not None and record.ready and record.attributes["models"] == {"base"}
+
+
+async def test_staleness_sweep_marks_old_metrics_stale() -> None:
+    http, clock = FakeHttp(), ManualClock()
+    http.set(f"http://{A}/metrics", ok(vllm_text()))
+    http.set(f"http://{B}/metrics", ok(vllm_text()))
+    layer = _layer(http, clock)
+    layer.apply(_added(A, B))
+    await _poll(layer, A)
+    await _poll(layer, B)
+    clock.advance(1.5)
+    await _poll(layer, B)
+    clock.advance(0.6)  # A: 2.1 s old, B: 0.6 s old
+    layer.sweep()
+    a, b = layer.get(A), layer.get(B)
+    assert a is not None and b is not None
+    assert (a.health, a.ready) == (Health.STALE, False) and "no good scrape" in (a.last_error or "")
+    assert (b.health, b.ready) == (Health.HEALTHY, True)
+    assert layer.aggregates().ready_endpoints == 1
+    await _poll(layer, A)
+    assert layer.get(A).health is Health.HEALTHY  # type: ignore[union-attr]
+
+
+async def test_snapshot_is_cached_until_something_changes() -> None:
+    http, clock = FakeHttp(), ManualClock()
+    http.set(f"http://{A}/metrics", ok(vllm_text()))
+    layer = _layer(http, clock, [A, B])
+    layer.apply(_added(A, B))
+    first = layer.snapshot()
+    assert layer.snapshot() is first
+    await _poll(layer, A)
+    second = layer.snapshot()
+    assert second is not first and second[0].ready and not first[0].ready
+    await _poll(layer, B)  # refused again: nothing changes
+    third = layer.snapshot()
+    await _poll(layer, B)
+    assert layer.snapshot() is third
+
+
+async def test_updates_relabel_and_removals_notify_subscribers() -> None:
+    http, clock = FakeHttp(), ManualClock()
+    http.set(f"http://{A}/metrics", ok(vllm_text(7)))
+    layer = _layer(http, clock, [A, B])
+    removed: list[frozenset[str]] = []
+    layer.on_endpoints_removed(removed.append)
+    unsubscribe = layer.on_endpoints_removed(lambda _: (_ for _ in ()).throw(RuntimeError("boom")))
+    tracker = SpecTracker()
+    layer.apply(tracker.update([make_spec(A), make_spec(B)]))
+    await _poll(layer, A)
+    layer.apply(tracker.update([make_spec(A, name="pod-a", labels={"role": "decode"})]))
+    record = layer.get(A)
+    assert record is not None
+    assert (record.name, dict(record.labels), record.ready, record.metrics.waiting_queue_size) == (
+        "pod-a",
+        {"role": "decode"},
+        True,
+        7,
+    )
+    assert removed == [frozenset({B})] and layer.get(B) is None
+    unsubscribe()
+    layer.apply([DiscoveryEvent(EventKind.REMOVED, make_spec(A))])
+    assert removed == [frozenset({B}), frozenset({A})]
+    await _poll(layer, A)  # a scrape finishing after removal does not resurrect the endpoint
+    assert layer.snapshot() == ()
+
+
+async def test_unknown_engine_is_unhealthy_with_clear_error() -> None:
+    http, clock = FakeHttp(), ManualClock()
+    http.set(f"http://{A}/metrics", ok(vllm_text()))
+    layer = _layer(http, clock, [A])
+    spec = make_spec(A, labels={"inference.networking.k8s.io/engine-type": "foo"})
+    layer.apply(SpecTracker().update([spec]))
+    await _poll(layer, A)
+    record = layer.get(A)
+    assert record is not None and record.engine == "foo" and record.health is Health.UNHEALTHY
+    assert "unknown engine type 'foo'" in (record.last_error or "")
+
+
+async def test_start_stop_runs_pollers_and_marks_synced() -> None:
+    http = FakeHttp()
+    http.set(f"http://{A}/metrics", ok(vllm_text(2)))
+    layer = DataLayer(
+        StaticDiscovery.from_addresses([A, B]),
+        http=http,
+        options=DataLayerOptions(refresh_interval=0.01),
+        sources=[MetricsDataSource(), ModelsDataSource(interval=0.5)],
+    )
+    assert not layer.synced
+    await layer.start()
+    try:
+        await asyncio.wait_for(layer.wait_synced(), 1)
+        for _ in range(100):
+            if http.calls.count(f"http://{A}/metrics") >= 5:
+                break
+            await asyncio.sleep(0.01)
+        assert http.calls.count(f"http://{A}/metrics") >= 5
+        assert [r.ready for r in layer.snapshot()] == [True, False]
+        assert layer.aggregates().per_endpoint_queue == {A: 2}
+    finally:
+        await layer.stop()
+    calls = len(http.calls)
+    await asyncio.sleep(0.05)
+    assert len(http.calls) == calls  # nothing polls after stop()
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="refresh_interval"):
+        DataLayerOptions(refresh_interval=0)
+    with pytest.raises(ValueError, match="scheme"):
+        DataLayerOptions(scheme="ftp")
+    with pytest.raises(ValueError, match="host:port"):
+        StaticDiscovery.from_addresses(["nope"])
