@@ -33,6 +33,7 @@ def register_builtin(registry: Registry) -> None:
         header_testing,
         kv_headroom,
         label_selector,
+        legacy,
         lora_fit,
         prefix_affinity,
         ready,
@@ -69,6 +70,10 @@ def register_builtin(registry: Registry) -> None:
     registry.register("header-based-testing-filter", header_testing.factory)
     registry.register("prefill-filter", roles.prefill_factory)
     registry.register("decode-filter", roles.decode_factory)
+    registry.register("least-queue-filter", legacy.least_queue_factory)
+    registry.register("least-kv-cache-filter", legacy.least_kv_factory)
+    registry.register("low-queue-filter", legacy.low_queue_factory)
+    registry.register("lora-affinity-filter", legacy.lora_affinity_factory)
     registry.register("utilization-detector", utilization.factory)
     registry.register("concurrency-detector", concurrency.factory)
     registry.register("always-disagg-pd-decider", disagg_deciders.always_factory)

@@ -29,6 +29,10 @@ TYPES = [
     "kv-headroom-filter",
     "prefix-cache-affinity-filter",
     "prefix-based-pd-decider",
+    "least-queue-filter",
+    "least-kv-cache-filter",
+    "low-queue-filter",
+    "lora-affinity-filter",
 ]
 
 

@@ -57,6 +57,10 @@ FILTERS: dict[str, dict[str, Any]] = {
     "concurrency-detector": {"maxConcurrency": 2},
     "kv-headroom-filter": {},
     "prefix-cache-affinity-filter": {"explorationProbability": 0.2},
+    "least-queue-filter": {},
+    "least-kv-cache-filter": {},
+    "low-queue-filter": {"threshold": 50},
+    "lora-affinity-filter": {"threshold": 0.5},
 }
 DETECTORS = ["utilization-detector", "concurrency-detector"]
 
