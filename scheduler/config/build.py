@@ -73,17 +73,25 @@ class _Builder:
         try:
             plugin = self.registry.create(spec.type, spec.name, spec.parameters, self.handle)
         except ConfigError as exc:
-            inner = exc.location or f"{plugin_location(spec.type, spec.name)}"
-            raise ConfigError(exc.message, location=f"{spec.location} {inner}") from None
+            inner = exc.location or plugin_location(spec.type, spec.name)
+            raise ConfigError(exc.message, location=self._prefix(spec, inner)) from None
         except Exception as exc:
             raise ConfigError(
                 f"plugin could not be created: {exc!r}",
-                location=f"{spec.location} {plugin_location(spec.type, spec.name)}",
+                location=self._prefix(spec, plugin_location(spec.type, spec.name)),
             ) from exc
         self.handle.add(plugin)
         self.resolved.append(ResolvedPlugin(spec, plugin))
         self.where[spec.name] = spec.location
         return plugin
+
+    @staticmethod
+    def _prefix(spec: PluginSpec, inner: str) -> str:
+        return inner if spec.location == IMPLICIT else f"{spec.location} {inner}"
+
+    def declared(self) -> str:
+        names = [r.plugin.name for r in self.resolved if r.spec.location != IMPLICIT]
+        return ", ".join(names) or "none"
 
     def implicit(self, plugin_type: str, parameters: Mapping[str, Any] | None = None) -> Plugin:
         name = plugin_type
@@ -153,9 +161,7 @@ def _saturation(doc: ConfigDocument, b: _Builder) -> tuple[SaturationDetector | 
     if spec is not None and spec.ref is not None:
         where = f"{spec.location}.pluginRef"
         if spec.ref not in b.where:
-            raise ConfigError(
-                f'no plugin named "{spec.ref}" (declared: {", ".join(b.where) or "none"})', location=where
-            )
+            raise ConfigError(f'no plugin named "{spec.ref}" (declared: {b.declared()})', location=where)
         plugin = b.handle.plugin(spec.ref)
         if not isinstance(plugin, SaturationDetector):
             raise ConfigError(
@@ -198,9 +204,7 @@ def _profile(spec: ProfileSpec, b: _Builder) -> SchedulerProfile:
     for ref in spec.refs:
         where = f"{ref.location}.pluginRef" if ref.location != IMPLICIT else spec.location
         if ref.ref not in b.where:
-            raise ConfigError(
-                f'no plugin named "{ref.ref}" (declared: {", ".join(b.where) or "none"})', location=where
-            )
+            raise ConfigError(f'no plugin named "{ref.ref}" (declared: {b.declared()})', location=where)
         plugin = b.handle.plugin(ref.ref)
         is_filter = isinstance(plugin, Filter)
         is_scorer = isinstance(plugin, Scorer)
