@@ -14,6 +14,11 @@ All are frozen, slotted dataclasses. The loop handles each in the order returned
   with ``SessionConfig.response_chunks=True``): fire ``on_response_chunk``.
 * :class:`Completed`: the dispatched request ended: fire ``on_completed``. Exactly once per
   :class:`Dispatched`, whatever the path (end of response, trailers, error, ``abort``).
+
+Ordering guarantee: in one batch, :class:`Dispatched` and :class:`Completed` come **before** the
+:class:`Send` actions of that batch. Envoy may close the stream as soon as it has the last response it
+needs, cancelling the loop while it awaits that write; a hook placed after the write would then be
+skipped (``abort()`` cannot know that the loop never handled an action it already returned).
 """
 
 from __future__ import annotations

@@ -318,13 +318,11 @@ class Session:
         mutation = None
         if resp.rewrites and self._response_mode != _BUFFERED and CONTENT_LENGTH in headers:
             mutation = m.header_mutation({}, [CONTENT_LENGTH])
-        out: list[Action] = [
-            ResponseStarted(self._request, self._result, status, streaming, headers),
-            Send(m.headers_response("response_headers", mutation)),
-        ]
+        out: list[Action] = [ResponseStarted(self._request, self._result, status, streaming, headers)]
         self.state = State.RESPONDING
         if msg.response_headers.end_of_stream or self._response_mode == _NONE:
             out.extend(self._complete(None))
+        out.append(Send(m.headers_response("response_headers", mutation)))
         return out
 
     def _on_response_body(self, msg: ProcessingRequest) -> list[Action]:
@@ -339,26 +337,26 @@ class Session:
         if self._config.response_chunks:
             out.append(ResponseChunk(self._request, self._result, data))
         forward = resp.chunk(data)
-        if eos and resp.holds_body:
-            forward = resp.finish()
+        if eos:
+            if resp.holds_body:
+                forward = resp.finish()
+            out.extend(self._complete(None))  # before the Sends: a failed write cannot skip it
         replies = response_body_replies(self._response_mode, data, forward, eos, self._config.chunk_size)
         out.extend(Send(reply) for reply in replies)
-        if eos:
-            out.extend(self._complete(None))
         return out
 
     def _on_response_trailers(self, msg: ProcessingRequest) -> list[Action]:
         self._note_served(msg)
         out: list[Action] = []
         resp = self._response
-        if self.state is State.RESPONDING and resp is not None and resp.holds_body:
-            held = resp.finish()
-            if held is not None and self._response_mode == _FULL_DUPLEX:
-                chunks = m.streamed_body("response_body", held, self._config.chunk_size, False)
-                out.extend(Send(r) for r in chunks)
-        out.append(Send(m.trailers_response("response_trailers")))
+        held = resp.finish() if self.state is State.RESPONDING and resp is not None else None
         if self.state is State.RESPONDING:
             out.extend(self._complete(None))
+        if held is not None and self._response_mode == _FULL_DUPLEX:
+            out.extend(
+                Send(r) for r in m.streamed_body("response_body", held, self._config.chunk_size, False)
+            )
+        out.append(Send(m.trailers_response("response_trailers")))
         return out
 
     def _note_served(self, msg: ProcessingRequest) -> None:
@@ -388,12 +386,12 @@ class Session:
 
     def _fail(self, status: int, error_type: str, message: str) -> list[Action]:
         extra = {REQUEST_ID_HEADER: self._generated_id} if self._generated_id else None
-        out: list[Action] = [Send(m.immediate_error(status, error_type, message, extra))]
-        if self.dispatched:
+        out: list[Action] = []
+        if self.dispatched:  # Completed before the Send (see the ordering guarantee in actions.py)
             assert self._request is not None and self._result is not None
-            out.append(
-                Completed(self._request, self._result, Completion(Outcome.UPSTREAM_ERROR, status_code=status))
-            )
+            completion = Completion(Outcome.UPSTREAM_ERROR, status_code=status)
+            out.append(Completed(self._request, self._result, completion))
+        out.append(Send(m.immediate_error(status, error_type, message, extra)))
         self.state = State.CLOSED
         self._chunks = []
         self._body = b""

@@ -47,6 +47,10 @@ def dispatched(
     return s
 
 
+def sent(actions: list[Any]) -> list[Any]:
+    return [a.response for a in actions if isinstance(a, Send)]
+
+
 def completions(actions: list[Any]) -> list[Completion]:
     return [a.completion for a in actions if isinstance(a, Completed)]
 
@@ -233,7 +237,7 @@ def test_trailers_flush_a_held_body() -> None:
     out = s.receive(response_trailers())
     kinds = [a.response.WhichOneof("response") for a in out if isinstance(a, Send)]
     assert kinds == ["response_body", "response_trailers"]
-    assert out[0].response.response_body.response.body_mutation.streamed_response.body == b'{"model":"llama"}'
+    assert sent(out)[0].response_body.response.body_mutation.streamed_response.body == b'{"model":"llama"}'
 
 
 @pytest.mark.parametrize(
@@ -274,7 +278,7 @@ def test_buffered_response_mode_with_rewrite_replaces_body_and_length() -> None:
     assert removed_headers(hdr.response, "response_headers") == []
     body = b'{"model":"llama-lora"}'
     out = s.receive(response_body(body, eos=True))
-    resp = out[0].response  # type: ignore[union-attr]
+    resp = sent(out)[0]
     assert resp.response_body.response.body_mutation.body == b'{"model":"llama"}'
     assert set_headers(resp, "response_body") == {"content-length": "17"}
     assert len(completions(out)) == 1
@@ -284,7 +288,7 @@ def test_buffered_response_mode_without_change_sends_plain_continue() -> None:
     s = dispatched(response_mode=ProcessingMode.BUFFERED)
     s.receive(response_headers(200))
     out = s.receive(response_body(b'{"model":"llama"}', eos=True))
-    assert not out[0].response.response_body.response.HasField("body_mutation")  # type: ignore[union-attr]
+    assert not sent(out)[0].response_body.response.HasField("body_mutation")
 
 
 def test_streamed_response_mode_answers_each_chunk_rewriting_in_place() -> None:
@@ -294,7 +298,7 @@ def test_streamed_response_mode_answers_each_chunk_rewriting_in_place() -> None:
     (first,) = s.receive(response_body(b'{"model":"llama-lora",'))
     assert first.response.response_body.response.body_mutation.body == b'{"model":"llama",'  # type: ignore[union-attr]
     last = s.receive(response_body(b'"x":1}', eos=True))
-    assert not last[0].response.response_body.response.HasField("body_mutation")  # type: ignore[union-attr]
+    assert not sent(last)[0].response_body.response.HasField("body_mutation")
     assert len(completions(last)) == 1
 
 
@@ -302,3 +306,26 @@ def test_response_body_mode_none_completes_on_headers() -> None:
     s = dispatched(response_mode=ProcessingMode.NONE)
     (done,) = completions(s.receive(response_headers(200)))
     assert done.outcome is Outcome.OK
+
+
+@pytest.mark.parametrize("path", ["body", "headers", "trailers", "bug"])
+def test_completed_precedes_the_sends_of_its_batch(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Envoy may cancel the stream once it has the last response: the hook must not wait for the write."""
+    s = dispatched({"x-gateway-model-name-rewrite": "llama-lora"})
+    if path == "headers":
+        out = s.receive(response_headers(200, eos=True))
+    else:
+        s.receive(response_headers(200))
+        s.receive(response_body(b'{"model":"llama-lora"}'))
+        if path == "body":
+            out = s.receive(response_body(b"", eos=True))
+        elif path == "trailers":
+            out = s.receive(response_trailers())
+        else:
+            from epp.protocol.response import ResponseState
+
+            monkeypatch.setattr(ResponseState, "finish", lambda self: 1 / 0)
+            out = s.receive(response_body(b"", eos=True))
+    kinds = [type(a).__name__ for a in out]
+    assert kinds.count("Completed") == 1 and "Send" in kinds
+    assert kinds.index("Completed") < kinds.index("Send")
