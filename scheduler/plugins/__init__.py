@@ -30,6 +30,7 @@ def register_builtin(registry: Registry) -> None:
 
     # Remaining scorers, filters and saturation detectors.
     from scheduler.plugins.filters import (
+        by_label,
         header_testing,
         kv_headroom,
         label_selector,
@@ -63,6 +64,8 @@ def register_builtin(registry: Registry) -> None:
     registry.register("spread-scorer", spread.factory)
     registry.register("no-hit-lru-scorer", no_hit_lru.factory)
     registry.register("label-selector-filter", label_selector.factory)
+    registry.register("by-label-selector", label_selector.by_label_selector_factory)
+    registry.register("by-label", by_label.factory)
     registry.register("ready-filter", ready.factory)
     registry.register("lora-fit-filter", lora_fit.factory)
     registry.register("kv-headroom-filter", kv_headroom.factory)

@@ -29,9 +29,13 @@ from scheduler.plugins.base import PluginBase
 from scheduler.plugins.filters.selector import LabelSelector, parse_selector
 from scheduler.types import EndpointView, LLMRequest
 
-__all__ = ["LabelSelectorFilter", "LabelSelectorParams", "factory"]
-
-PLUGIN_TYPE = "label-selector-filter"
+__all__ = [
+    "ByLabelSelectorFilter",
+    "LabelSelectorFilter",
+    "LabelSelectorParams",
+    "by_label_selector_factory",
+    "factory",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +45,7 @@ class LabelSelectorParams:
 
 
 class LabelSelectorFilter(PluginBase):
-    plugin_type = PLUGIN_TYPE
+    plugin_type = "label-selector-filter"
 
     def __init__(self, name: str, selector: LabelSelector, params: LabelSelectorParams | None = None) -> None:
         super().__init__(name)
@@ -61,10 +65,24 @@ class LabelSelectorFilter(PluginBase):
         return f"labels do not match selector requirement {unmet}" if unmet else "labels do not match"
 
 
-def factory(name: str, parameters: Any, handle: Handle) -> Plugin:
-    params = parse_params(LabelSelectorParams, parameters, PLUGIN_TYPE, name)
+class ByLabelSelectorFilter(LabelSelectorFilter):
+    plugin_type = "by-label-selector"
+
+
+def _build(cls: type[LabelSelectorFilter], name: str, parameters: Any) -> Plugin:
+    params = parse_params(LabelSelectorParams, parameters, cls.plugin_type, name)
     try:
         selector = parse_selector(params.match_labels, params.match_expressions)
     except ValueError as exc:
-        raise ConfigError(str(exc), location=f"{plugin_location(PLUGIN_TYPE, name)}: parameters") from None
-    return LabelSelectorFilter(name, selector, params)
+        raise ConfigError(
+            str(exc), location=f"{plugin_location(cls.plugin_type, name)}: parameters"
+        ) from None
+    return cls(name, selector, params)
+
+
+def factory(name: str, parameters: Any, handle: Handle) -> Plugin:
+    return _build(LabelSelectorFilter, name, parameters)
+
+
+def by_label_selector_factory(name: str, parameters: Any, handle: Handle) -> Plugin:
+    return _build(ByLabelSelectorFilter, name, parameters)

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OPERATORS", "LabelSelector", "Requirement", "parse_selector"]
+__all__ = ["OPERATORS", "LabelSelector", "Requirement", "check_key", "check_value", "parse_selector"]
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -74,7 +74,8 @@ class LabelSelector:
         return ",".join(str(r) for r in self.requirements)
 
 
-def _check_key(key: Any, where: str) -> str:
+def check_key(key: Any, where: str) -> str:
+    """``key`` if it is a valid qualified label key; ValueError naming ``where`` otherwise."""
     if not isinstance(key, str):
         raise ValueError(f"{where}: key must be a string")
     prefix, _, name = key.rpartition("/")
@@ -90,7 +91,8 @@ def _check_key(key: Any, where: str) -> str:
     return key
 
 
-def _check_value(value: Any, where: str) -> str:
+def check_value(value: Any, where: str) -> str:
+    """``value`` if it is a valid label value; ValueError naming ``where`` otherwise."""
     if not isinstance(value, str):
         raise ValueError(f"{where}: value must be a string, got {value!r}")
     if len(value) > 63 or not _VALUE.match(value):
@@ -107,7 +109,7 @@ def _parse_expression(raw: Any, where: str) -> Requirement:
     unknown = set(raw) - {"key", "operator", "values"}
     if unknown:
         raise ValueError(f"{where}: unknown field {sorted(unknown)[0]!r} (allowed: key, operator, values)")
-    key = _check_key(raw.get("key"), f"{where}.key")
+    key = check_key(raw.get("key"), f"{where}.key")
     operator = raw.get("operator")
     if operator not in OPERATORS:
         raise ValueError(
@@ -124,7 +126,7 @@ def _parse_expression(raw: Any, where: str) -> Requirement:
         raise ValueError(
             f"{where}.values: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
         )
-    checked = frozenset(_check_value(v, f"{where}.values[{i}]") for i, v in enumerate(values))
+    checked = frozenset(check_value(v, f"{where}.values[{i}]") for i, v in enumerate(values))
     return Requirement(key, operator, checked)
 
 
@@ -135,10 +137,8 @@ def parse_selector(match_labels: Any = None, match_expressions: Any = None) -> L
         if not isinstance(match_labels, Mapping):
             raise ValueError("matchLabels: expected a mapping of label keys to values")
         for key, value in match_labels.items():
-            _check_key(key, f"matchLabels.{key}")
-            requirements.append(
-                Requirement(key, "In", frozenset({_check_value(value, f"matchLabels.{key}")}))
-            )
+            check_key(key, f"matchLabels.{key}")
+            requirements.append(Requirement(key, "In", frozenset({check_value(value, f"matchLabels.{key}")})))
     if match_expressions is not None:
         if not isinstance(match_expressions, list):
             raise ValueError("matchExpressions: expected a list of {key, operator, values}")

@@ -33,6 +33,7 @@ TYPES = [
     "least-kv-cache-filter",
     "low-queue-filter",
     "lora-affinity-filter",
+    "by-label-selector",
 ]
 
 
@@ -42,3 +43,10 @@ def test_registered_with_defaults(plugin_type: str) -> None:
     register_builtin(registry)
     plugin = registry.create(plugin_type, "p", {}, PluginHandle())
     assert plugin.plugin_type == plugin_type and plugin.name == "p"
+
+
+def test_by_label_requires_its_label() -> None:
+    registry = Registry()
+    register_builtin(registry)
+    plugin = registry.create("by-label", "b", {"label": "tier"}, PluginHandle())
+    assert plugin.plugin_type == "by-label"

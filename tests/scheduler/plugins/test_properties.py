@@ -61,6 +61,8 @@ FILTERS: dict[str, dict[str, Any]] = {
     "least-kv-cache-filter": {},
     "low-queue-filter": {"threshold": 50},
     "lora-affinity-filter": {"threshold": 0.5},
+    "by-label": {"label": ROLE_LABEL, "validValues": ["decode", "both"], "allowsNoLabel": True},
+    "by-label-selector": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]},
 }
 DETECTORS = ["utilization-detector", "concurrency-detector"]
 
