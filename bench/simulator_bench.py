@@ -1,0 +1,290 @@
+"""Simulator benchmark: how much streaming one ``epp-sim`` process sustains on this machine.
+
+Usage: ``epp-bench simulator [--servers 8] [--concurrency 64] [--seconds 10] [--max-tokens 64]
+[--scenario realtime|max|both] [--json FILE]`` (also ``python -m bench.simulator_bench``).
+
+One ``epp-sim`` subprocess serves ``--servers`` ports; this process runs a closed-loop async client
+(aiohttp + uvloop) keeping ``--concurrency`` streaming ``/v1/completions`` requests in flight per
+server (``ignore_eos``, ``--max-tokens`` tokens each) for ``--seconds`` after a 1 s warm-up.
+Scenarios:
+
+* ``realtime``: the 8b-h100 profile with ``--max-num-seqs`` = concurrency at ``--time-scale 1``. Every
+  request runs at once, so the model's inter-token gap is ``12 ms x 2.0`` (full load factor). The
+  simulator *keeps up* when the measured mean inter-token gap stays close to that (fidelity ~1.0).
+* ``max``: zero latencies (TTFT 0, ITL 0): raw capacity of the process, requests/s and tokens/s.
+
+Reported per scenario: requests/s, streamed tokens/s, client TTFT p50/p99, mean inter-token gap and
+its p99 (per-request means), the model's gap, fidelity, errors, and CPU (cores) of the simulator and
+of the client, from ``/proc/<pid>/stat`` and ``resource.getrusage`` (the two share the 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+__all__ = ["ScenarioResult", "main", "run_scenario"]
+
+MODEL = "sim-bench"
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(slots=True)
+class _Stats:
+    requests: int = 0
+    tokens: int = 0
+    errors: int = 0
+    ttft: list[float] = field(default_factory=list)
+    gap: list[float] = field(default_factory=list)  # per-request mean inter-token gap
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioResult:
+    scenario: str
+    servers: int
+    concurrency_per_server: int
+    seconds: float
+    requests_per_s: float
+    tokens_per_s: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    itl_mean_ms: float
+    itl_p99_ms: float
+    model_itl_ms: float
+    fidelity: float
+    errors: int
+    sim_cpu_cores: float
+    client_cpu_cores: float
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _proc_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _self_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@contextlib.contextmanager
+def _simulator(ports: list[int], extra: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    args = [sys.executable, "-m", "simulator", "--model", MODEL, "--ports", ",".join(map(str, ports)),
+            "--log-level", "warning", *extra]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+async def _wait_up(session: aiohttp.ClientSession, urls: list[str], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    for url in urls:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(url + "/health/ready") as r:
+                    if r.status == 200:
+                        break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"epp-sim at {url} not ready after {timeout}s")
+            await asyncio.sleep(0.1)
+
+
+async def _worker(
+    session: aiohttp.ClientSession, url: str, body: bytes, window: tuple[float, float], stats: _Stats
+) -> None:
+    """Closed loop: one streaming request after another until the window ends; counts frames, not JSON.
+
+    Tokens count when they arrive inside the window, requests when they complete inside it; latency
+    figures come from requests that ran entirely inside it.
+    """
+    start, stop = window
+    while time.monotonic() < stop:
+        sent = time.monotonic()
+        first = last = 0.0
+        frames = 0
+        try:
+            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+                if resp.status != 200:
+                    await resp.read()
+                    stats.errors += start <= sent < stop
+                    continue
+                async for chunk in resp.content.iter_any():
+                    n = chunk.count(b"data: {")
+                    if n:
+                        now = time.monotonic()
+                        if not frames:
+                            first = now
+                        last = now
+                        frames += n
+                        stats.tokens += n if start <= now < stop else 0
+        except (TimeoutError, aiohttp.ClientError):
+            stats.errors += start <= sent < stop
+            continue
+        if not start <= last < stop:
+            continue
+        stats.requests += 1
+        if sent >= start:
+            stats.ttft.append(first - sent)
+            if frames > 1:
+                stats.gap.append((last - first) / (frames - 1))
+
+
+async def _drive(urls: list[str], concurrency: int, seconds: float, max_tokens: int) -> _Stats:
+    body = orjson.dumps({"model": MODEL, "prompt": "benchmark the simulator streaming path please",
+                         "max_tokens": max_tokens, "ignore_eos": True, "stream": True})  # fmt: skip
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=concurrency)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
+        await _wait_up(session, urls)
+        stats = _Stats()
+        start = time.monotonic()
+        measure_from, stop_at = start + 1.0, start + 1.0 + seconds
+        window = (measure_from, stop_at)
+        tasks = [
+            asyncio.create_task(_worker(session, u + "/v1/completions", body, window, stats))
+            for u in urls
+            for _ in range(concurrency)
+        ]
+        await asyncio.gather(*tasks)
+        return stats
+
+
+def run_scenario(
+    scenario: str, servers: int, concurrency: int, seconds: float, max_tokens: int
+) -> ScenarioResult:
+    """Run one scenario against a fresh simulator process and return its figures."""
+    if scenario == "realtime":
+        extra = ["--profile", "8b-h100", "--max-num-seqs", str(concurrency), "--time-scale", "1"]
+        model_itl = 0.012 * 2.0 if concurrency > 1 else 0.012
+    elif scenario == "max":
+        extra = ["--max-num-seqs", str(concurrency)]
+        model_itl = 0.0
+    else:
+        raise ValueError(f"unknown scenario {scenario!r}; expected realtime or max")
+    extra += ["--max-waiting-queue-length", str(4 * concurrency)]
+    ports = _free_ports(servers)
+    with _simulator(ports, extra) as proc:
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        runner = _uvloop_run()
+        sim_cpu0, cli_cpu0, wall0 = 0.0, 0.0, 0.0
+
+        async def measured() -> _Stats:
+            nonlocal sim_cpu0, cli_cpu0, wall0
+            async with aiohttp.ClientSession() as s:
+                await _wait_up(s, urls)
+            sim_cpu0, cli_cpu0, wall0 = _proc_cpu(proc.pid), _self_cpu(), time.monotonic()
+            return await _drive(urls, concurrency, seconds, max_tokens)
+
+        stats = runner(measured())
+        wall = time.monotonic() - wall0
+        sim_cpu, cli_cpu = _proc_cpu(proc.pid) - sim_cpu0, _self_cpu() - cli_cpu0
+    itl_mean = sum(stats.gap) / len(stats.gap) if stats.gap else float("nan")
+    return ScenarioResult(
+        scenario=scenario,
+        servers=servers,
+        concurrency_per_server=concurrency,
+        seconds=seconds,
+        requests_per_s=stats.requests / seconds,
+        tokens_per_s=stats.tokens / seconds,
+        ttft_p50_ms=_pct(stats.ttft, 0.5) * 1e3,
+        ttft_p99_ms=_pct(stats.ttft, 0.99) * 1e3,
+        itl_mean_ms=itl_mean * 1e3,
+        itl_p99_ms=_pct(stats.gap, 0.99) * 1e3,
+        model_itl_ms=model_itl * 1e3,
+        fidelity=itl_mean / model_itl if model_itl else float("nan"),
+        errors=stats.errors,
+        sim_cpu_cores=sim_cpu / wall,
+        client_cpu_cores=cli_cpu / wall,
+    )
+
+
+def _uvloop_run() -> Callable[[Coroutine[Any, Any, _Stats]], _Stats]:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
+
+
+def _table(results: Sequence[ScenarioResult]) -> str:
+    head = ("| scenario | servers x conc | req/s | tokens/s | TTFT p50/p99 ms | ITL mean/p99 ms (model) "
+            "| fidelity | errors | CPU sim/client |\n|---|---|---|---|---|---|---|---|---|\n")  # fmt: skip
+    rows = [
+        f"| {r.scenario} | {r.servers} x {r.concurrency_per_server} | {r.requests_per_s:.0f} | "
+        f"{r.tokens_per_s:.0f} | {r.ttft_p50_ms:.1f} / {r.ttft_p99_ms:.1f} | {r.itl_mean_ms:.1f} / "
+        f"{r.itl_p99_ms:.1f} ({r.model_itl_ms:.0f}) | {r.fidelity:.2f} | {r.errors} | "
+        f"{r.sim_cpu_cores:.2f} / {r.client_cpu_cores:.2f} |"
+        for r in results
+    ]
+    return head + "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="epp-bench simulator", description=__doc__.split("\n\n")[0])
+    p.add_argument("--servers", type=int, default=8, help="simulated servers in the process (default 8)")
+    p.add_argument("--concurrency", type=int, default=64, help="streams in flight per server (default 64)")
+    p.add_argument("--seconds", type=float, default=10.0, help="measured window per scenario (default 10)")
+    p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
+    p.add_argument("--scenario", choices=("realtime", "max", "both"), default="both")
+    p.add_argument("--json", help="also write the results as JSON to this file")
+    args = p.parse_args(argv)
+    if args.servers < 1 or args.concurrency < 1 or args.seconds <= 0 or args.max_tokens < 2:
+        p.error("--servers, --concurrency >= 1, --seconds > 0, --max-tokens >= 2")
+    scenarios = ("realtime", "max") if args.scenario == "both" else (args.scenario,)
+    results = []
+    for sc in scenarios:
+        print(
+            f"running {sc}: {args.servers} servers x {args.concurrency} streams, {args.seconds}s",
+            file=sys.stderr,
+        )
+        results.append(run_scenario(sc, args.servers, args.concurrency, args.seconds, args.max_tokens))
+    print(_table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([asdict(r) for r in results], f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

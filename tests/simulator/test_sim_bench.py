@@ -1,0 +1,23 @@
+"""Smoke test of the simulator benchmark (tiny, so it stays fast; the figures are not asserted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.simulator_bench import main, run_scenario
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize("scenario", ["realtime", "max"])
+def test_scenario_streams_and_reports(scenario: str) -> None:
+    result = run_scenario(scenario, servers=2, concurrency=3, seconds=0.6, max_tokens=4)
+    assert result.errors == 0
+    assert result.requests_per_s > 0 and result.tokens_per_s >= 3 * result.requests_per_s
+    assert result.sim_cpu_cores > 0
+
+
+def test_bad_arguments_exit_2() -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--servers", "0"])
+    assert exc.value.code == 2
