@@ -43,21 +43,21 @@ class RequestScheduler(Protocol):
 
     def schedule(self, request: LLMRequest, endpoints: Sequence[EndpointView]) -> SchedulingResult: ...
 
-    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None: ...
+    def dispatched(self, request: LLMRequest, result: SchedulingResult) -> None: ...
 
-    def on_response_headers(
+    def response_headers(
         self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
     ) -> None: ...
 
-    def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None: ...
+    def response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None: ...
 
-    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None: ...
+    def completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None: ...
 
 
 class Router:
     """Per-server scheduling step shared by every stream (no per-request state)."""
 
-    __slots__ = ("_admitter", "_clock", "_decisions", "_metrics", "_scheduler", "_source")
+    __slots__ = ("_admitter", "_clock", "_decisions", "_metrics", "_on_result", "_scheduler", "_source")
 
     def __init__(
         self,
@@ -67,13 +67,16 @@ class Router:
         metrics: RequestMetrics,
         decisions: DecisionLog | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        on_result: Callable[[SchedulingResult], None] | None = None,
     ) -> None:
+        """``on_result`` sees every successful result (e.g. the prefix hit-ratio metric)."""
         self._source = source
         self._admitter = admitter
         self._scheduler = scheduler
         self._metrics = metrics
         self._decisions = decisions
         self._clock = clock
+        self._on_result = on_result
 
     @property
     def scheduler(self) -> RequestScheduler:
@@ -97,4 +100,6 @@ class Router:
         seconds = self._clock() - start
         if self._decisions is not None:
             self._decisions.add(request, result, seconds)
+        if self._on_result is not None:
+            self._on_result(result)
         return session.scheduled(result), seconds

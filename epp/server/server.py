@@ -32,6 +32,7 @@ from epp.server.request_log import RequestLog
 from epp.server.routing import EndpointSource, RequestScheduler, Router
 from epp.server.servicer import ExtProcServicer
 from epp.server.tls import CertPair
+from scheduler.types import SchedulingResult
 
 __all__ = ["EppServer", "ServerSettings"]
 
@@ -71,13 +72,14 @@ class EppServer:
         config_view: Callable[[], Mapping[str, Any]] = dict,
         clock: Callable[[], float] = time.perf_counter,
         monotonic: Callable[[], float] = time.monotonic,
+        on_result: Callable[[SchedulingResult], None] | None = None,
     ) -> None:
         self.settings = settings
         self.source = source
         self.registry = registry
         self.decisions = DecisionLog(settings.decisions_capacity)
         self.health = HealthStatus(leader_election=settings.leader_election)
-        router = Router(source, admitter, scheduler, request_metrics, self.decisions, clock)
+        router = Router(source, admitter, scheduler, request_metrics, self.decisions, clock, on_result)
         request_log = (
             RequestLog(settings.verbosity, tracing=settings.tracing) if settings.verbosity >= 2 else None
         )

@@ -141,12 +141,12 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         request, result = action.request, action.result
         try:
             if isinstance(action, ResponseChunk):
-                self._scheduler.on_response_chunk(request, result, action.chunk)
+                self._scheduler.response_chunk(request, result, action.chunk)
             elif isinstance(action, Dispatched):
                 self._metrics.dispatched(request.model, request.target_model)
-                self._scheduler.on_dispatched(request, result)
+                self._scheduler.dispatched(request, result)
             else:
-                self._scheduler.on_response_headers(request, result, action.status, action.headers)
+                self._scheduler.response_headers(request, result, action.status, action.headers)
         except Exception:
             _log.exception(
                 "lifecycle hook failed", request_id=request.request_id, action=type(action).__name__
@@ -157,7 +157,7 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         self.completions += 1
         try:
             self._metrics.completed(request.model, request.target_model, completion, seconds, response_bytes)
-            self._scheduler.on_completed(request, result, completion)
+            self._scheduler.completed(request, result, completion)
         except Exception:
             _log.exception("completion hook failed", request_id=request.request_id)
 

@@ -65,18 +65,18 @@ class FakeScheduler:
         targets = tuple(ScoredEndpoint(e, 1.0) for e in chosen)
         return SchedulingResult("default", chosen, {"default": ProfileResult("default", targets)})
 
-    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
+    def dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
         self.calls.append(("dispatched", request.request_id, result.addresses))
 
-    def on_response_headers(
+    def response_headers(
         self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
     ) -> None:
         self.calls.append(("response_headers", request.request_id, status))
 
-    def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
+    def response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
         self.calls.append(("chunk", request.request_id, len(chunk)))
 
-    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
+    def completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
         self.calls.append(("completed", request.request_id, completion.outcome))
 
     def completions(self) -> list[tuple[str, str, object]]:

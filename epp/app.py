@@ -1,0 +1,288 @@
+"""Wiring: from :class:`~epp.options.Options` to a running picker, and its lifecycle.
+
+:func:`build_app` validates everything before a port is opened (EndpointPickerConfig with the
+sections owned by other parts, objectives file, certificates, discovery settings) and raises
+:class:`StartupError` naming the file / flag and what was expected. :class:`PickerApp` then runs:
+
+1. the servers (:class:`~epp.server.server.EppServer`): health says live, not ready;
+2. the data layer (discovery + scrapers); when its first discovery listing is applied, health turns
+   SERVING (with ``--ha-enable-leader-election``, only while this replica leads);
+3. on SIGTERM/SIGINT: health NOT_SERVING, no new streams, in-flight streams get
+   ``--shutdown-grace-period``, the rest are cancelled (outcome SHUTDOWN); then the data layer stops.
+
+The scheduler's ``endpoints_removed`` hook is subscribed to the data layer's removals; every request
+takes one snapshot from the data layer (``DataLayer.snapshot()``, an immutable tuple).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry, disable_created_metrics
+
+from datalayer import AiohttpClient, DataLayer, DataLayerOptions, EngineConfigError, apply_metric_overrides
+from datalayer.engines import BUILTIN_ENGINES
+from epp.admission import (
+    Admitter,
+    InMemoryObjectiveStore,
+    ObjectivePriorities,
+    ObjectivesFileError,
+    load_objectives_file,
+)
+from epp.config_sections import load_picker_config
+from epp.discovery import DiscoveryError, build_discovery
+from epp.options import Options
+from epp.protocol import SessionConfig
+from epp.server.metrics import PoolCollector, RequestMetrics, SchedulerMetrics, register_info
+from epp.server.prefix_stats import hit_ratio_observer, index_size_reader
+from epp.server.server import EppServer, ServerSettings
+from epp.server.tls import TlsError, server_credentials
+from scheduler.config.resolved import ResolvedConfig
+from scheduler.errors import ConfigError
+
+__all__ = ["PickerApp", "StartupError", "build_app", "serve"]
+
+_log = structlog.get_logger("epp")
+
+
+class StartupError(Exception):
+    """The picker cannot start; the message names the flag or file and what is wrong."""
+
+
+def _read_token(options: Options) -> str | None:
+    if not options.metrics_endpoint_auth or options.metrics_bearer_token_file is None:
+        return None
+    path = options.metrics_bearer_token_file
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as exc:
+        raise StartupError(f"--metrics-bearer-token-file {path}: cannot read ({exc.strerror})") from None
+    if not token:
+        raise StartupError(f"--metrics-bearer-token-file {path}: the file is empty")
+    return token
+
+
+def _objectives(options: Options) -> ObjectivePriorities:
+    store = InMemoryObjectiveStore()
+    if options.objectives_file is not None:
+        try:
+            objectives = load_objectives_file(options.objectives_file, pool_name=options.pool_name)
+        except ObjectivesFileError as exc:
+            raise StartupError(f"--objectives-file: {exc}") from None
+        for objective in objectives:
+            store.upsert(objective)
+    return ObjectivePriorities(store)
+
+
+def _config_view(options: Options, config: ResolvedConfig) -> Callable[[], Mapping[str, Any]]:
+    flags = {k: getattr(options, k) for k in options.__slots__}
+    flags["config_text"] = "(set)" if options.config_text else None
+    view = {"flags": flags, "config": config.to_dict(), "source": config.source}
+    return lambda: view
+
+
+class PickerApp:
+    """The assembled picker: servers, data layer, optional leader elector."""
+
+    def __init__(
+        self,
+        options: Options,
+        config: ResolvedConfig,
+        layer: DataLayer,
+        http: AiohttpClient,
+        server: EppServer,
+    ) -> None:
+        self.options = options
+        self.config = config
+        self.layer = layer
+        self.server = server
+        self._http = http
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        await self.server.start()
+        await self.layer.start()
+        self._tasks.append(asyncio.create_task(self._ready_when_synced(), name="epp-ready"))
+        if self.options.ha_enable_leader_election:
+            self._tasks.append(asyncio.create_task(self._lead(), name="epp-leader-election"))
+        o = self.options
+        _log.info(
+            "endpoint picker started",
+            grpc_port=self.server.grpc_port,
+            grpc_health_port=self.server.grpc_health_port,
+            metrics_port=self.server.metrics_port,
+            tls=o.secure_serving,
+            discovery=o.discovery_mode,
+            config=self.config.source,
+        )
+
+    async def _ready_when_synced(self) -> None:
+        await self.layer.wait_synced()
+        await self.server.set_synced(True)
+        _log.info("endpoints synced: ready", endpoints=len(self.layer.snapshot()))
+
+    async def _lead(self) -> None:
+        from epp.leader import run_leader_election
+
+        try:
+            await run_leader_election(self.options, self.server)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # no Kubernetes API: stay live, never ready
+            _log.error("leader election cannot run: this replica stays not ready", error=str(exc))
+
+    async def stop(self) -> None:
+        _log.info("shutting down", grace_seconds=self.options.shutdown_grace_period)
+        await self.server.shutdown()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.layer.stop()
+        await self._http.aclose()
+        _log.info("stopped", completed_requests=self.server.servicer.completions)
+
+
+async def build_app(options: Options) -> PickerApp:
+    """Validate and assemble everything (no port is opened yet). Raises StartupError."""
+    disable_created_metrics()  # type: ignore[no-untyped-call]
+    try:
+        loaded = load_picker_config(options.config_file, options.config_text)
+    except ConfigError as exc:
+        raise StartupError(f"invalid configuration: {exc}") from None
+    config = loaded.config
+    priorities = _objectives(options)
+    token = _read_token(options)
+    credentials, certificate = None, None
+    if options.secure_serving:
+        try:
+            credentials, certificate = server_credentials(
+                cert_path=options.cert_path, reload=options.enable_cert_reload, hosts=[socket.gethostname()]
+            )
+        except TlsError as exc:
+            raise StartupError(f"--cert-path: {exc}") from None
+    try:
+        engines = apply_metric_overrides(
+            loaded.data_layer.engines or BUILTIN_ENGINES, options.metric_overrides
+        )
+    except EngineConfigError as exc:
+        raise StartupError(f"metric flags: {exc}") from None
+    try:
+        discovery = build_discovery(options)
+    except DiscoveryError as exc:
+        raise StartupError(str(exc)) from None
+    http = AiohttpClient()
+    layer = DataLayer(
+        discovery,
+        http=http,
+        options=DataLayerOptions(
+            refresh_interval=options.refresh_metrics_interval,
+            staleness_threshold=options.metrics_staleness_threshold,
+            scheme=options.model_server_metrics_scheme,
+            metrics_path=options.model_server_metrics_path,
+            metrics_port=options.model_server_metrics_port,
+            engines=engines,
+        ),
+        sources=loaded.data_layer.build_sources(
+            engines=engines, metrics_path=options.model_server_metrics_path
+        ),
+    )
+    registry = CollectorRegistry()
+    scheduler_metrics = SchedulerMetrics(registry)
+    scheduler = config.build_scheduler(observer=scheduler_metrics)
+    layer.on_endpoints_removed(scheduler.endpoints_removed)
+    detector = config.saturation_detector
+    plugins = [p.plugin for p in config.plugins]
+    registry.register(
+        PoolCollector(
+            options.pool_name or "default",
+            layer.snapshot,
+            saturation=lambda eps: detector.saturation(eps, layer.now()) if detector is not None else None,
+            index_size=index_size_reader(plugins),
+        )
+    )
+    register_info(registry, os.environ.get("EPP_COMMIT", "unknown"), os.environ.get("EPP_BUILD_REF", "dev"))
+    request_metrics = RequestMetrics(registry)
+    session_config = SessionConfig(
+        parser=loaded.parser,
+        priority_of=priorities,
+        max_body_bytes=options.max_body_bytes,
+        response_chunks=scheduler.has_chunk_hooks,
+    )
+    settings = ServerSettings(
+        host=options.host,
+        grpc_port=options.grpc_port,
+        grpc_health_port=options.grpc_health_port,
+        metrics_port=options.metrics_port,
+        credentials=credentials,
+        certificate=certificate,
+        max_body_bytes=options.max_body_bytes,
+        health_on_ext_proc_port=options.health_checking,
+        leader_election=options.ha_enable_leader_election,
+        shutdown_grace=options.shutdown_grace_period,
+        verbosity=options.verbosity,
+        tracing=options.tracing,
+        metrics_token=token,
+    )
+    server = EppServer(
+        settings,
+        source=layer,
+        admitter=Admitter(detector, layer.now),
+        scheduler=scheduler,
+        session_config=session_config,
+        registry=registry,
+        request_metrics=request_metrics,
+        config_view=_config_view(options, config),
+        on_result=hit_ratio_observer(plugins, scheduler_metrics.hit_ratio.observe),
+    )
+    return PickerApp(options, config, layer, http, server)
+
+
+async def run(options: Options, stop: asyncio.Event | None = None) -> int:
+    """Run until SIGTERM/SIGINT (or ``stop`` is set). Raises StartupError before serving."""
+    stop = stop or asyncio.Event()
+    app = await build_app(options)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await app.start()
+    except RuntimeError as exc:  # a port cannot be bound
+        await app.stop()
+        raise StartupError(str(exc)) from None
+    try:
+        await stop.wait()
+    finally:
+        await app.stop()
+    return 0
+
+
+def serve(options: Options) -> int:
+    """The ``epp`` process: logging, event loop (uvloop when installed), run, exit status."""
+    from epp.server.logs import configure_logging
+
+    configure_logging(options.verbosity, options.log_format)
+    try:
+        import uvloop
+
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:
+        loop_factory = None
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(run(options))
+    except StartupError as exc:
+        _log.error("startup failed", error=str(exc))
+        print(f"epp: {exc}", file=sys.stderr)
+        return 1

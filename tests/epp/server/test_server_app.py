@@ -1,0 +1,172 @@
+"""The whole picker from flags: config + data layer + servers, in-process and as an ``epp`` subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import orjson
+import pytest
+from aiohttp import web
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from srv_helpers import destination, free_port, request_body, request_headers, stub
+
+from epp.app import StartupError, build_app, run
+from epp.cli import main
+from epp.options import parse_options
+
+VLLM_METRICS = b"""# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m1"} %d
+vllm:num_requests_running{model_name="m1"} 1
+vllm:kv_cache_usage_perc{model_name="m1"} 0.25
+vllm:cache_config_info{block_size="16",num_gpu_blocks="1024"} 1
+"""
+MODELS = orjson.dumps({"object": "list", "data": [{"id": "m1", "root": "m1", "parent": None}]})
+BODY = orjson.dumps({"model": "m1", "prompt": "tell me a story " * 20})
+
+
+@pytest.fixture
+async def model_servers() -> AsyncIterator[list[str]]:
+    """Two fake vLLM servers (/metrics, /v1/models); the second has the longer queue."""
+    runners, addresses = [], []
+    for waiting in (0, 9):
+        app = web.Application()
+
+        async def metrics(_: web.Request, waiting: int = waiting) -> web.Response:
+            return web.Response(body=VLLM_METRICS % waiting, content_type="text/plain")
+
+        async def models(_: web.Request) -> web.Response:
+            return web.Response(body=MODELS, content_type="application/json")
+
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/v1/models", models)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runners.append(runner)
+        addresses.append(f"127.0.0.1:{port}")
+    try:
+        yield addresses
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
+def _flags(endpoints: list[str], *extra: str) -> list[str]:
+    return [
+        "--endpoints", ",".join(endpoints), "--host", "127.0.0.1", "--grpc-port", str(free_port()),
+        "--grpc-health-port", str(free_port()), "--metrics-port", str(free_port()), *extra,
+    ]  # fmt: skip
+
+
+async def _health(port: int) -> int:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        resp = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""))
+        return int(resp.status)
+
+
+async def _wait_serving(port: int, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        try:
+            if await _health(port) == health_pb2.HealthCheckResponse.SERVING:
+                return
+        except grpc.aio.AioRpcError:
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError("picker never became ready")
+
+
+async def test_in_process_picker_routes_by_load(model_servers: list[str]) -> None:
+    options = parse_options(
+        _flags(model_servers, "--secure-serving=false", "--refresh-metrics-interval=20ms")
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(options, stop))
+    try:
+        await _wait_serving(options.grpc_health_port)
+        await asyncio.sleep(0.2)  # a few scrapes
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{options.grpc_port}") as ch:
+            for _ in range(3):
+                call = stub(ch).Process()
+                await call.write(request_headers())
+                await call.write(request_body(BODY))
+                routed = await call.read()
+                assert destination(routed) == (model_servers[0], model_servers[0])  # the idle one
+                call.cancel()
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
+
+
+async def test_startup_errors_name_the_problem(tmp_path: Path, model_servers: list[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins: 3\n"
+    )
+    with pytest.raises(StartupError, match=r"bad\.yaml"):
+        await build_app(parse_options(_flags(model_servers, "--config-file", str(bad))))
+    flow = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nflowControl: {}\n"
+    with pytest.raises(StartupError, match=r"flow control .* not implemented yet"):
+        await build_app(parse_options(_flags(model_servers, "--config-text", flow)))
+    with pytest.raises(StartupError, match="--cert-path"):
+        await build_app(parse_options(_flags(model_servers, "--cert-path", str(tmp_path))))
+    with pytest.raises(StartupError, match="--objectives-file"):
+        await build_app(
+            parse_options(_flags(model_servers, "--objectives-file", str(tmp_path / "nope.yaml")))
+        )
+
+
+def test_check_config_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+        "plugins:\n- type: queue-scorer\n- type: max-score-picker\n"
+        "parser: {type: passthrough}\n"
+    )
+    assert main(["check-config", str(good)]) == 0
+    assert "queue-scorer" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(good.read_text() + "featureGates: [flowControl]\n")
+    assert main(["check-config", str(bad)]) != 0
+    err = capsys.readouterr().err
+    assert "bad.yaml" in err and "featureGates[0]" in err and "not implemented yet" in err
+
+
+async def test_sigterm_drains_in_flight_streams_then_exits(model_servers: list[str]) -> None:
+    flags = _flags(model_servers, "--secure-serving=false", "-v", "2", "--shutdown-grace-period", "300ms")
+    grpc_port, health_port = (
+        int(flags[flags.index("--grpc-port") + 1]),
+        int(flags[flags.index("--grpc-health-port") + 1]),
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "epp", *flags, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        await _wait_serving(health_port, timeout=20)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
+            call = stub(ch).Process()
+            await call.write(request_headers({"x-request-id": "in-flight"}))
+            await call.write(request_body(BODY))
+            await call.read()
+            await call.read()  # dispatched; the response never comes
+            proc.send_signal(signal.SIGTERM)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await asyncio.wait_for(call.read(), 10)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.stderr is not None
+    lines = [orjson.loads(line) for line in (await proc.stderr.read()).splitlines() if line.startswith(b"{")]
+    requests = [entry for entry in lines if entry.get("event") == "request"]
+    assert [(r["request_id"], r["outcome"]) for r in requests] == [("in-flight", "shutdown")]
+    assert any(entry.get("event") == "shutting down" for entry in lines)
