@@ -12,6 +12,7 @@ States and the messages each accepts (anything else raises RemoteProtocolError):
     BODY        --request_body-->     BODY | SCHEDULING (end_of_stream)
     BODY        --request_trailers--> SCHEDULING
     SCHEDULING  --scheduled()-->      DISPATCHED;  --reject()--> CLOSED
+    DISPATCHED  --request_trailers--> DISPATCHED (BUFFERED: trailers after the body was answered)
     DISPATCHED  --response_headers--> RESPONDING | COMPLETE (end_of_stream or body mode NONE)
     RESPONDING  --response_body-->    RESPONDING | COMPLETE (end_of_stream)
     RESPONDING  --response_trailers-> COMPLETE
@@ -268,9 +269,14 @@ class Session:
             if self._body_size > self._config.max_body_bytes:
                 raise BodyTooLargeError(self._body_size, self._config.max_body_bytes)
             self._chunks.append(chunk)
-        if msg.request_body.end_of_stream:
+        # BUFFERED sends the whole body in one message, without end_of_stream when trailers follow
+        # (which Envoy sends only after this body is answered).
+        if msg.request_body.end_of_stream or self._request_mode == _BUFFERED:
             return self._end_of_body()
         return []
+
+    def _on_late_request_trailers(self, msg: ProcessingRequest) -> list[Action]:
+        return [Send(m.trailers_response("request_trailers"))]
 
     def _on_request_trailers(self, msg: ProcessingRequest) -> list[Action]:
         self._request_trailers = True
@@ -351,7 +357,8 @@ class Session:
         resp = self._response
         held = resp.finish() if self.state is State.RESPONDING and resp is not None else None
         if self.state is State.RESPONDING:
-            out.extend(self._complete(None))
+            grpc_status = read_headers(msg.response_trailers.trailers).get("grpc-status", "0")
+            out.extend(self._complete(None if grpc_status == "0" else Outcome.UPSTREAM_ERROR))
         if held is not None and self._response_mode == _FULL_DUPLEX:
             out.extend(
                 Send(r) for r in m.streamed_body("response_body", held, self._config.chunk_size, False)
@@ -404,6 +411,7 @@ _TRANSITIONS: dict[tuple[State, str | None], _Handler] = {
     (State.HEADERS, "request_headers"): Session._on_request_headers,
     (State.BODY, "request_body"): Session._on_request_body,
     (State.BODY, "request_trailers"): Session._on_request_trailers,
+    (State.DISPATCHED, "request_trailers"): Session._on_late_request_trailers,
     (State.DISPATCHED, "response_headers"): Session._on_response_headers,
     (State.RESPONDING, "response_body"): Session._on_response_body,
     (State.RESPONDING, "response_trailers"): Session._on_response_trailers,

@@ -92,8 +92,8 @@ def response_body(data: bytes, eos: bool = False, md: Metadata | None = None) ->
     return ProcessingRequest(response_body=HttpBody(body=data, end_of_stream=eos), metadata_context=md)
 
 
-def response_trailers(md: Metadata | None = None) -> ProcessingRequest:
-    trailers = HttpTrailers(trailers=header_map({"grpc-status": "0"}))
+def response_trailers(md: Metadata | None = None, grpc_status: str = "0") -> ProcessingRequest:
+    trailers = HttpTrailers(trailers=header_map({"grpc-status": grpc_status}))
     return ProcessingRequest(response_trailers=trailers, metadata_context=md)
 
 

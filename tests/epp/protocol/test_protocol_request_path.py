@@ -284,3 +284,16 @@ def test_unsupported_request_body_mode_is_a_remote_protocol_error() -> None:
     with pytest.raises(RemoteProtocolError, match="STREAMED"):
         s.receive(request_headers(request_mode=ProcessingMode.STREAMED))
     assert FULL_DUPLEX != ProcessingMode.STREAMED
+
+
+def test_buffered_body_without_end_of_stream_then_trailers() -> None:
+    """BUFFERED sends the one body message without end_of_stream when trailers follow."""
+    s = Session(SessionConfig())
+    s.receive(request_headers(request_mode=BUFFERED))
+    (sched,) = s.receive(request_body(b'{"model":"m","prompt":"p"}', eos=False))
+    assert isinstance(sched, Schedule)
+    (routing,) = sends(s.scheduled(result("1.1.1.1:80")))
+    assert routing.WhichOneof("response") == "request_body"
+    (trailers,) = sends(s.receive(request_trailers()))
+    assert trailers.WhichOneof("response") == "request_trailers"
+    assert s.state is State.DISPATCHED

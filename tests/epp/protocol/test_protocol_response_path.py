@@ -222,6 +222,13 @@ def test_trailers_finish_a_grpc_response() -> None:
     assert s.abort(Outcome.STREAM_RESET) == []
 
 
+def test_trailers_with_grpc_error_status_are_an_upstream_error() -> None:
+    s = dispatched()
+    s.receive(response_headers(200, "application/grpc"))
+    (done,) = completions(s.receive(response_trailers(grpc_status="14")))
+    assert done.outcome is Outcome.UPSTREAM_ERROR and done.status_code == 200
+
+
 def test_trailers_after_end_of_stream_are_answered_without_second_completion() -> None:
     s = dispatched()
     s.receive(response_headers(200))
