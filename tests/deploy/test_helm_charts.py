@@ -1,0 +1,312 @@
+"""The Helm charts, rendered by the real Helm library (helm-sdkpy, see conftest.py).
+
+Every ``ci/*-values.yaml`` of both charts is rendered; every object is validated (``_deploy_manifests``),
+the picker's rendered command line is parsed by the picker's own option parser, the plugin ConfigMap's
+files are loaded by the scheduler's configuration loader, and the standalone chart's Envoy config is
+checked by ``envoy --mode validate``. Then each values file's specific promises are checked (probes,
+RBAC, leader election, InferencePool wiring), and bad values must fail with a message naming the value.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from _deploy_manifests import by_kind, one, validate_object
+from conftest import NAMESPACE, HelmRenderError, Renderer
+
+from epp.options import parse_options
+
+ROOT = Path(__file__).resolve().parents[2]
+CHARTS = ROOT / "deploy" / "helm"
+POOL = CHARTS / "inferencepool"
+STANDALONE = CHARTS / "standalone"
+EXT_PROC = "envoy.service.ext_proc.v3.ExternalProcessor"
+ENVOY = Path(sys.executable).with_name("envoy")
+VALUES = sorted((POOL / "ci").glob("*-values.yaml")) + sorted((STANDALONE / "ci").glob("*-values.yaml"))
+LABELS = {"app": "vllm-llama3-8b-instruct"}
+
+
+def load(values_file: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(values_file.read_text()) or {}
+    return loaded
+
+
+def container(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    (found,) = [c for c in pod["containers"] if c["name"] == name]
+    return found
+
+
+def role_rules(objects: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """``"group/resource"`` -> verbs."""
+    rules: dict[str, set[str]] = {}
+    for rule in one(objects, "Role")["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                rules.setdefault(f"{group}/{resource}", set()).update(rule["verbs"])
+    return rules
+
+
+def check_plugin_config(text: str, name: str) -> None:
+    """Load one EndpointPickerConfig file with the picker's own loader (``epp check-config``)."""
+    try:
+        import scheduler.config.cli  # noqa: F401
+    except ImportError:
+        doc = yaml.safe_load(text)
+        assert doc["apiVersion"] == "inference.networking.x-k8s.io/v1alpha1", name
+        assert doc["kind"] == "EndpointPickerConfig", name
+        return
+    from epp.cli import main
+
+    path = Path(f"/tmp/pyepp-deploy-test-{name}")
+    path.write_text(text)
+    try:
+        assert main(["check-config", str(path)]) == 0, f"{name} does not load:\n{text}"
+    finally:
+        path.unlink()
+
+
+@pytest.mark.parametrize("chart", [POOL, STANDALONE], ids=lambda p: p.name)
+def test_helm_lint_is_clean(chart: Path, helm_lint: Any) -> None:
+    result = helm_lint(chart)
+    assert not result["Errors"], result
+    assert all(m["Severity"] < 2 for m in result["Messages"]), result  # 2 warning, 3 error
+
+
+@pytest.mark.parametrize("values_file", VALUES, ids=lambda p: f"{p.parent.parent.name}-{p.stem}")
+def test_every_rendered_object_is_valid(values_file: Path, render: Renderer, tmp_path: Path) -> None:
+    chart = values_file.parent.parent
+    objects = render(chart, load(values_file))
+    kinds = {o["kind"] for o in objects}
+    assert {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"} <= kinds
+    for obj in objects:
+        validate_object(obj)
+        assert obj["metadata"].get("namespace", NAMESPACE) == NAMESPACE
+    # The picker's command line as rendered must parse with the picker's own flags.
+    epp = container(objects, "epp")
+    parse_options(epp["args"], env={"NAMESPACE": NAMESPACE})
+    # Every plugin config file loads; --config-file names one of them.
+    config_map = next(c for c in by_kind(objects, "ConfigMap") if "default-plugins.yaml" in c["data"])
+    for name, text in config_map["data"].items():
+        check_plugin_config(text, name)
+    config_file = next(a for a in epp["args"] if a.startswith("--config-file="))
+    assert config_file.removeprefix("--config-file=/config/") in config_map["data"]
+    if chart == STANDALONE:
+        envoy_cm = next(c for c in by_kind(objects, "ConfigMap") if "envoy.yaml" in c["data"])
+        (tmp_path / "envoy.yaml").write_text(envoy_cm["data"]["envoy.yaml"])
+        proc = subprocess.run(
+            [str(ENVOY), "--mode", "validate", "-c", str(tmp_path / "envoy.yaml"), "--log-level", "warn"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_pool_defaults(render: Renderer) -> None:
+    objects = render(POOL, load(POOL / "ci" / "default-values.yaml"))
+    deployment = one(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    epp = container(objects, "epp")
+    assert deployment["spec"]["replicas"] == 1
+    assert pod["terminationGracePeriodSeconds"] == 130
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert epp["securityContext"]["readOnlyRootFilesystem"] is True
+    assert epp["securityContext"]["allowPrivilegeEscalation"] is False
+    assert {"name": "tmp", "mountPath": "/tmp"} in epp["volumeMounts"]
+    assert "--pool-name=pool" in epp["args"] and f"--pool-namespace={NAMESPACE}" in epp["args"]
+    assert "--ha-enable-leader-election" not in epp["args"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert epp[probe]["grpc"] == {"port": 9003, "service": EXT_PROC}
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in epp["env"]}
+    assert env["NAMESPACE"] == "metadata.namespace" and env["POD_NAME"] == "metadata.name"
+    assert {p["containerPort"] for p in epp["ports"]} == {9002, 9003, 9090}
+    service = one(objects, "Service")
+    assert {(p["name"], p["port"]) for p in service["spec"]["ports"]} == {
+        ("grpc-ext-proc", 9002),
+        ("grpc-health", 9003),
+        ("http-metrics", 9090),
+    }
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert role_rules(objects) == {
+        "/pods": {"get", "list", "watch"},
+        "inference.networking.k8s.io/inferencepools": {"get", "list", "watch"},
+        "inference.networking.x-k8s.io/inferenceobjectives": {"get", "list", "watch"},
+    }
+    pool = one(objects, "InferencePool")
+    assert pool["metadata"]["name"] == "pool"
+    assert pool["spec"]["selector"]["matchLabels"] == LABELS
+    assert pool["spec"]["targetPorts"] == [{"number": 8000}]
+    ref = pool["spec"]["endpointPickerRef"]
+    assert ref["name"] == service["metadata"]["name"] and ref["port"] == {"number": 9002}
+    assert ref["failureMode"] == "FailOpen"
+    assert not by_kind(objects, "ServiceMonitor") and not by_kind(objects, "DestinationRule")
+    default = yaml.safe_load(one(objects, "ConfigMap")["data"]["default-plugins.yaml"])
+    weights = {p["pluginRef"]: p.get("weight") for p in default["schedulingProfiles"][0]["plugins"]}
+    assert weights == {
+        "queue-scorer": 2,
+        "kv-cache-utilization-scorer": 2,
+        "prefix-cache-scorer": 3,
+        "max-score-picker": None,
+    }
+
+
+def test_pool_ha_enables_leader_election(render: Renderer) -> None:
+    objects = render(POOL, load(POOL / "ci" / "ha-values.yaml"))
+    epp = container(objects, "epp")
+    assert one(objects, "Deployment")["spec"]["replicas"] == 3
+    assert one(objects, "Deployment")["spec"]["strategy"]["type"] == "Recreate"
+    assert "--ha-enable-leader-election" in epp["args"]
+    assert parse_options(epp["args"], env={}).ha_enable_leader_election is True
+    assert epp["livenessProbe"]["grpc"] == {"port": 9003, "service": "liveness"}
+    assert epp["readinessProbe"]["grpc"] == {"port": 9003, "service": "readiness"}
+    rules = role_rules(objects)
+    assert {"get", "create", "update"} <= rules["coordination.k8s.io/leases"]
+    assert {"create", "patch"} <= rules["/events"]
+
+
+def test_pool_custom_plugins_flags_and_ports(render: Renderer) -> None:
+    objects = render(POOL, load(POOL / "ci" / "custom-plugins-values.yaml"))
+    epp = container(objects, "epp")
+    data = one(objects, "ConfigMap")["data"]
+    assert set(data) == {"default-plugins.yaml", "custom-plugins.yaml"}
+    assert "--config-file=/config/custom-plugins.yaml" in epp["args"]
+    options = parse_options(epp["args"], env={})
+    assert options.verbosity == 3 and options.refresh_metrics_interval == pytest.approx(0.1)
+    assert {"name": "EXAMPLE_SETTING", "value": "on"} in epp["env"]
+    assert one(objects, "InferencePool")["spec"]["targetPorts"] == [{"number": 8000}, {"number": 8001}]
+
+
+def test_pool_istio_monitoring_tls_triton(render: Renderer) -> None:
+    objects = render(POOL, load(POOL / "ci" / "istio-monitoring-values.yaml"), release="triton-pool")
+    epp = container(objects, "epp")
+    rule = one(objects, "DestinationRule")
+    assert rule["apiVersion"] == "networking.istio.io/v1"
+    assert rule["spec"]["host"] == f"triton-pool-epp.{NAMESPACE}.svc.cluster.local"
+    assert rule["spec"]["trafficPolicy"]["tls"] == {"mode": "SIMPLE", "insecureSkipVerify": True}
+    assert rule["spec"]["trafficPolicy"]["connectionPool"]["http"]["maxRequestsPerConnection"] == 256000
+    monitor = one(objects, "ServiceMonitor")
+    service = one(objects, "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["interval"] == "15s"
+    secret = one(objects, "Secret")
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert endpoint["authorization"]["credentials"]["name"] == secret["metadata"]["name"]
+    options = parse_options(epp["args"], env={})
+    assert options.metrics_bearer_token_file == "/var/run/epp-metrics-auth/token"
+    assert options.cert_path == "/etc/epp/tls" and options.enable_cert_reload
+    assert dict(options.metric_overrides)["waiting"].startswith("nv_trt_llm_request_metrics")
+    assert one(objects, "InferencePool")["spec"]["endpointPickerRef"]["failureMode"] == "FailClose"
+    pool_ref = {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "triton-pool"}
+    objectives = {o["metadata"]["name"]: o["spec"] for o in by_kind(objects, "InferenceObjective")}
+    assert objectives == {
+        "interactive": {"priority": 10, "poolRef": pool_ref},
+        "batch": {"priority": -1, "poolRef": pool_ref},
+    }
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["tolerations"][0]["key"] == "dedicated"
+
+
+def test_standalone_defaults(render: Renderer) -> None:
+    objects = render(STANDALONE, load(STANDALONE / "ci" / "default-values.yaml"))
+    kinds = {o["kind"] for o in objects}
+    assert not kinds & {"InferencePool", "InferenceObjective", "Lease"}
+    options = parse_options(container(objects, "epp")["args"], env={})
+    assert options.discovery_mode == "selector"
+    assert options.endpoint_selector == "app=vllm-llama3-8b-instruct"
+    assert options.endpoint_target_ports == (8000,)
+    assert role_rules(objects) == {"/pods": {"get", "list", "watch"}}
+    envoy = container(objects, "envoy")
+    assert envoy["image"].startswith("envoyproxy/envoy:")
+    assert envoy["securityContext"]["readOnlyRootFilesystem"] is True
+    config = envoy_config(objects)
+    clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
+    original = clusters["original_destination_cluster"]
+    assert original["type"] == "ORIGINAL_DST" and original["lb_policy"] == "CLUSTER_PROVIDED"
+    assert original["original_dst_lb_config"] == {
+        "use_http_header": True,
+        "http_header_name": "x-gateway-destination-endpoint",
+    }
+    picker = clusters["endpoint_picker"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+    assert picker["endpoint"]["address"]["socket_address"] == {"address": "127.0.0.1", "port_value": 9002}
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    ext_proc = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
+    assert ext_proc["typed_config"]["failure_mode_allow"] is False
+    assert ext_proc["typed_config"]["processing_mode"]["request_body_mode"] == "FULL_DUPLEX_STREAMED"
+    service = one(objects, "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def envoy_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    config_map = next(c for c in by_kind(objects, "ConfigMap") if "envoy.yaml" in c["data"])
+    loaded: dict[str, Any] = yaml.safe_load(config_map["data"]["envoy.yaml"])
+    return loaded
+
+
+def test_standalone_multi_label_selector(render: Renderer) -> None:
+    custom = render(STANDALONE, load(STANDALONE / "ci" / "custom-plugins-values.yaml"))
+    options = parse_options(container(custom, "epp")["args"], env={})
+    assert options.endpoint_selector == "app=vllm-llama3-8b-instruct,tier=gpu"
+    assert options.endpoint_target_ports == (8000, 8001)
+    assert options.verbosity == 2
+
+
+def test_standalone_ha_is_active_active(render: Renderer) -> None:
+    objects = render(STANDALONE, load(STANDALONE / "ci" / "ha-values.yaml"))
+    assert one(objects, "Deployment")["spec"]["replicas"] == 3
+    assert "--ha-enable-leader-election" not in container(objects, "epp")["args"]
+    assert role_rules(objects) == {"/pods": {"get", "list", "watch"}}
+
+
+def test_standalone_fail_open_routes_to_the_fallback_service(render: Renderer) -> None:
+    config = envoy_config(render(STANDALONE, load(STANDALONE / "ci" / "fail-open-values.yaml")))
+    clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
+    (endpoint,) = clusters["fallback"]["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    assert endpoint["endpoint"]["address"]["socket_address"] == {
+        "address": "vllm-llama3-8b-instruct.default.svc.cluster.local",
+        "port_value": 8000,
+    }
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    ext_proc = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
+    assert ext_proc["typed_config"]["failure_mode_allow"] is True
+    assert ext_proc["typed_config"]["processing_mode"]["request_body_mode"] == "BUFFERED"
+    routes = hcm["route_config"]["virtual_hosts"][0]["routes"]
+    assert [r["route"]["cluster"] for r in routes] == ["original_destination_cluster", "fallback"]
+
+
+def with_pool(pool: dict[str, Any] | None = None, **others: Any) -> dict[str, Any]:
+    return {"inferencePool": {"modelServers": {"matchLabels": LABELS}, **(pool or {})}, **others}
+
+
+EIGHT_PLUS_ONE = [{"number": p} for p in range(8000, 8009)]
+
+
+@pytest.mark.parametrize(
+    ("chart", "values", "message"),
+    [
+        (POOL, {}, "inferencePool.modelServers.matchLabels is required"),
+        (POOL, with_pool({"targetPorts": EIGHT_PLUS_ONE}), "expected 1 to 8 entries"),
+        (POOL, with_pool({"targetPorts": [{"number": 70000}]}), "inferencePool.targetPorts"),
+        (POOL, with_pool(inferenceExtension={"failureMode": "Open"}), "inferenceExtension.failureMode"),
+        (POOL, with_pool({"modelServerType": "tgi"}), "inferencePool.modelServerType"),
+        (POOL, with_pool(provider={"name": "gke"}), "provider.name"),
+        (POOL, with_pool(inferenceExtension={"pluginsConfigFile": "x"}), "Extension.pluginsConfigFile: .x."),
+        (POOL, with_pool(inferenceExtension={"replicas": 0}), "inferenceExtension.replicas"),
+        (STANDALONE, {}, "inferencePool.modelServers.matchLabels is required"),
+        (STANDALONE, with_pool(inferenceExtension={"failureMode": "FailOpen"}), "envoy.fallbackService"),
+    ],
+)
+def test_bad_values_fail_with_a_message_naming_the_value(
+    chart: Path, values: dict[str, Any], message: str, render: Renderer
+) -> None:
+    with pytest.raises(HelmRenderError, match=message):
+        render(chart, values)
