@@ -23,6 +23,10 @@ Public API (what the epp service uses)::
 * Records: :class:`EndpointRecord` (structurally a scheduler ``EndpointView``: ``address``, ``name``,
   ``labels``, ``ready``, ``metrics``, ``attributes``, plus ``engine``, ``health``, ``last_error``) with
   :class:`EndpointMetrics` (a ``MetricsView``; ``updated_at`` on the monotonic clock).
+* Configuration: :func:`validate_datalayer_section` (the ``dataLayer`` section; returns a
+  :class:`DataLayerConfig` whose ``build_sources()`` gives the ``sources=`` argument and whose
+  ``engines`` are the ``engineConfigs``), :func:`plugin_factories` (data-layer plugin types for the
+  scheduler's registry), :func:`load_endpoints_file` (startup check of ``--endpoints-file``).
 * Engine mappings: :data:`BUILTIN_ENGINES`, :func:`parse_engine_configs` (``engineConfigs``),
   :func:`apply_metric_overrides` (GIE's per-metric flags).
 * Data-source plugins: :class:`DataSource`, :class:`MetricsExtractor`; built-ins
@@ -33,7 +37,21 @@ This package never imports ``epp`` or ``scheduler``.
 """
 
 from datalayer.aggregates import PoolAggregates, pool_aggregates
-from datalayer.discovery import Discovery, DiscoverySink, StaticDiscovery, parse_endpoint_list
+from datalayer.config import (
+    DataLayerConfig,
+    DataLayerConfigError,
+    plugin_factories,
+    validate_datalayer_section,
+)
+from datalayer.discovery import (
+    Discovery,
+    DiscoverySink,
+    EndpointsFileError,
+    FileDiscovery,
+    StaticDiscovery,
+    load_endpoints_file,
+    parse_endpoint_list,
+)
 from datalayer.engines import (
     BUILTIN_ENGINES,
     DEFAULT_ENGINE,
@@ -71,6 +89,8 @@ __all__ = [
     "AiohttpClient",
     "CoreMetricsExtractor",
     "DataLayer",
+    "DataLayerConfig",
+    "DataLayerConfigError",
     "DataLayerOptions",
     "DataSource",
     "Discovery",
@@ -79,10 +99,12 @@ __all__ = [
     "EndpointMetrics",
     "EndpointRecord",
     "EndpointSpec",
+    "EndpointsFileError",
     "EngineConfigError",
     "EngineMapping",
     "EventKind",
     "FetchError",
+    "FileDiscovery",
     "Health",
     "HttpClient",
     "HttpResponse",
@@ -95,8 +117,11 @@ __all__ = [
     "SourceUpdate",
     "StaticDiscovery",
     "apply_metric_overrides",
+    "load_endpoints_file",
     "parse_endpoint_list",
     "parse_engine_configs",
     "parse_spec",
+    "plugin_factories",
     "pool_aggregates",
+    "validate_datalayer_section",
 ]

@@ -41,6 +41,7 @@ class EngineConfigError(ValueError):
     """Invalid engine mapping; ``location`` names the field (e.g. ``engineConfigs[1].kvUsageSpec``)."""
 
     def __init__(self, message: str, location: str = "") -> None:
+        self.reason = message
         self.location = location
         super().__init__(f"{location}: {message}" if location else message)
 

@@ -1,0 +1,361 @@
+"""The ``dataLayer`` section of an EndpointPickerConfig: which data sources and extractors run.
+
+Shape (GIE's)::
+
+    plugins:
+      - name: metrics                     # optional name; type is the registry key
+        type: metrics-data-source
+        parameters: {path: /metrics}      # optional: path, scheme (http|https)
+      - type: core-metrics-extractor
+        parameters:
+          engineConfigs:                  # see datalayer.engines.parse_engine_configs
+            - name: vllm
+              queuedRequestsSpec: vllm:num_requests_waiting
+    dataLayer:
+      sources:
+        - pluginRef: metrics
+          extractors:
+            - pluginRef: core-metrics-extractor
+        - pluginRef: models-data-source   # parameters: path (/v1/models), interval (5s)
+
+A ``pluginRef`` names an entry of ``plugins`` (by ``name``, defaulting to its ``type``) or, when no
+entry has that name, a plugin type with default parameters. Pass the document's raw ``plugins`` list
+to resolve references at validation; without it, named references stay unresolved until
+:meth:`DataLayerConfig.resolve` (against instances built by :func:`plugin_factories`, which can be
+registered with the scheduler's registry so ``plugins`` entries of these types validate). Absent
+section: the default sources (metrics + core extractor, models). :func:`validate_datalayer_section` raises
+:class:`DataLayerConfigError` (a ValueError) whose ``location`` is the path in the document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from datalayer.engines import BUILTIN_ENGINES, EngineConfigError, EngineMapping, parse_engine_configs
+from datalayer.sources import (
+    CoreMetricsExtractor,
+    DataSource,
+    MetricsDataSource,
+    MetricsExtractor,
+    ModelsDataSource,
+)
+
+__all__ = [
+    "DATALAYER_PLUGIN_TYPES",
+    "DataLayerConfig",
+    "DataLayerConfigError",
+    "DataLayerPlugin",
+    "PluginSpec",
+    "SourceSpec",
+    "default_datalayer_config",
+    "parse_duration",
+    "plugin_factories",
+    "validate_data_layer_section",
+    "validate_datalayer_section",
+]
+
+SOURCE_TYPES = ("metrics-data-source", "models-data-source")
+EXTRACTOR_TYPES = ("core-metrics-extractor",)
+DATALAYER_PLUGIN_TYPES = frozenset(SOURCE_TYPES + EXTRACTOR_TYPES)
+"""Plugin types owned by the data layer (the scheduler's registry does not build them)."""
+
+
+class DataLayerConfigError(ValueError):
+    def __init__(self, message: str, location: str) -> None:
+        self.message = message
+        self.location = location
+        super().__init__(f"{location}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSpec:
+    plugin_type: str
+    name: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    plugin: PluginSpec
+    extractors: tuple[PluginSpec, ...]
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+
+
+def parse_duration(value: Any, location: str) -> float:
+    """Seconds from a number or a Go-style duration (``500ms``, ``5s``, ``1m``); must be positive."""
+    seconds: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        for unit in ("ms", "s", "m"):
+            number = value.strip().removesuffix(unit)
+            if number != value.strip():
+                try:
+                    seconds = float(number) * _UNITS[unit]
+                except ValueError:
+                    seconds = None
+                break
+    if seconds is None or not seconds > 0:
+        raise DataLayerConfigError(
+            f"expected a positive duration such as 5s or 500ms, got {value!r}", location
+        )
+    return seconds
+
+
+def _check_keys(params: Mapping[str, Any], allowed: set[str], location: str) -> None:
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise DataLayerConfigError(
+            f"unknown parameter (expected one of {sorted(allowed)})", f"{location}.{unknown[0]}"
+        )
+
+
+def _string(params: Mapping[str, Any], key: str, default: str, location: str) -> str:
+    value = params.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise DataLayerConfigError(f"expected a non-empty string, got {value!r}", f"{location}.{key}")
+    return value
+
+
+def _validate_params(plugin_type: str, parameters: Any, location: str) -> Mapping[str, Any]:
+    """Validated parameters of a data-layer plugin (``engineConfigs`` parsed into ``engines``)."""
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, Mapping):
+        raise DataLayerConfigError(f"expected a mapping, got {parameters!r}", location)
+    p = parameters
+    params: dict[str, Any] = {}
+    if plugin_type == "metrics-data-source":
+        _check_keys(p, {"path"}, location)
+        if "path" in p:
+            params["path"] = _string(p, "path", "/metrics", location)
+            if not params["path"].startswith("/"):
+                raise DataLayerConfigError("expected a path starting with '/'", f"{location}.path")
+    elif plugin_type == "models-data-source":
+        _check_keys(p, {"path", "interval"}, location)
+        if "path" in p:
+            params["path"] = _string(p, "path", "/v1/models", location)
+        if "interval" in p:
+            params["interval"] = parse_duration(p["interval"], f"{location}.interval")
+    else:
+        _check_keys(p, {"engineConfigs"}, location)
+        if "engineConfigs" in p:
+            try:
+                params["engines"] = parse_engine_configs(p["engineConfigs"], f"{location}.engineConfigs")
+            except EngineConfigError as exc:
+                raise DataLayerConfigError(exc.reason, exc.location) from None
+    return params
+
+
+@dataclass(frozen=True, slots=True)
+class DataLayerPlugin:
+    """A data-layer plugin declared in ``plugins`` (what :func:`plugin_factories` builds)."""
+
+    plugin_type: str
+    name: str
+    parameters: Mapping[str, Any]
+
+
+def plugin_factories() -> Mapping[str, Callable[[str, Mapping[str, Any], Any], DataLayerPlugin]]:
+    """Factories ``(name, parameters, handle) -> DataLayerPlugin`` for the scheduler's plugin registry,
+    so that ``plugins`` entries of data-layer types validate (errors name the plugin and parameter)."""
+
+    def factory_for(plugin_type: str) -> Callable[[str, Mapping[str, Any], Any], DataLayerPlugin]:
+        def factory(name: str, parameters: Mapping[str, Any], handle: Any) -> DataLayerPlugin:
+            where = f"plugin {name!r} ({plugin_type}).parameters"
+            return DataLayerPlugin(plugin_type, name, _validate_params(plugin_type, parameters, where))
+
+        return factory
+
+    return {t: factory_for(t) for t in sorted(DATALAYER_PLUGIN_TYPES)}
+
+
+@dataclass(frozen=True, slots=True)
+class DataLayerConfig:
+    """The validated section. ``plugin_type`` is empty for a reference to a ``plugins`` entry that
+    is resolved later by :meth:`resolve` (with the instances built from the ``plugins`` list)."""
+
+    sources: tuple[SourceSpec, ...]
+
+    @property
+    def resolved(self) -> bool:
+        return all(p.plugin_type for s in self.sources for p in (s.plugin, *s.extractors))
+
+    @property
+    def engines(self) -> Mapping[str, EngineMapping] | None:
+        """Engine mappings from a core-metrics-extractor's ``engineConfigs`` (None: built-ins)."""
+        for source in self.sources:
+            for extractor in source.extractors:
+                engines = extractor.parameters.get("engines")
+                if engines is not None:
+                    return cast(Mapping[str, EngineMapping], engines)
+        return None
+
+    def resolve(self, plugins: Mapping[str, Any], location: str = "dataLayer") -> DataLayerConfig:
+        """Resolve named references against plugin instances (objects with ``plugin_type``, ``name``,
+        ``parameters``) keyed by name; raise :class:`DataLayerConfigError` for a missing or mistyped one."""
+
+        def one(spec: PluginSpec, allowed: tuple[str, ...], where: str) -> PluginSpec:
+            if spec.plugin_type:
+                return spec
+            found = plugins.get(spec.name)
+            if found is None:
+                raise DataLayerConfigError(f"no plugin named {spec.name!r} in plugins", f"{where}.pluginRef")
+            plugin_type = getattr(found, "plugin_type", "")
+            if plugin_type not in allowed:
+                raise DataLayerConfigError(
+                    f"plugin {spec.name!r} has type {plugin_type!r}; expected one of {list(allowed)}",
+                    f"{where}.pluginRef",
+                )
+            params = getattr(found, "parameters", {})
+            return PluginSpec(
+                plugin_type, spec.name, _validate_params(plugin_type, params, f"{where}.pluginRef")
+            )
+
+        sources = []
+        for i, source in enumerate(self.sources):
+            where = f"{location}.sources[{i}]"
+            plugin = one(source.plugin, SOURCE_TYPES, where)
+            extractors = tuple(
+                one(e, EXTRACTOR_TYPES, f"{where}.extractors[{j}]") for j, e in enumerate(source.extractors)
+            )
+            sources.append(SourceSpec(plugin, extractors))
+        return _checked(tuple(sources), location)
+
+    def build_sources(
+        self,
+        *,
+        engines: Mapping[str, EngineMapping] | None = None,
+        metrics_path: str | None = None,
+        models_interval: float | None = None,
+    ) -> tuple[DataSource, ...]:
+        """Instances for ``sources``; ``engines`` (e.g. with flag overrides applied) replaces the
+        configured ones; ``metrics_path`` / ``models_interval`` apply where the config sets none."""
+        if not self.resolved:
+            raise DataLayerConfigError("unresolved plugin reference (call resolve() first)", "dataLayer")
+        engines = engines or self.engines or BUILTIN_ENGINES
+        built: list[DataSource] = []
+        for source in self.sources:
+            p = source.plugin.parameters
+            if source.plugin.plugin_type == "metrics-data-source":
+                extractors: list[MetricsExtractor] = [
+                    CoreMetricsExtractor(e.name, engines) for e in source.extractors
+                ]
+                built.append(
+                    MetricsDataSource(
+                        source.plugin.name, extractors, p.get("path", metrics_path or "/metrics")
+                    )
+                )
+            else:
+                interval = p.get("interval", models_interval or 5.0)
+                built.append(ModelsDataSource(source.plugin.name, p.get("path", "/v1/models"), interval))
+        return tuple(built)
+
+
+def _ref(
+    entry: Any,
+    allowed: tuple[str, ...],
+    plugins: Mapping[str, tuple[int, Mapping[str, Any]]] | None,
+    location: str,
+) -> PluginSpec:
+    if not isinstance(entry, Mapping):
+        raise DataLayerConfigError(f"expected a mapping with pluginRef, got {entry!r}", location)
+    ref = entry.get("pluginRef")
+    if not isinstance(ref, str) or not ref:
+        raise DataLayerConfigError("expected a non-empty string", f"{location}.pluginRef")
+    if plugins is not None and ref in plugins:
+        index, raw = plugins[ref]
+        plugin_type = raw["type"]
+        if plugin_type not in allowed:
+            raise DataLayerConfigError(
+                f"plugin {ref!r} has type {plugin_type!r}; expected one of {list(allowed)}",
+                f"{location}.pluginRef",
+            )
+        params = _validate_params(plugin_type, raw.get("parameters"), f"plugins[{index}].parameters")
+        return PluginSpec(plugin_type, ref, params)
+    if ref in allowed:
+        return PluginSpec(ref, ref, {})
+    if plugins is not None:
+        raise DataLayerConfigError(
+            f"no plugin named {ref!r} in plugins and not a type among {list(allowed)}",
+            f"{location}.pluginRef",
+        )
+    return PluginSpec("", ref, {})  # a plugins entry by name, resolved by DataLayerConfig.resolve()
+
+
+def _named(plugins: Sequence[Any] | None) -> dict[str, tuple[int, Mapping[str, Any]]] | None:
+    if plugins is None:
+        return None
+    out: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    for i, entry in enumerate(plugins):
+        if isinstance(entry, Mapping) and isinstance(entry.get("type"), str):
+            name = entry.get("name") or entry["type"]
+            if isinstance(name, str):
+                out[name] = (i, entry)
+    return out
+
+
+def _checked(sources: tuple[SourceSpec, ...], location: str) -> DataLayerConfig:
+    names = [s.plugin.name for s in sources]
+    if len(set(names)) != len(names):
+        raise DataLayerConfigError("a data source is listed twice", f"{location}.sources")
+    for i, s in enumerate(sources):
+        where = f"{location}.sources[{i}].extractors"
+        if s.plugin.plugin_type == "models-data-source" and s.extractors:
+            raise DataLayerConfigError("models-data-source takes no extractors", where)
+        if s.plugin.plugin_type == "metrics-data-source" and len(s.extractors) != 1:
+            raise DataLayerConfigError("expected exactly one core-metrics-extractor", where)
+    resolved = all(s.plugin.plugin_type for s in sources)
+    if resolved and not any(s.plugin.plugin_type == "metrics-data-source" for s in sources):
+        raise DataLayerConfigError(
+            "expected a metrics-data-source (it decides endpoint health)", f"{location}.sources"
+        )
+    return DataLayerConfig(sources)
+
+
+def default_datalayer_config() -> DataLayerConfig:
+    """Metrics (with the core extractor) and models sources with default parameters."""
+    metrics = PluginSpec("metrics-data-source", "metrics-data-source", {})
+    core = PluginSpec("core-metrics-extractor", "core-metrics-extractor", {})
+    models = PluginSpec("models-data-source", "models-data-source", {})
+    return DataLayerConfig((SourceSpec(metrics, (core,)), SourceSpec(models, ())))
+
+
+def validate_datalayer_section(
+    section: Any, plugins: Sequence[Any] | None = None, location: str = "dataLayer"
+) -> DataLayerConfig:
+    """Validate the parsed ``dataLayer`` mapping (None: defaults).
+
+    ``plugins`` is the document's raw ``plugins`` list when available; references to names not
+    found there stay unresolved until :meth:`DataLayerConfig.resolve`.
+    """
+    if section is None:
+        return default_datalayer_config()
+    if not isinstance(section, Mapping):
+        raise DataLayerConfigError(f"expected a mapping, got {section!r}", location)
+    _check_keys(section, {"sources"}, location)
+    entries = section.get("sources")
+    if not isinstance(entries, list) or not entries:
+        raise DataLayerConfigError("expected a non-empty list of sources", f"{location}.sources")
+    named = _named(plugins)
+    sources: list[SourceSpec] = []
+    for i, entry in enumerate(entries):
+        where = f"{location}.sources[{i}]"
+        plugin = _ref(entry, SOURCE_TYPES, named, where)
+        _check_keys(entry, {"pluginRef", "extractors"}, where)
+        raw = entry.get("extractors") or []
+        if not isinstance(raw, list):
+            raise DataLayerConfigError("expected a list", f"{where}.extractors")
+        extractors = tuple(
+            _ref(e, EXTRACTOR_TYPES, named, f"{where}.extractors[{j}]") for j, e in enumerate(raw)
+        )
+        sources.append(SourceSpec(plugin, extractors))
+    return _checked(tuple(sources), location)
+
+
+validate_data_layer_section = validate_datalayer_section
+"""Alias (the name the epp service imports)."""

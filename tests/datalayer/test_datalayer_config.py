@@ -1,0 +1,165 @@
+"""The dataLayer section validator and the plugin factories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from datalayer.config import (
+    DataLayerConfigError,
+    parse_duration,
+    plugin_factories,
+    validate_datalayer_section,
+)
+from datalayer.sources import MetricsDataSource, ModelsDataSource
+
+_PLUGINS = [
+    {"type": "max-score-picker"},
+    {"name": "metrics", "type": "metrics-data-source", "parameters": {"path": "/prom"}},
+    {
+        "type": "core-metrics-extractor",
+        "parameters": {"engineConfigs": [{"name": "vllm", "kvUsageSpec": "kv"}]},
+    },
+    {"name": "models", "type": "models-data-source", "parameters": {"interval": "2s"}},
+]
+
+
+def test_absent_section_gives_default_sources() -> None:
+    config = validate_datalayer_section(None)
+    metrics, models = config.build_sources(metrics_path="/m", models_interval=3.0)
+    assert isinstance(metrics, MetricsDataSource) and metrics.path == "/m"
+    assert isinstance(models, ModelsDataSource) and models.interval(0.05) == 3.0
+    assert config.engines is None
+
+
+def test_refs_resolve_against_plugins_list() -> None:
+    section = {
+        "sources": [
+            {"pluginRef": "metrics", "extractors": [{"pluginRef": "core-metrics-extractor"}]},
+            {"pluginRef": "models"},
+        ]
+    }
+    config = validate_datalayer_section(section, _PLUGINS)
+    assert config.engines is not None and str(config.engines["vllm"].kv_usage[0]) == "kv"
+    metrics, models = config.build_sources()
+    assert isinstance(metrics, MetricsDataSource) and metrics.path == "/prom" and metrics.name == "metrics"
+    assert isinstance(models, ModelsDataSource) and models.interval(0.05) == 2.0
+
+
+def test_refs_resolve_later_against_plugin_instances() -> None:
+    section = {"sources": [{"pluginRef": "metrics", "extractors": [{"pluginRef": "core"}]}]}
+    config = validate_datalayer_section(section)
+    assert not config.resolved
+    with pytest.raises(DataLayerConfigError, match="unresolved"):
+        config.build_sources()
+    factories = plugin_factories()
+    instances = {
+        "metrics": factories["metrics-data-source"]("metrics", {"path": "/x"}, None),
+        "core": factories["core-metrics-extractor"]("core", {}, None),
+    }
+    (metrics,) = config.resolve(instances).build_sources()
+    assert isinstance(metrics, MetricsDataSource) and metrics.path == "/x"
+    with pytest.raises(DataLayerConfigError) as err:
+        config.resolve({"metrics": instances["core"], "core": instances["core"]})
+    assert err.value.location == "dataLayer.sources[0].pluginRef"
+
+
+@pytest.mark.parametrize(
+    ("section", "location", "message"),
+    [
+        ([], "dataLayer", "expected a mapping"),
+        ({"sources": []}, "dataLayer.sources", "non-empty list"),
+        ({"sources": [{"pluginRef": "models"}], "x": 1}, "dataLayer.x", "unknown parameter"),
+        ({"sources": [{"pluginRef": "nope"}]}, "dataLayer.sources[0].pluginRef", "no plugin named"),
+        ({"sources": [{"pluginRef": "max-score-picker"}]}, "dataLayer.sources[0].pluginRef", "has type"),
+        ({"sources": [{"pluginRef": "models"}]}, "dataLayer.sources", "expected a metrics-data-source"),
+        (
+            {"sources": [{"pluginRef": "metrics", "extractors": []}]},
+            "dataLayer.sources[0].extractors",
+            "exactly one",
+        ),
+        (
+            {"sources": [{"pluginRef": "models", "extractors": [{"pluginRef": "core-metrics-extractor"}]}]},
+            "dataLayer.sources[0].extractors",
+            "takes no extractors",
+        ),
+        (
+            {"sources": [{"pluginRef": "metrics", "extractors": [{"pluginRef": "metrics"}]}]},
+            "dataLayer.sources[0].extractors[0].pluginRef",
+            "has type",
+        ),
+        (
+            {
+                "sources": [{"pluginRef": "metrics", "extractors": [{"pluginRef": "core-metrics-extractor"}]}]
+                * 2
+            },
+            "dataLayer.sources",
+            "listed twice",
+        ),
+    ],
+)
+def test_section_errors_name_the_location(section: Any, location: str, message: str) -> None:
+    with pytest.raises(DataLayerConfigError) as err:
+        validate_datalayer_section(section, _PLUGINS)
+    assert err.value.location == location
+    assert message in err.value.message
+    assert isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("plugins", "location"),
+    [
+        (
+            [{"name": "m", "type": "metrics-data-source", "parameters": {"path": "nope"}}],
+            "plugins[0].parameters.path",
+        ),
+        (
+            [{"name": "m", "type": "metrics-data-source", "parameters": {"bogus": 1}}],
+            "plugins[0].parameters.bogus",
+        ),
+        (
+            [
+                {"name": "m", "type": "metrics-data-source"},
+                {
+                    "name": "c",
+                    "type": "core-metrics-extractor",
+                    "parameters": {"engineConfigs": [{"name": "vllm", "kvUsageSpec": "9"}]},
+                },
+            ],
+            "plugins[1].parameters.engineConfigs[0].kvUsageSpec",
+        ),
+    ],
+)
+def test_plugin_parameter_errors_name_the_plugin_entry(plugins: list[Any], location: str) -> None:
+    section = {
+        "sources": [
+            {
+                "pluginRef": "m",
+                "extractors": [{"pluginRef": "c" if len(plugins) > 1 else "core-metrics-extractor"}],
+            }
+        ]
+    }
+    with pytest.raises(DataLayerConfigError) as err:
+        validate_datalayer_section(section, plugins)
+    assert err.value.location == location
+
+
+def test_factories_validate_parameters() -> None:
+    factory = plugin_factories()["models-data-source"]
+    assert factory("m", {"interval": "500ms"}, None).parameters == {"interval": 0.5}
+    with pytest.raises(DataLayerConfigError, match="positive duration"):
+        factory("m", {"interval": "soon"}, None)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [(5, 5.0), ("5s", 5.0), ("250ms", 0.25), ("1m", 60.0), (0.5, 0.5)]
+)
+def test_parse_duration(value: object, seconds: float) -> None:
+    assert parse_duration(value, "x") == seconds
+
+
+@pytest.mark.parametrize("value", [0, -1, "5", "abc", True, "0s", None])
+def test_parse_duration_rejects(value: object) -> None:
+    with pytest.raises(DataLayerConfigError):
+        parse_duration(value, "x")
