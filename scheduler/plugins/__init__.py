@@ -73,6 +73,7 @@ def register_builtin(registry: Registry) -> None:
     registry.register("header-based-testing-filter", header_testing.factory)
     registry.register("prefill-filter", roles.prefill_factory)
     registry.register("decode-filter", roles.decode_factory)
+    registry.register("encode-filter", roles.encode_factory)
     registry.register("least-queue-filter", legacy.least_queue_factory)
     registry.register("least-kv-cache-filter", legacy.least_kv_factory)
     registry.register("low-queue-filter", legacy.low_queue_factory)

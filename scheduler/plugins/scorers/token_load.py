@@ -15,8 +15,8 @@ Accounting follows ``active-request-scorer``: counted against the primary endpoi
 ``on_dispatched`` (once per request id), moved to the served endpoint when the proxy reports a
 fallback served, removed on ``on_completed`` (idempotent) or after ``requestTimeout``.
 
-Parameters: ``threshold`` (int >= 1, default 4,194,304 tokens); ``requestTimeout`` (duration,
-default ``"2m"``).
+Parameters: ``queueThresholdTokens`` (llm-d's name; alias ``threshold``; int >= 1, default
+4,194,304 tokens); ``requestTimeout`` (duration, default ``"2m"``).
 """
 
 from __future__ import annotations
@@ -32,15 +32,27 @@ from scheduler.plugins.scorers.active_request import SERVED_ENDPOINT_HEADER
 from scheduler.plugins.scorers.inflight import InflightTracker, dispatch_targets
 from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
 
-__all__ = ["TokenLoadParams", "TokenLoadScorer", "factory"]
+__all__ = ["DEFAULT_THRESHOLD", "TokenLoadParams", "TokenLoadScorer", "factory"]
 
 _SSE_EVENT = b"data:"
 
 
+DEFAULT_THRESHOLD = 4_194_304
+
+
 @dataclass(frozen=True, slots=True)
 class TokenLoadParams:
-    threshold: int = param(4_194_304, ge=1)
+    queue_threshold_tokens: int | None = param(None, ge=1)
+    threshold: int | None = param(None, ge=1)
     request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
+
+    def __post_init__(self) -> None:
+        if self.queue_threshold_tokens is not None and self.threshold is not None:
+            raise ValueError("give queueThresholdTokens or its alias threshold, not both")
+
+    @property
+    def effective_threshold(self) -> int:
+        return self.queue_threshold_tokens or self.threshold or DEFAULT_THRESHOLD
 
 
 class TokenLoadScorer(PluginBase):
@@ -49,7 +61,7 @@ class TokenLoadScorer(PluginBase):
     def __init__(self, name: str, clock: Callable[[], float], params: TokenLoadParams | None = None) -> None:
         super().__init__(name)
         self.params = params = params or TokenLoadParams()
-        self._threshold = params.threshold
+        self._threshold = params.effective_threshold
         self.tracker = InflightTracker(clock, params.request_timeout)
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:

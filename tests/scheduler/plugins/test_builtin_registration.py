@@ -34,6 +34,7 @@ TYPES = [
     "low-queue-filter",
     "lora-affinity-filter",
     "by-label-selector",
+    "encode-filter",
 ]
 
 

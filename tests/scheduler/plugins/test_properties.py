@@ -53,6 +53,7 @@ FILTERS: dict[str, dict[str, Any]] = {
     "header-based-testing-filter": {},
     "prefill-filter": {},
     "decode-filter": {},
+    "encode-filter": {},
     "utilization-detector": {},
     "concurrency-detector": {"maxConcurrency": 2},
     "kv-headroom-filter": {},

@@ -1,31 +1,32 @@
 import pytest
 
 from scheduler.cycle_state import CycleState
-from scheduler.plugins.filters.roles import ROLE_LABEL, DecodeFilter, PrefillFilter
+from scheduler.plugins.filters.roles import ROLE_LABEL, DecodeFilter, EncodeFilter, PrefillFilter
 from scheduler.types import Endpoint, LLMRequest
 
 REQ = LLMRequest(request_id="r", model="m", target_model="m")
 
 
 @pytest.mark.parametrize(
-    ("role", "prefill", "decode"),
+    ("role", "prefill", "decode", "encode"),
     [
-        ("prefill", True, False),
-        ("decode", False, True),
-        ("prefill-decode", True, True),
-        ("both", True, True),
-        ("encode-prefill", True, False),
-        ("encode-prefill-decode", True, True),
-        ("encode", False, False),
-        ("Decode", False, False),
-        ("", False, False),
-        (None, False, True),
+        ("prefill", True, False, False),
+        ("decode", False, True, False),
+        ("prefill-decode", True, True, False),
+        ("both", True, True, False),
+        ("encode-prefill", True, False, True),
+        ("encode-prefill-decode", True, True, True),
+        ("encode", False, False, True),
+        ("Decode", False, False, False),
+        ("", False, False, False),
+        (None, False, True, False),
     ],
 )
-def test_roles(role: str | None, prefill: bool, decode: bool) -> None:
+def test_roles(role: str | None, prefill: bool, decode: bool, encode: bool) -> None:
     endpoint = Endpoint("10.0.0.1:8000", labels={} if role is None else {ROLE_LABEL: role})
     assert bool(PrefillFilter("p").filter(CycleState(), REQ, [endpoint])) is prefill
     assert bool(DecodeFilter("d").filter(CycleState(), REQ, [endpoint])) is decode
+    assert bool(EncodeFilter("e").filter(CycleState(), REQ, [endpoint])) is encode
 
 
 def test_order_and_reason() -> None:

@@ -51,3 +51,44 @@ def test_response_sets_token_for_served_endpoint() -> None:
     }
     empty = SchedulingResult("d", (), {})
     assert s.response_headers(req({}), empty, None) == {}
+
+
+def test_header_name_and_profile_name() -> None:
+    from scheduler.handle import PluginHandle
+    from scheduler.plugins.scorers.session_affinity import SessionAffinityParams, factory
+
+    s = factory("s", {"headerName": "X-Session-Token-Prefill", "profileName": "prefill"}, PluginHandle())
+    assert isinstance(s, SessionAffinityScorer)
+    assert s.params == SessionAffinityParams("x-session-token-prefill", "prefill")
+    token = {"x-session-token-prefill": encode_token(EPS[2].address)}
+    assert s.score(CycleState(), req(token), EPS) == [0.0, 0.0, 1.0]
+    result = SchedulingResult(
+        "decode",
+        (EPS[0],),
+        {
+            "decode": ProfileResult("decode", (ScoredEndpoint(EPS[0], 1),)),
+            "prefill": ProfileResult("prefill", (ScoredEndpoint(EPS[2], 1),)),
+        },
+    )
+    assert s.response_headers(req({}), result, EPS[0].address) == {
+        "x-session-token-prefill": encode_token(EPS[2].address)
+    }
+    decode_only = SchedulingResult("decode", (EPS[0],), {"decode": result.profile_results["decode"]})
+    assert s.response_headers(req({}), decode_only, None) == {}
+
+
+@pytest.mark.parametrize(
+    ("parameters", "key"),
+    [
+        ({"algorithm": "session_id_header"}, "algorithm"),
+        ({"headerName": ""}, "headerName"),
+        ({"headerName": 5}, "headerName"),
+    ],
+)
+def test_bad_parameters(parameters: dict[str, object], key: str) -> None:
+    from scheduler.errors import ConfigError
+    from scheduler.handle import PluginHandle
+    from scheduler.plugins.scorers.session_affinity import factory
+
+    with pytest.raises(ConfigError, match=f"parameters.{key}"):
+        factory("s", parameters, PluginHandle())

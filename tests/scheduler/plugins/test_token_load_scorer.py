@@ -28,7 +28,7 @@ def routed(*endpoints: Endpoint) -> SchedulingResult:
 
 
 def scorer(threshold: int = 100) -> TokenLoadScorer:
-    return TokenLoadScorer("t", lambda: 0.0, TokenLoadParams(threshold=threshold))
+    return TokenLoadScorer("t", lambda: 0.0, TokenLoadParams(queue_threshold_tokens=threshold))
 
 
 @pytest.mark.parametrize(
@@ -79,6 +79,12 @@ def test_fallback_served_moves_tokens() -> None:
 
 def test_parameters() -> None:
     s = factory("t", {}, PluginHandle())
-    assert isinstance(s, TokenLoadScorer) and s.params == TokenLoadParams(4_194_304, 120.0)
-    with pytest.raises(ConfigError, match="threshold"):
-        factory("t", {"threshold": 0}, PluginHandle())
+    assert isinstance(s, TokenLoadScorer) and s.params == TokenLoadParams(None, None, 120.0)
+    assert s.params.effective_threshold == 4_194_304
+    for key in ("queueThresholdTokens", "threshold"):
+        t = factory("t", {key: 1000}, PluginHandle())
+        assert isinstance(t, TokenLoadScorer) and t.params.effective_threshold == 1000
+        with pytest.raises(ConfigError, match=key):
+            factory("t", {key: 0}, PluginHandle())
+    with pytest.raises(ConfigError, match="not both"):
+        factory("t", {"threshold": 5, "queueThresholdTokens": 5}, PluginHandle())
