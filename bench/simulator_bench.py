@@ -12,6 +12,8 @@ Scenarios:
   request runs at once, so the model's inter-token gap is ``12 ms x 2.0`` (full load factor). The
   simulator *keeps up* when the measured mean inter-token gap stays close to that (fidelity ~1.0).
 * ``max``: zero latencies (TTFT 0, ITL 0): raw capacity of the process, requests/s and tokens/s.
+* ``metrics``: time to render one ``/metrics`` body, ours vs ``prometheus_client.generate_latest`` on a
+  registry holding the same families (no servers started).
 
 Reported per scenario: requests/s, streamed tokens/s, client TTFT p50/p99, mean inter-token gap and
 its p99 (per-request means), the model's gap, fidelity, errors, and CPU (cores) of the simulator and
@@ -38,7 +40,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-__all__ = ["ScenarioResult", "main", "run_scenario"]
+__all__ = ["ScenarioResult", "main", "run_scenario", "time_metrics_render"]
 
 MODEL = "sim-bench"
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -247,6 +249,50 @@ def _uvloop_run() -> Callable[[Coroutine[Any, Any, _Stats]], _Stats]:
     return uvloop.run
 
 
+def time_metrics_render(iterations: int = 2000) -> tuple[float, float]:
+    """Seconds per ``/metrics`` body: our hand renderer vs prometheus_client with the same families."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    from simulator.config import SimConfig
+    from simulator.engine import Engine
+    from simulator.metrics import render_metrics
+    from simulator.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
+
+    engine = Engine(SimConfig(max_num_seqs=16, inter_token_latency=0.01))
+    for i in range(100):
+        seq = engine.submit(str(i), list(range(i, i + 50)), 10, 0.0)
+        engine.schedule(0.0)
+        engine.inter_token()
+        engine.finish(seq, 1.0, "length", 10)
+    t0 = time.perf_counter()
+    for _ in range(iterations):
+        render_metrics(engine)
+    ours = (time.perf_counter() - t0) / iterations
+    reg, m = CollectorRegistry(), ["model_name"]
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
+        Gauge(name, "h", m, registry=reg).labels("m").set(1)
+    Gauge("vllm:cache_config_info", "h", [*m, "block_size", "num_gpu_blocks"], registry=reg).labels(
+        "m", "16", "1024"
+    ).set(1)
+    labels = [*m, "max_lora", "running_lora_adapters", "waiting_lora_adapters"]
+    Gauge("vllm:lora_requests_info", "h", labels, registry=reg).labels("m", "1", "", "").set(time.time())
+    for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:prompt_tokens",
+                 "vllm:generation_tokens"):  # fmt: skip
+        Counter(name, "h", m, registry=reg).labels("m").inc(5)
+    success = Counter("vllm:request_success", "h", [*m, "finish_reason"], registry=reg)
+    for reason in ("stop", "length", "abort"):
+        success.labels("m", reason).inc()
+    for name, buckets in (("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
+                          ("vllm:inter_token_latency_seconds", ITL_BUCKETS),
+                          ("vllm:e2e_request_latency_seconds", E2E_BUCKETS),
+                          ("vllm:request_queue_time_seconds", E2E_BUCKETS)):  # fmt: skip
+        Histogram(name, "h", m, buckets=buckets, registry=reg).labels("m").observe(0.1)
+    t0 = time.perf_counter()
+    for _ in range(iterations):
+        generate_latest(reg)
+    return ours, (time.perf_counter() - t0) / iterations
+
+
 def _table(results: Sequence[ScenarioResult]) -> str:
     head = ("| scenario | servers x conc | req/s | tokens/s | TTFT p50/p99 ms | ITL mean/p99 ms (model) "
             "| fidelity | errors | CPU sim/client |\n|---|---|---|---|---|---|---|---|---|\n")  # fmt: skip
@@ -266,11 +312,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=64, help="streams in flight per server (default 64)")
     p.add_argument("--seconds", type=float, default=10.0, help="measured window per scenario (default 10)")
     p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
-    p.add_argument("--scenario", choices=("realtime", "max", "both"), default="both")
+    p.add_argument("--scenario", choices=("realtime", "max", "both", "metrics"), default="both",
+                   help="realtime, max, both (default) or metrics (render cost only)")  # fmt: skip
     p.add_argument("--json", help="also write the results as JSON to this file")
     args = p.parse_args(argv)
     if args.servers < 1 or args.concurrency < 1 or args.seconds <= 0 or args.max_tokens < 2:
         p.error("--servers, --concurrency >= 1, --seconds > 0, --max-tokens >= 2")
+    if args.scenario == "metrics":
+        ours, theirs = time_metrics_render()
+        print(f"/metrics body: hand renderer {ours * 1e6:.1f} us, prometheus_client {theirs * 1e6:.1f} us "
+              f"({theirs / ours:.1f}x)")  # fmt: skip
+        return 0
     scenarios = ("realtime", "max") if args.scenario == "both" else (args.scenario,)
     results = []
     for sc in scenarios:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -24,9 +25,10 @@ from aiohttp import web
 
 from simulator.config import FAILURE_TYPES
 from simulator.embeddings import embedding_vector
-from simulator.engine import EngineError
+from simulator.engine import EngineError, Seq, SeqState
 from simulator.protocol import (
     ApiError,
+    GenerationRequest,
     chat_token_ids,
     parse_generation,
     parse_json,
@@ -41,6 +43,18 @@ if TYPE_CHECKING:
 __all__ = ["SimApi"]
 
 _JSON = "application/json"
+
+
+@dataclass(slots=True)
+class _Job:
+    """One generation request in flight: what to produce and how much was sent."""
+
+    req: GenerationRequest
+    request_id: str
+    counter: int
+    n_out: int
+    reason: str
+    emitted: int = 0
 
 
 def _json(payload: Any, status: int = 200) -> web.Response:
@@ -109,60 +123,65 @@ class SimApi:
         self._check_faults(request)
         req = parse_generation(parse_json(await request.read()), self.s.tokenizer, chat)
         lora = self._resolve(req.model)
-        cfg, engine, driver = self.s.config, self.s.engine, self.s.driver
+        cfg, driver = self.s.config, self.s.driver
         prompt_tokens = len(req.prompt_ids)
-        limit = req.max_tokens or max(
-            min(cfg.default_max_tokens, cfg.effective_max_model_len - prompt_tokens), 1
-        )
-        n_out = engine.output_length(limit, req.ignore_eos)
-        reason = "length" if n_out >= limit else "stop"
+        default_limit = min(cfg.default_max_tokens, cfg.effective_max_model_len - prompt_tokens)
+        limit = req.max_tokens or max(default_limit, 1)
+        n_out = self.s.engine.output_length(limit, req.ignore_eos)
         request_id, counter = self._next_id("chatcmpl" if chat else "cmpl")
+        job = _Job(req, request_id, counter, n_out, "length" if n_out >= limit else "stop")
         try:
-            seq = await driver.admit(request_id, req.prompt_ids, n_out, lora)
+            seq = await driver.admit(job.request_id, req.prompt_ids, n_out, lora)
         except EngineError as exc:
             raise ApiError(exc.status, str(exc), exc.error_type) from exc
-        created = int(time.time())
-        emitted = 0
         try:
-            if not req.stream:
-                await driver.wait_first_token(seq)
-                await driver.clock.sleep(driver.decode_time(seq))
-                emitted = n_out
-                body = completion_body(
-                    chat=chat,
-                    request_id=request_id,
-                    created=created,
-                    model=req.model,
-                    text=output_text(counter, n_out),
-                    finish_reason=reason,
-                    usage_=usage(prompt_tokens, n_out, seq.cached_tokens),
-                )
-                driver.finish(seq, reason, n_out)
-                return web.Response(body=body, content_type=_JSON)
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+            if req.stream:
+                return await self._stream(request, job, seq)
+            return await self._whole(job, seq)
+        finally:
+            if seq.state is not SeqState.FINISHED:  # cancelled, disconnected or failed
+                driver.abort(seq, job.emitted)
+
+    async def _whole(self, job: _Job, seq: Seq) -> web.Response:
+        driver = self.s.driver
+        await driver.wait_first_token(seq)
+        await driver.clock.sleep(driver.decode_time(seq))
+        job.emitted = job.n_out
+        body = completion_body(
+            chat=job.req.chat,
+            request_id=job.request_id,
+            created=int(time.time()),
+            model=job.req.model,
+            text=output_text(job.counter, job.n_out),
+            finish_reason=job.reason,
+            usage_=usage(seq.prompt_tokens, job.n_out, seq.cached_tokens),
+        )
+        driver.finish(seq, job.reason, job.n_out)
+        return web.Response(body=body, content_type=_JSON)
+
+    async def _stream(self, request: web.Request, job: _Job, seq: Seq) -> web.StreamResponse:
+        driver, req = self.s.driver, job.req
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        renderer = StreamRenderer(chat=req.chat, request_id=job.request_id, created=int(time.time()),
+                                  model=req.model, offset=job.counter)  # fmt: skip
+        try:
             await resp.prepare(request)
-            renderer = StreamRenderer(chat=chat, request_id=request_id, created=created, model=req.model,
-                                      offset=counter)  # fmt: skip
             head = renderer.first()
             async for count in driver.pace(seq):
-                frames = renderer.tokens(emitted, count, n_out, reason)
-                emitted += count
+                frames = renderer.tokens(job.emitted, count, job.n_out, job.reason)
+                job.emitted += count
                 if head:
                     frames, head = head + frames, b""
                 await resp.write(frames)
-            tail = (
-                renderer.usage_frame(usage(prompt_tokens, n_out, seq.cached_tokens))
-                if req.include_usage
-                else b""
-            )
-            driver.finish(seq, reason, n_out)
+            tail = b""
+            if req.include_usage:
+                tail = renderer.usage_frame(usage(seq.prompt_tokens, job.n_out, seq.cached_tokens))
+            driver.finish(seq, job.reason, job.n_out)
             await resp.write(tail + DONE)
             await resp.write_eof()
-            return resp
-        except BaseException:
-            if seq.state.value != "finished":
-                driver.abort(seq, emitted)
-            raise
+        except ConnectionResetError:
+            pass  # the client went away; the caller aborts the sequence if it was still running
+        return resp
 
     async def embeddings(self, request: web.Request) -> web.Response:
         self._check_faults(request)

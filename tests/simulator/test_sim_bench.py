@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.simulator_bench import main, run_scenario
+from bench.simulator_bench import main, run_scenario, time_metrics_render
 
 pytestmark = pytest.mark.e2e
 
@@ -21,3 +21,8 @@ def test_bad_arguments_exit_2() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--servers", "0"])
     assert exc.value.code == 2
+
+
+def test_metrics_render_timing_runs() -> None:
+    ours, theirs = time_metrics_render(iterations=5)
+    assert ours > 0 and theirs > 0

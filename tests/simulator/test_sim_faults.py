@@ -120,3 +120,26 @@ async def test_client_disconnect_aborts_the_request() -> None:
             assert srv.engine.stats.success["abort"] == 1
     finally:
         await srv.stop()
+
+
+async def test_stream_disconnect_aborts_and_counts_sent_tokens() -> None:
+    srv = SimServer(sim_config(time_scale=1.0), OfflineTokenizer())
+    await srv.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            body = {"model": MODEL, "prompt": "bye", "max_tokens": 500, "ignore_eos": True, "stream": True}
+            resp = await http.post(srv.url + "/v1/completions", data=orjson.dumps(body))
+            await resp.content.readuntil(b"\n\n")
+            await resp.content.readuntil(b"\n\n")
+            resp.close()  # drop the connection mid-stream
+            for _ in range(200):
+                if srv.engine.num_running == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert srv.engine.num_running == 0 and srv.engine.kv.usage == 0.0
+            assert srv.engine.stats.success["abort"] == 1
+            assert 2 <= srv.engine.stats.generation_tokens < 500
+            async with http.get(srv.url + "/health") as r:  # the server carries on
+                assert r.status == 200
+    finally:
+        await srv.stop()
