@@ -1,12 +1,13 @@
 """Response-path state of one dispatched request (used by :class:`~epp.protocol.session.Session`).
 
-Per chunk the work is: one substring search for ``"usage"`` (SSE), an optional ``bytes.replace`` when
-the model name was rewritten, and appending a reference to a list (non-streamed bodies, bounded by
-``capture_limit``). JSON is decoded once at the end of the response.
+Per chunk the work is: appending a reference to a bounded container, and an optional
+``bytes.replace`` when the model name was rewritten. JSON is decoded once, at the end of the response.
 
-* Streaming (``text/event-stream``): chunks are forwarded at once. The last chunk containing a
-  non-null ``"usage"`` is kept with its predecessor (the ``data:`` line may start there) and the
-  chunks after it up to 64 KiB (the line may continue there); they are parsed at the end.
+* Streaming (``text/event-stream``): chunks are forwarded at once; references to the last
+  :data:`SSE_WINDOW` chunks are kept (a deque with ``maxlen``). Model servers send usage in the last
+  event before ``[DONE]`` (``include_usage``) or in every event (``continuous_usage_stats``), so at the
+  end the window is joined and its ``data:`` lines are read from the last one backwards until one
+  carries a non-null usage. An event split over up to ``SSE_WINDOW - 1`` proxy chunks is still read.
 * Non-streamed: chunks are forwarded at once and a reference kept (up to ``capture_limit`` bytes)
   to parse the usage at the end. When the model name must be rewritten back the body is held
   until complete, rewritten as JSON, and then sent (its ``content-length`` is removed from the
@@ -15,15 +16,16 @@ the model name was rewritten, and appending a reference to a list (non-streamed 
 
 from __future__ import annotations
 
+from collections import deque
+
 import orjson
 
-from epp.protocol.usage import USAGE_MARKER, rewrite_model_bytes, usage_from_json, usage_from_sse
+from epp.protocol.usage import rewrite_model_bytes, usage_from_json, usage_from_sse
 from scheduler.types import Usage
 
-__all__ = ["ResponseState"]
+__all__ = ["SSE_WINDOW", "ResponseState"]
 
-_NULL_USAGE = (b'"usage":null', b'"usage": null')
-_SSE_TAIL_LIMIT = 64 * 1024
+SSE_WINDOW = 16
 
 
 class ResponseState:
@@ -35,9 +37,7 @@ class ResponseState:
         "_held",
         "_new_model",
         "_old_model",
-        "_prev",
-        "_tail",
-        "_tail_bytes",
+        "_recent",
         "capture_limit",
         "chunks",
         "status",
@@ -69,9 +69,9 @@ class ResponseState:
         self._captured: list[bytes] = []
         self._captured_bytes = 0
         self._held: list[bytes] | None = [] if self._old_model and hold and not streaming else None
-        self._prev = b""
-        self._tail: list[bytes] | None = None
-        self._tail_bytes = 0
+        self._recent: deque[bytes] | None = (
+            deque(maxlen=SSE_WINDOW) if streaming and self.capture_limit else None
+        )
 
     @property
     def rewrites(self) -> bool:
@@ -89,24 +89,14 @@ class ResponseState:
         if self._held is not None:
             self._held.append(data)
             return None
-        if self.streaming:
-            if self.capture_limit:
-                self._track_sse(data)
-        elif self._captured_bytes < self.capture_limit:
+        if self._recent is not None:
+            self._recent.append(data)
+        elif not self.streaming and self._captured_bytes < self.capture_limit:
             self._captured.append(data)
             self._captured_bytes += len(data)
         if self._old_model:
             return rewrite_model_bytes(data, self._old_model, self._new_model)
         return data
-
-    def _track_sse(self, data: bytes) -> None:
-        if USAGE_MARKER in data and not any(m in data for m in _NULL_USAGE):
-            self._tail = [self._prev, data]
-            self._tail_bytes = len(data)
-        elif self._tail is not None and self._tail_bytes < _SSE_TAIL_LIMIT:
-            self._tail.append(data)
-            self._tail_bytes += len(data)
-        self._prev = data
 
     def finish(self) -> bytes | None:
         """End of the body: the held body to send now (rewritten), or None when nothing was held."""
@@ -129,8 +119,8 @@ class ResponseState:
         """The usage reported by the model server (zeros when it reported none)."""
         found: Usage | None = None
         if self.streaming:
-            if self._tail is not None:
-                found = usage_from_sse(b"".join(self._tail))
+            if self._recent:
+                found = usage_from_sse(b"".join(self._recent))
         elif self._captured and self._captured_bytes <= self.capture_limit:
             found = usage_from_json(b"".join(self._captured))
         return found if found is not None else Usage()

@@ -8,8 +8,8 @@ SSE bodies: every ``data:`` line holding a JSON object whose ``usage`` is non-nu
 The **last** such object wins: with ``stream_options.include_usage`` only the final chunk carries usage
 (so last == first), and with ``continuous_usage_stats`` the last one is the complete count.
 
-The per-chunk cost is kept to one substring search (:data:`USAGE_MARKER`); JSON is decoded once, at the
-end, from the few chunks that may hold usage (see :class:`~epp.protocol.response.ResponseState`).
+Nothing is decoded per chunk: the response state keeps the last few SSE chunks and decodes their last
+usage report once, at the end (see :class:`~epp.protocol.response.ResponseState`).
 """
 
 from __future__ import annotations
@@ -60,9 +60,11 @@ def usage_from_json(body: bytes) -> Usage | None:
 
 
 def usage_from_sse(data: bytes) -> Usage | None:
-    """Usage from SSE text: the last ``data:`` JSON object with a non-null usage (None if none)."""
-    found: Usage | None = None
-    for line in data.split(b"\n"):
+    """Usage from SSE text: the last ``data:`` JSON object with a non-null usage (None if none).
+
+    Lines are read from the end, so only the events after the last usage report are decoded.
+    """
+    for line in reversed(data.split(b"\n")):
         line = line.strip()
         if not line.startswith(b"data:") or USAGE_MARKER not in line:
             continue
@@ -71,8 +73,8 @@ def usage_from_sse(data: bytes) -> Usage | None:
             continue
         usage = usage_from_json(payload)
         if usage is not None:
-            found = usage
-    return found
+            return usage
+    return None
 
 
 def rewrite_model_bytes(data: bytes, old: bytes, new: bytes) -> bytes:
