@@ -1,25 +1,36 @@
-"""``prefix-cache-affinity-filter``: keep the endpoints that hold most of the prompt's prefix.
+"""``prefix-cache-affinity-filter`` (llm-d): keep the endpoints that hold most of the prompt's prefix.
 
-Reads the cycle's prefix match (``prefix-cache-scorer``). Keeps endpoints whose prefix score
-(``matched_blocks / total_blocks``) is at least ``affinityThreshold``, so that the scorers after it
-balance load only among cache-warm endpoints. Everything is kept (no filtering) when:
+Reads the cycle's prefix match (``prefix-cache-scorer``). Keeps the *sticky* endpoints, those whose
+prefix score (``matched_blocks / total_blocks``) is at least ``affinityThreshold``, so that the
+scorers after it balance load only among cache-warm endpoints. Everything is kept when:
 
-* no endpoint reaches the threshold, the prompt has no full block, or no prefix match exists;
-* the request is an *exploration* request, with probability ``explorationProbability``: this lets
-  other endpoints warm up for a hot prefix instead of one endpoint owning it forever.
+* no endpoint is sticky, the prompt has no full block, or no prefix match exists;
+* the request is an *exploration* request, with probability ``explorationProbability``: other
+  endpoints warm up for a hot prefix instead of one endpoint owning it forever. Decided per request
+  id by a seeded hash (``xxh64(request_id, seed) / 2**64 < p``, the seed drawn once from the
+  plugin's random source), so the filter stays pure and runs are reproducible under a seed;
+* the TTFT load gate breaks stickiness: with estimated time to first token per endpoint ::
 
-Exploration is decided per request id by a seeded hash (``xxh64(request_id, seed) / 2**64 < p``,
-the seed drawn once from the plugin's random source), so the filter stays pure and deterministic:
-the same request always gets the same answer, and runs are reproducible under a scheduler seed.
+      ttft(e) = (inflight_tokens(e) + uncached_prompt_tokens(e)) / peakPrefillThroughput * 1000  [ms]
 
-Parameters: ``affinityThreshold`` (0 < x <= 1, default 0.80), ``explorationProbability``
-(0 <= p <= 1, default 0.01). Order kept.
+  if ``min(ttft over sticky) - min(ttft over the others) > maxTTFTPenaltyMs`` the sticky endpoints
+  are overloaded and every endpoint is kept (``maxTTFTPenaltyMs: 0`` disables the gate).
+  ``inflight_tokens`` is this plugin's own accounting (prompt token estimates of requests dispatched
+  to the endpoint, as the first target of any routed profile, until completion or
+  ``requestTimeout``); ``uncached_prompt_tokens`` is the request's prompt tokens minus those the
+  endpoint holds according to the prefix match.
+
+Parameters (llm-d names): ``affinityThreshold`` (0 < x <= 1, default 0.80),
+``explorationProbability`` (0 <= p <= 1, default 0.01; llm-d's default is 0), ``maxTTFTPenaltyMs``
+(>= 0, default 18000), ``peakPrefillThroughput`` (tokens/s > 0, default 15928, llm-d's H100
+calibration), ``ttftSource`` (only ``prefillThroughput``), ``requestTimeout`` (duration, ``"2m"``).
+Order kept.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import xxhash
@@ -27,8 +38,12 @@ import xxhash
 from scheduler.cycle_state import CycleState
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.prefix.match import prefix_match
-from scheduler.types import EndpointView, LLMRequest
+from scheduler.plugins.filters.kv_headroom import prompt_tokens
+from scheduler.plugins.prefix.match import PrefixMatch, prefix_match
+from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
+from scheduler.plugins.scorers.active_request import SERVED_ENDPOINT_HEADER
+from scheduler.plugins.scorers.inflight import InflightTracker, dispatch_targets
+from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
 
 __all__ = ["PrefixAffinityFilter", "PrefixAffinityParams", "factory"]
 
@@ -39,21 +54,39 @@ _TWO_64 = float(2**64)
 class PrefixAffinityParams:
     affinity_threshold: float = param(0.80, gt=0, le=1)
     exploration_probability: float = param(0.01, ge=0, le=1)
+    max_ttft_penalty_ms: float = param(18000.0, ge=0, key="maxTTFTPenaltyMs")
+    peak_prefill_throughput: float = param(15928.0, gt=0)
+    ttft_source: str = param("prefillThroughput", choices=("prefillThroughput",), key="ttftSource")
+    request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
 
 
 class PrefixAffinityFilter(PluginBase):
     plugin_type = "prefix-cache-affinity-filter"
 
-    def __init__(self, name: str, rng: random.Random, params: PrefixAffinityParams | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        rng: random.Random,
+        clock: Callable[[], float],
+        params: PrefixAffinityParams | None = None,
+    ) -> None:
         super().__init__(name)
         self.params = params = params or PrefixAffinityParams()
         self._threshold = params.affinity_threshold
         self._explore = params.exploration_probability
+        self._penalty_ms = params.max_ttft_penalty_ms
+        self._ms_per_token = 1000.0 / params.peak_prefill_throughput
         self._seed = rng.getrandbits(64)
+        self.tracker = InflightTracker(clock, params.request_timeout)
 
     def explores(self, request: LLMRequest) -> bool:
         """Whether ``request`` is an exploration request (skips the filter)."""
         return xxhash.xxh64_intdigest(request.request_id.encode(), self._seed) / _TWO_64 < self._explore
+
+    def ttft_ms(self, request: LLMRequest, endpoint: EndpointView, match: PrefixMatch) -> float:
+        """Estimated time to first token on ``endpoint`` (ms), from in-flight and uncached tokens."""
+        uncached = max(0, prompt_tokens(request) - match.cached_tokens(endpoint.address))
+        return (self.tracker.tokens(endpoint.address) + uncached) * self._ms_per_token
 
     def filter(
         self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
@@ -62,17 +95,43 @@ class PrefixAffinityFilter(PluginBase):
         if match is None or not match.hashes or self.explores(request):
             return endpoints
         threshold = self._threshold
-        kept = [e for e in endpoints if match.score(e.address) >= threshold]
-        return kept or endpoints
+        sticky = [e for e in endpoints if match.score(e.address) >= threshold]
+        if not sticky or len(sticky) == len(endpoints):
+            return endpoints
+        if self._penalty_ms > 0.0:
+            best_sticky = min(self.ttft_ms(request, e, match) for e in sticky)
+            best_other = min(
+                self.ttft_ms(request, e, match) for e in endpoints if match.score(e.address) < threshold
+            )
+            if best_sticky - best_other > self._penalty_ms:
+                return endpoints
+        return sticky
 
     def reason(self, cycle: CycleState, request: LLMRequest, endpoint: EndpointView) -> str:
         match = prefix_match(cycle)
         score = match.score(endpoint.address) if match is not None else 0.0
         return f"prefix score {score:.2f} < affinityThreshold {self._threshold:.2f}"
 
+    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
+        targets = dispatch_targets(result, every_profile=True)
+        self.tracker.dispatch(request.request_id, targets, prompt_tokens(request))
+
+    def on_response_headers(
+        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
+    ) -> None:
+        served = headers.get(SERVED_ENDPOINT_HEADER)
+        if served:
+            self.tracker.move(request.request_id, served)
+
+    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
+        self.tracker.complete(request.request_id)
+
+    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
+        self.tracker.forget(addresses)
+
 
 factory = factory_with_params(
     PrefixAffinityFilter.plugin_type,
     PrefixAffinityParams,
-    lambda name, params, handle: PrefixAffinityFilter(name, handle.rng(name), params),
+    lambda name, params, handle: PrefixAffinityFilter(name, handle.rng(name), handle.clock, params),
 )
