@@ -15,18 +15,24 @@ requests only, with the primary endpoint and the prefill endpoint of the ``prefi
 ``score`` remembers which request ids were cold (a bounded map, read once by ``on_dispatched``);
 this does not affect any score, so scoring stays deterministic.
 
-Parameters: ``lruSize`` (int >= 1, default 1024), ``prefillProfile`` (default ``"prefill"``).
+Parameters: ``lruSize`` (int >= 1, default 1024), ``prefillProfile`` (default ``"prefill"``),
+``prefixPluginName`` (llm-d's; optional: when given it must name a ``prefix-cache-scorer`` declared
+before this plugin. The match read is always the cycle's published one, i.e. that of the first
+prefix-cache-scorer, which is the named one in every configuration with a single prefix scorer).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.cycle_state import CycleState
-from scheduler.params import param
-from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.errors import ConfigError
+from scheduler.interfaces import Handle, Plugin
+from scheduler.params import param, parse_params, plugin_location
+from scheduler.plugins.base import PluginBase
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
@@ -40,6 +46,7 @@ _COLD_LIMIT = 4096  # cold request ids kept between score and on_dispatched
 class NoHitLruParams:
     lru_size: int = param(1024, ge=1, key="lruSize")
     prefill_profile: str = "prefill"
+    prefix_plugin_name: str | None = None
 
 
 class NoHitLruScorer(PluginBase):
@@ -97,6 +104,21 @@ class NoHitLruScorer(PluginBase):
             self._last_used.popitem(last=False)
 
 
-factory = factory_with_params(
-    NoHitLruScorer.plugin_type, NoHitLruParams, lambda name, params, handle: NoHitLruScorer(name, params)
-)
+def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> Plugin:
+    plugin_type = NoHitLruScorer.plugin_type
+    params = parse_params(NoHitLruParams, parameters, plugin_type, name)
+    ref = params.prefix_plugin_name
+    if ref is not None:
+        where = f"{plugin_location(plugin_type, name)}: parameters.prefixPluginName"
+        try:
+            target = handle.plugin(ref)
+        except KeyError:
+            raise ConfigError(
+                f"no plugin named {ref!r}: expected a prefix-cache-scorer declared before this plugin",
+                location=where,
+            ) from None
+        if target.plugin_type != "prefix-cache-scorer":
+            raise ConfigError(
+                f"plugin {ref!r} is a {target.plugin_type}, not a prefix-cache-scorer", location=where
+            )
+    return NoHitLruScorer(name, params)

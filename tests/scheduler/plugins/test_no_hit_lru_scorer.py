@@ -76,3 +76,21 @@ def test_lru_size_bounds_memory() -> None:
 
 def test_single_candidate() -> None:
     assert NoHitLruScorer("n").score(cycle(None), req(1), [A]) == [1.0]
+
+
+def test_prefix_plugin_name_parameter() -> None:
+    from scheduler.errors import ConfigError
+    from scheduler.handle import PluginHandle
+    from scheduler.plugins.prefix import scorer as prefix_scorer
+    from scheduler.plugins.scorers.no_hit_lru import factory
+    from scheduler.plugins.scorers.running_requests import RunningRequestsSizeScorer
+
+    handle = PluginHandle()
+    handle.add(prefix_scorer.factory("my-prefix", {}, handle))
+    handle.add(RunningRequestsSizeScorer("other"))
+    s = factory("n", {"prefixPluginName": "my-prefix", "lruSize": 8}, handle)
+    assert isinstance(s, NoHitLruScorer) and s.params == NoHitLruParams(8, "prefill", "my-prefix")
+    with pytest.raises(ConfigError, match="no plugin named 'missing'"):
+        factory("n", {"prefixPluginName": "missing"}, handle)
+    with pytest.raises(ConfigError, match="not a prefix-cache-scorer"):
+        factory("n", {"prefixPluginName": "other"}, handle)
