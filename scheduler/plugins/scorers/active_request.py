@@ -12,11 +12,14 @@ lifecycle hooks (not from scraped metrics, so it reacts within the same millisec
 
 Formula, with ``hi`` the largest count among the candidates::
 
-    score = (hi - count) / hi          # idle (count 0) -> 1.0; hi == 0 -> all 1.0
+    count <= idleThreshold  -> 1.0                                  # idle
+    otherwise               -> (hi - count) / hi * maxBusyScore
 
-i.e. min-max normalisation anchored at zero: the busiest candidate scores 0, idle ones 1.
+i.e. min-max normalisation anchored at zero: the busiest candidate scores 0, idle ones 1; a
+``maxBusyScore`` below 1 opens a gap between idle and merely less busy endpoints (llm-d).
 
-Parameters: ``requestTimeout`` (duration, default ``"2m"``, > 0).
+Parameters: ``requestTimeout`` (duration, default ``"2m"``, > 0), ``idleThreshold`` (int >= 0,
+default 0), ``maxBusyScore`` (0 <= x <= 1, default 1.0).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ SERVED_ENDPOINT_HEADER = "x-gateway-destination-endpoint-served"
 @dataclass(frozen=True, slots=True)
 class ActiveRequestParams:
     request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
+    idle_threshold: int = param(0, ge=0)
+    max_busy_score: float = param(1.0, ge=0, le=1)
 
 
 class ActiveRequestScorer(PluginBase):
@@ -50,6 +55,8 @@ class ActiveRequestScorer(PluginBase):
         super().__init__(name)
         self.params = params = params or ActiveRequestParams()
         self.tracker = InflightTracker(clock, params.request_timeout)
+        self._idle = params.idle_threshold
+        self._busy_max = params.max_busy_score
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         counts = self.tracker.request_counts
@@ -57,9 +64,11 @@ class ActiveRequestScorer(PluginBase):
             return [1.0] * len(endpoints)
         values = [counts.get(e.address, 0) for e in endpoints]
         hi = max(values, default=0)
-        if hi == 0:
+        idle = self._idle
+        if hi <= idle:
             return [1.0] * len(values)
-        return [(hi - v) / hi for v in values]
+        scale = self._busy_max / hi
+        return [1.0 if v <= idle else (hi - v) * scale for v in values]
 
     def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
         self.tracker.dispatch(request.request_id, dispatch_targets(result, every_profile=True))

@@ -94,6 +94,27 @@ def test_counts_every_routed_profile() -> None:
 def test_timeout_parameter() -> None:
     s = factory("a", {"requestTimeout": "30s"}, PluginHandle())
     assert isinstance(s, ActiveRequestScorer) and s.params == ActiveRequestParams(30.0)
+    for key, bad in (("idleThreshold", -1), ("maxBusyScore", 1.5)):
+        with pytest.raises(ConfigError, match=key):
+            factory("a", {key: bad}, PluginHandle())
     for bad in ("0s", "soon", -1):
         with pytest.raises(ConfigError, match="requestTimeout"):
             factory("a", {"requestTimeout": bad}, PluginHandle())
+
+
+@pytest.mark.parametrize(
+    ("idle", "max_busy", "expected"),
+    [
+        (0, 1.0, [0.0, 0.5, 1.0, 1.0]),
+        (0, 0.5, [0.0, 0.25, 1.0, 1.0]),  # gap between idle and busy
+        (1, 1.0, [0.0, 1.0, 1.0, 1.0]),  # one request still counts as idle
+        (2, 0.5, [1.0, 1.0, 1.0, 1.0]),
+    ],
+)
+def test_idle_threshold_and_max_busy_score(idle: int, max_busy: float, expected: list[float]) -> None:
+    s = ActiveRequestScorer(
+        "a", lambda: 0.0, ActiveRequestParams(idle_threshold=idle, max_busy_score=max_busy)
+    )
+    for n, i in enumerate([0, 0, 1]):
+        s.on_dispatched(req(n), routed(EPS[i]))
+    assert s.score(CycleState(), req(99), EPS) == pytest.approx(expected)
