@@ -13,7 +13,8 @@ Fault injection, in process or over HTTP (the admin endpoints are for tests and 
                                              and inference 503 (``true`` restores)
 ``await server.crash()``                     ``POST /admin/crash``: stop listening, drop every open
                                              connection, abort every request; the port refuses
-                                             connections until ``start()`` is called again
+                                             connections until ``start()`` is called again,
+                                             which restarts it with an empty engine
 ==========================================  =====================================================
 
 ``--startup-duration`` keeps the server unready for that many real seconds after ``start()``.
@@ -67,6 +68,7 @@ class SimServer:
         self.tokenizer = tokenizer
         self.engine = Engine(config, random.Random(config.seed), wall_clock)
         self.driver = EngineDriver(self.engine, clock or SimClock(config.time_scale))
+        self._crashed = False
         self.created = int(wall_clock())
         self.metrics_mode = "ok"
         self._wall = wall_clock
@@ -111,6 +113,10 @@ class SimServer:
         """Bind and serve; the server is ready after ``startup_duration`` seconds."""
         if self._runner is not None:
             raise RuntimeError(f"server on port {self._port} is already running")
+        if self._crashed:  # a restarted pod comes back with an empty engine (cold cache, no adapters loaded)
+            self._crashed = False
+            self.engine = Engine(self.config, random.Random(self.config.seed), self._wall)
+            self.driver = EngineDriver(self.engine, self.driver.clock)
         log = logging.getLogger("aiohttp.access") if self._access_log else None
         runner = web.AppRunner(self._app(), handler_cancellation=True, access_log=log, shutdown_timeout=1.0)
         await runner.setup()
@@ -136,6 +142,7 @@ class SimServer:
         runner, self._runner = self._runner, None
         if runner is None:
             return
+        self._crashed = True
         server = runner.server
         for site in list(runner.sites):
             await site.stop()

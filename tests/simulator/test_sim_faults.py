@@ -95,6 +95,11 @@ async def test_crash_drops_connections_and_refuses_new_ones() -> None:
             with pytest.raises(aiohttp.ClientConnectionError):
                 async with http.get(url + "/health") as r:
                     await r.read()
+            before = srv.engine
+            await srv.start()  # the pod restarts on the same port with a cold engine
+            assert srv.url == url and srv.engine is not before
+            async with http.post(url + "/v1/completions", data=orjson.dumps(BODY)) as r:
+                assert r.status == 200
     finally:
         await srv.stop()
 
