@@ -2,9 +2,10 @@
 
 Every ``ci/*-values.yaml`` of both charts is rendered; every object is validated (``_deploy_manifests``),
 the picker's rendered command line is parsed by the picker's own option parser, the plugin ConfigMap's
-files are loaded by the scheduler's configuration loader, and the standalone chart's Envoy config is
-checked by ``envoy --mode validate``. Then each values file's specific promises are checked (probes,
-RBAC, leader election, InferencePool wiring), and bad values must fail with a message naming the value.
+files are loaded by the picker's configuration loader (``epp check-config``), and the standalone
+chart's Envoy config is checked by ``envoy --mode validate``. Then each values file's specific
+promises are checked (probes, RBAC, leader election, InferencePool wiring), and bad values must fail
+with a message naming the value.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 from _deploy_manifests import by_kind, one, validate_object
 from conftest import NAMESPACE, HelmRenderError, Renderer
 
+from epp.cli import main as epp_main
 from epp.options import parse_options
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,23 +54,16 @@ def role_rules(objects: list[dict[str, Any]]) -> dict[str, set[str]]:
     return rules
 
 
-def check_plugin_config(text: str, name: str) -> None:
-    """Load one EndpointPickerConfig file with the picker's own loader (``epp check-config``)."""
-    try:
-        import scheduler.config.cli  # noqa: F401
-    except ImportError:
-        doc = yaml.safe_load(text)
-        assert doc["apiVersion"] == "inference.networking.x-k8s.io/v1alpha1", name
-        assert doc["kind"] == "EndpointPickerConfig", name
-        return
-    from epp.cli import main
-
-    path = Path(f"/tmp/pyepp-deploy-test-{name}")
+def check_plugin_config(text: str, path: Path) -> int:
+    """Load one EndpointPickerConfig file with the picker's own loader: ``epp check-config FILE``."""
     path.write_text(text)
-    try:
-        assert main(["check-config", str(path)]) == 0, f"{name} does not load:\n{text}"
-    finally:
-        path.unlink()
+    return epp_main(["check-config", str(path)])
+
+
+def test_check_config_rejects_a_bad_plugin_config(tmp_path: Path) -> None:
+    bad = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+    bad += "plugins:\n- type: no-such-plugin\n"
+    assert check_plugin_config(bad, tmp_path / "bad.yaml") != 0
 
 
 @pytest.mark.parametrize("chart", [POOL, STANDALONE], ids=lambda p: p.name)
@@ -93,7 +88,7 @@ def test_every_rendered_object_is_valid(values_file: Path, render: Renderer, tmp
     # Every plugin config file loads; --config-file names one of them.
     config_map = next(c for c in by_kind(objects, "ConfigMap") if "default-plugins.yaml" in c["data"])
     for name, text in config_map["data"].items():
-        check_plugin_config(text, name)
+        assert check_plugin_config(text, tmp_path / name) == 0, f"{name} does not load:\n{text}"
     config_file = next(a for a in epp["args"] if a.startswith("--config-file="))
     assert config_file.removeprefix("--config-file=/config/") in config_map["data"]
     if chart == STANDALONE:
