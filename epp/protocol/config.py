@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from epp.request.openai import OpenAIParser
 from epp.request.parser import RequestParser
+from scheduler.types import LLMRequest, SchedulingResult
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "DEFAULT_MAX_BODY_BYTES", "SessionConfig"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "DEFAULT_MAX_BODY_BYTES", "ResponseHeadersFn", "SessionConfig"]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_CHUNK_SIZE = 62_000  # some proxies cap streamed chunks at 64 KiB
+
+ResponseHeadersFn = Callable[[LLMRequest, SchedulingResult, str | None], Mapping[str, str]]
 
 
 def _no_priority(objective: str | None) -> int:
@@ -34,6 +37,10 @@ class SessionConfig:
     ``response_chunks`` makes the session emit a :class:`~epp.protocol.actions.ResponseChunk` per
     response body chunk (only needed when a plugin implements ``on_response_chunk``).
     ``usage_capture_bytes`` bounds the copy of a non-streamed response body kept to read its usage.
+    ``response_headers(request, result, served_endpoint_or_None) -> headers`` (optional) adds headers
+    to the client response when the model server's response headers arrive (e.g. the
+    session-affinity token of :class:`scheduler.plugins.scorers.session_affinity.ResponseHeadersProvider`
+    plugins). It must be pure and fast; an exception from it is logged and adds nothing.
     """
 
     parser: RequestParser = field(default_factory=OpenAIParser)
@@ -43,6 +50,7 @@ class SessionConfig:
     request_id_factory: Callable[[], str] = _new_request_id
     response_chunks: bool = False
     usage_capture_bytes: int = 4 * 1024 * 1024
+    response_headers: ResponseHeadersFn | None = None
 
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0:

@@ -35,7 +35,7 @@ message; protocol errors propagate.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import structlog
@@ -321,15 +321,27 @@ class Session:
         hold = self._response_mode != _STREAMED  # STREAMED answers every chunk: rewrite in place
         capture = self._config.usage_capture_bytes
         self._response = resp = ResponseState(status, streaming, self._rewrite, capture, hold)
-        mutation = None
-        if resp.rewrites and self._response_mode != _BUFFERED and CONTENT_LENGTH in headers:
-            mutation = m.header_mutation({}, [CONTENT_LENGTH])
+        rewritten = resp.rewrites and self._response_mode != _BUFFERED and CONTENT_LENGTH in headers
+        remove = [CONTENT_LENGTH] if rewritten else []
+        extra = self._extra_response_headers()
+        mutation = m.header_mutation(extra, remove) if extra or remove else None
         out: list[Action] = [ResponseStarted(self._request, self._result, status, streaming, headers)]
         self.state = State.RESPONDING
         if msg.response_headers.end_of_stream or self._response_mode == _NONE:
             out.extend(self._complete(None))
         out.append(Send(m.headers_response("response_headers", mutation)))
         return out
+
+    def _extra_response_headers(self) -> Mapping[str, str]:
+        provider = self._config.response_headers
+        if provider is None:
+            return {}
+        assert self._request is not None and self._result is not None
+        try:
+            return provider(self._request, self._result, self._served)
+        except Exception:
+            _log.exception("response header provider failed", request_id=self._request.request_id)
+            return {}
 
     def _on_response_body(self, msg: ProcessingRequest) -> list[Action]:
         resp = self._response

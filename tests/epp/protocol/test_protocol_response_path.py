@@ -336,3 +336,28 @@ def test_completed_precedes_the_sends_of_its_batch(path: str, monkeypatch: pytes
     kinds = [type(a).__name__ for a in out]
     assert kinds.count("Completed") == 1 and "Send" in kinds
     assert kinds.index("Completed") < kinds.index("Send")
+
+
+def test_response_headers_provider_adds_headers_with_served_endpoint() -> None:
+    calls: list[tuple[str, str | None]] = []
+
+    def provider(request: Any, result: Any, served: str | None) -> dict[str, str]:
+        calls.append((request.request_id, served))
+        return {"x-session-token": f"token-for-{served}"}
+
+    md = metadata({"envoy.lb": {"x-gateway-destination-endpoint-served": "10.0.0.2:8000"}})
+    s = dispatched(response_headers=provider)
+    (_, hdr) = s.receive(response_headers(200, md=md))
+    assert set_headers(hdr.response, "response_headers") == {"x-session-token": "token-for-10.0.0.2:8000"}
+    assert calls == [("rid-1", "10.0.0.2:8000")]
+
+
+def test_failing_response_headers_provider_adds_nothing() -> None:
+    def provider(request: Any, result: Any, served: str | None) -> dict[str, str]:
+        raise RuntimeError("plugin bug")
+
+    s = dispatched(response_headers=provider)
+    (_, hdr) = s.receive(response_headers(200))
+    assert not hdr.response.response_headers.response.HasField("header_mutation")
+    (done,) = completions(s.receive(response_body(b"{}", eos=True)))
+    assert done.outcome is Outcome.OK
