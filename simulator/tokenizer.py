@@ -12,6 +12,7 @@ dependency) so the simulator and an external load generator count tokens alike.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,31 +34,51 @@ class Tokenizer(Protocol):
     def encode(self, text: str) -> list[int]: ...
 
 
-class OfflineTokenizer:
-    """Regex word/punctuation split with hashed ids in ``[0, vocab_size)``."""
+class _PieceIds(dict[str, int]):
+    """Memo of piece -> id; a miss hashes the piece (so lookups run in C via ``map``)."""
 
-    __slots__ = ("_ids", "_vocab")
+    __slots__ = ("vocab",)
 
-    _MAX_MEMO = 1 << 20
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
 
-    def __init__(self, vocab_size: int = 128_000) -> None:
-        self._vocab = vocab_size
-        self._ids: dict[str, int] = {}  # memo of piece -> id (pure, so safe to cache)
-
-    def _id(self, piece: str) -> int:
-        if len(self._ids) >= self._MAX_MEMO:
-            self._ids.clear()
-        value = self._ids[piece] = xxhash.xxh32_intdigest(piece.encode()) % self._vocab
+    def __missing__(self, piece: str) -> int:
+        value = self[piece] = xxhash.xxh32_intdigest(piece.encode()) % self.vocab
         return value
 
+
+class OfflineTokenizer:
+    """Regex word/punctuation split with hashed ids in ``[0, vocab_size)``.
+
+    Two memos keep repeated work cheap: piece -> id (bounded at ~1M pieces) and the last
+    ``recent_texts`` texts -> ids (a router's render call followed by the request itself, repeated
+    prompts). Both are pure caches; :meth:`encode` always returns a fresh list.
+    """
+
+    __slots__ = ("_ids", "_recent", "_recent_max")
+
+    _MAX_PIECES = 1 << 20
+
+    def __init__(self, vocab_size: int = 128_000, recent_texts: int = 64) -> None:
+        self._ids = _PieceIds(vocab_size)
+        self._recent: OrderedDict[str, list[int]] = OrderedDict()
+        self._recent_max = recent_texts
+
     def encode(self, text: str) -> list[int]:
-        ids = self._ids
-        get = ids.get
-        out = []
-        for piece in _PIECE.findall(text):
-            value = get(piece)
-            out.append(value if value is not None else self._id(piece))
-        return out
+        recent = self._recent
+        hit = recent.get(text)
+        if hit is not None:
+            recent.move_to_end(text)
+            return list(hit)
+        if len(self._ids) >= self._MAX_PIECES:
+            self._ids.clear()
+        ids = list(map(self._ids.__getitem__, _PIECE.findall(text)))
+        if self._recent_max:
+            recent[text] = ids
+            if len(recent) > self._recent_max:
+                recent.popitem(last=False)
+        return list(ids)
 
 
 class HFTokenizer:

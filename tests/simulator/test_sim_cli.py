@@ -101,6 +101,8 @@ def test_offline_tokenizer_is_deterministic_and_splits_words_and_punctuation() -
     ids = tok.encode("Hello, world! Hello")
     assert len(ids) == 5 and ids[0] == ids[4] and ids[1] != ids[0]
     assert OfflineTokenizer().encode("Hello, world! Hello") == ids
+    ids.append(7)  # results are fresh lists: mutating one does not poison the text memo
+    assert tok.encode("Hello, world! Hello") == ids[:-1]
     text = render_chat(
         [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"text": "hi"}]}]
     )
