@@ -40,8 +40,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class LabelSelectorParams:
-    match_labels: Any = None  # validated by parse_selector
-    match_expressions: Any = None
+    match_labels: Any | None = None  # validated by parse_selector
+    match_expressions: Any | None = None
 
 
 class LabelSelectorFilter(PluginBase):

@@ -16,54 +16,32 @@ Data parallelism (``primaryPort``): when set, every decode target is rewritten t
 rank-0 server of a data-parallel group) and the originally chosen ``ip:port`` goes in header
 ``x-data-parallel-host-port``, as llm-d does.
 
-Parameters (llm-d names): ``decodeProfile`` (``"decode"``), ``prefillProfile`` (``"prefill"``),
-``prefillDeciderPluginName`` (alias ``deciderPluginName``; the name of a P/D decider plugin declared
-before this handler; default: none, which means always disaggregate when the prefill profile is
-configured; llm-d instead never runs prefill without a decider, which silently disables P/D),
-``primaryPort`` (1-65535, default none).
+Parameters: see :mod:`scheduler.plugins.handlers.disagg_params` (llm-d's nested ``profiles`` /
+``deciders`` form and its deprecated flat form). The decider is a plugin declared before this
+handler; without one the prefill stage never runs (llm-d's behaviour: P/D disabled), and a
+configuration that names a decider but has no prefill profile routes decode-only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError, NoEndpointError
 from scheduler.interfaces import Handle, Plugin
-from scheduler.params import param, parse_params, plugin_location
+from scheduler.params import parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
-from scheduler.plugins.handlers.disagg_deciders import AlwaysDisaggDecider, PDDecider
+from scheduler.plugins.handlers.disagg_deciders import PDDecider
+from scheduler.plugins.handlers.disagg_params import DisaggParams
 from scheduler.profile import SchedulerProfile
 from scheduler.types import Endpoint, EndpointView, LLMRequest, ProfileResult, SchedulingResult
 
-__all__ = ["DATA_PARALLEL_HEADER", "PREFILLER_HEADER", "DisaggParams", "DisaggProfileHandler", "factory"]
+__all__ = ["DATA_PARALLEL_HEADER", "PREFILLER_HEADER", "DisaggProfileHandler", "factory"]
 
 PLUGIN_TYPE = "disagg-profile-handler"
 PREFILLER_HEADER = "x-prefiller-host-port"
 DATA_PARALLEL_HEADER = "x-data-parallel-host-port"
-
-
-@dataclass(frozen=True, slots=True)
-class DisaggParams:
-    decode_profile: str = "decode"
-    prefill_profile: str = "prefill"
-    prefill_decider_plugin_name: str | None = None
-    decider_plugin_name: str | None = None
-    primary_port: int | None = param(None, ge=1, le=65535)
-
-    def __post_init__(self) -> None:
-        if self.prefill_decider_plugin_name and self.decider_plugin_name:
-            raise ValueError("give prefillDeciderPluginName or its alias deciderPluginName, not both")
-        if self.decode_profile == self.prefill_profile:
-            raise ValueError(
-                f"decodeProfile and prefillProfile must differ, both are {self.decode_profile!r}"
-            )
-
-    @property
-    def decider_name(self) -> str | None:
-        return self.prefill_decider_plugin_name or self.decider_plugin_name
 
 
 def _with_port(endpoint: EndpointView, port: int) -> EndpointView:
@@ -81,12 +59,12 @@ def _with_port(endpoint: EndpointView, port: int) -> EndpointView:
 class DisaggProfileHandler(PluginBase):
     plugin_type = PLUGIN_TYPE
 
-    def __init__(self, name: str, decider: PDDecider, params: DisaggParams | None = None) -> None:
+    def __init__(self, name: str, decider: PDDecider | None, params: DisaggParams | None = None) -> None:
         super().__init__(name)
         self.params = params = params or DisaggParams()
         self.decider = decider
-        self._decode = params.decode_profile
-        self._prefill = params.prefill_profile
+        self._decode = params.decode
+        self._prefill = params.prefill
         self._primary_port = params.primary_port
 
     def pick_profiles(
@@ -107,7 +85,7 @@ class DisaggProfileHandler(PluginBase):
             return {}
         decode_result = results[self._decode]
         prefill = profiles.get(self._prefill)
-        if decode_result is None or not decode_result.targets or prefill is None:
+        if decode_result is None or not decode_result.targets or prefill is None or self.decider is None:
             return {}
         if self.decider.should_disaggregate(cycle, request, decode_result.targets[0].endpoint):
             return {self._prefill: prefill}
@@ -141,9 +119,8 @@ def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> Plugin:
     params = parse_params(DisaggParams, parameters, PLUGIN_TYPE, name)
     decider_name = params.decider_name
     if decider_name is None:
-        return DisaggProfileHandler(name, AlwaysDisaggDecider("always-disagg-pd-decider"), params)
-    key = "prefillDeciderPluginName" if params.prefill_decider_plugin_name else "deciderPluginName"
-    where = f"{plugin_location(PLUGIN_TYPE, name)}: parameters.{key}"
+        return DisaggProfileHandler(name, None, params)
+    where = f"{plugin_location(PLUGIN_TYPE, name)}: parameters.{params.decider_key}"
     try:
         decider = handle.plugin(decider_name)
     except KeyError:

@@ -51,3 +51,34 @@ def test_by_label_requires_its_label() -> None:
     register_builtin(registry)
     plugin = registry.create("by-label", "b", {"label": "tier"}, PluginHandle())
     assert plugin.plugin_type == "by-label"
+
+
+EXAMPLE_PARAMETERS: dict[str, dict[str, object]] = {
+    "label-selector-filter": {
+        "matchLabels": {"a": "b"},
+        "matchExpressions": [{"key": "c", "operator": "Exists"}],
+    },
+    "by-label-selector": {"matchLabels": {"a": "b"}},
+    "by-label": {"label": "tier", "validValues": ["x"], "allowsNoLabel": True},
+    "disagg-profile-handler": {"profiles": {"decode": "d", "prefill": "p"}, "primaryPort": 8200},
+    "session-affinity-scorer": {"headerName": "x-s", "profileName": "prefill"},
+    "token-load-scorer": {"queueThresholdTokens": 100},
+}
+
+
+@pytest.mark.parametrize("plugin_type", [*TYPES, "by-label"])
+def test_rendered_parameters_load_back(plugin_type: str) -> None:
+    """``params_to_dict`` (what the resolved configuration renders) parses back to the same parameters."""
+    from scheduler.params import params_to_dict
+
+    registry = Registry()
+    register_builtin(registry)
+    for parameters in ({}, EXAMPLE_PARAMETERS.get(plugin_type, {})):
+        if plugin_type == "by-label" and not parameters:
+            continue
+        plugin = registry.create(plugin_type, "p", parameters, PluginHandle())
+        if plugin.params is None:  # type: ignore[attr-defined]
+            continue
+        rendered = params_to_dict(plugin.params)  # type: ignore[attr-defined]
+        again = registry.create(plugin_type, "p", rendered, PluginHandle())
+        assert again.params == plugin.params  # type: ignore[attr-defined]

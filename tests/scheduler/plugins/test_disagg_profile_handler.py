@@ -10,13 +10,9 @@ from scheduler.handle import PluginHandle
 from scheduler.observer import LoggingObserver
 from scheduler.plugins.filters.roles import ROLE_LABEL, DecodeFilter, PrefillFilter
 from scheduler.plugins.handlers import disagg, disagg_deciders
-from scheduler.plugins.handlers.disagg import (
-    DATA_PARALLEL_HEADER,
-    PREFILLER_HEADER,
-    DisaggParams,
-    DisaggProfileHandler,
-)
+from scheduler.plugins.handlers.disagg import DATA_PARALLEL_HEADER, PREFILLER_HEADER, DisaggProfileHandler
 from scheduler.plugins.handlers.disagg_deciders import AlwaysDisaggDecider
+from scheduler.plugins.handlers.disagg_params import DisaggParams
 from scheduler.plugins.pickers.common import PickerParams
 from scheduler.plugins.pickers.max_score import MaxScorePicker
 from scheduler.plugins.scorers.running_requests import RunningRequestsSizeScorer
@@ -121,8 +117,22 @@ def test_factory_resolves_decider() -> None:
     for key in ("prefillDeciderPluginName", "deciderPluginName"):
         handler = disagg.factory("h", {key: "always"}, handle)
         assert isinstance(handler, DisaggProfileHandler) and handler.decider.name == "always"
+    nested = disagg.factory(
+        "h", {"profiles": {"decode": "d", "prefill": "p"}, "deciders": {"prefill": "always"}}, handle
+    )
+    assert (
+        isinstance(nested, DisaggProfileHandler)
+        and nested.decider is not None
+        and nested.decider.name == "always"
+    )
+    assert (nested.params.decode, nested.params.prefill) == ("d", "p")  # type: ignore[attr-defined]
     default = disagg.factory("h", {}, handle)
-    assert isinstance(default, DisaggProfileHandler) and isinstance(default.decider, AlwaysDisaggDecider)
+    assert isinstance(default, DisaggProfileHandler) and default.decider is None
+
+
+def test_without_decider_prefill_never_runs() -> None:
+    result, order = schedule(DisaggProfileHandler("h", None), PROFILES)
+    assert order == ["decode"] and result.headers == {}
 
 
 @pytest.mark.parametrize(
@@ -135,8 +145,17 @@ def test_factory_resolves_decider() -> None:
         ({"deciderPluginName": "scorer"}, "is not a P/D decider"),
         ({"prefillDeciderPluginName": "a", "deciderPluginName": "a"}, "not both"),
         ({"decodeProfile": "x", "prefillProfile": "x"}, "must differ"),
+        ({"profiles": {"decode": "x", "prefill": "x"}}, "must differ"),
         ({"primaryPort": 70000}, r"parameters\.primaryPort"),
-        ({"encodeProfile": "e"}, "unknown parameter"),
+        ({"encodeProfile": "e"}, "encode stage"),
+        ({"profiles": {"encode": "e"}}, "encode stage"),
+        ({"deciders": {"encode": "a"}}, "encode stage"),
+        ({"profiles": {"prefil": "p"}}, r"profiles\.prefil: unknown key"),
+        ({"profiles": ["decode"]}, "profiles: expected a mapping"),
+        ({"deciders": {"prefill": ""}}, "expected a non-empty name"),
+        ({"profiles": {"decode": "d"}, "prefillDeciderPluginName": "a"}, "cannot mix"),
+        ({"deciders": {"prefill": "missing"}}, r"parameters\.deciders\.prefill: no plugin named 'missing'"),
+        ({"foo": 1}, "unknown parameter"),
     ],
 )
 def test_factory_errors(parameters: dict[str, Any], message: str) -> None:
