@@ -220,7 +220,7 @@ class Engine:
         st.success[finish_reason] = st.success.get(finish_reason, 0) + 1
         st.generation_tokens += generated
         if generated > 0 or seq.output_tokens == 0:
-            st.ttft.observe(seq.ttft)
+            st.ttft.observe(seq.first_token_at - seq.arrival)  # vLLM: from arrival, queueing included
         st.e2e.observe(now - seq.arrival)
         self._release(seq, now)
 

@@ -241,3 +241,18 @@ def test_output_length_rules() -> None:
     again = make_engine()
     again.output_length(7, ignore_eos=True)
     assert [again.output_length(7, ignore_eos=False) for _ in range(200)] == draws
+
+
+def test_latency_histograms_measure_from_arrival() -> None:
+    eng = make_engine(max_num_seqs=1, prefill_time_per_token=0.0)
+    first = eng.submit("a", ids(4), 1, now=0.0)
+    eng.schedule(0.0)
+    second = eng.submit("b", ids(4, 10), 1, now=0.0)  # queued behind "a" for 1 s
+    eng.finish(first, 1.0, "length", 1)
+    eng.schedule(1.0)
+    eng.finish(second, second.first_token_at, "length", 1)
+    st = eng.stats
+    assert st.queue_time.total == pytest.approx(1.0)
+    assert st.ttft.total == pytest.approx(0.010 + 1.010)  # TTFT includes the wait in the queue
+    assert st.e2e.total == pytest.approx(1.0 + 1.010)
+    assert st.ttft.count == st.e2e.count == st.queue_time.count == 2
