@@ -1,21 +1,24 @@
 """P/D deciders: whether a request should run a separate prefill step (``disagg-profile-handler``).
 
 A decider is a plugin implementing :class:`PDDecider`, referenced by name from the handler's
-``prefillDeciderPluginName``. It is called once per request, after the decode profile chose its
-endpoint, and must be pure.
+``deciders.prefill`` (or ``prefillDeciderPluginName``). It is called once per request, after the
+decode profile chose its endpoint, and must be pure.
 
 * ``always-disagg-pd-decider``: always true. Parameters: none.
 * ``prefix-based-pd-decider`` (llm-d): disaggregate when the prompt tokens the decode endpoint does
   not hold yet are at least ``nonCachedTokens``::
 
       prompt   = request.token_estimate (or len(prompt_text) / 4 when 0)
-      uncached = prompt - cached_tokens(decode endpoint)     # from the cycle's prefix match
-      decide   = nonCachedTokens == 0 or uncached >= nonCachedTokens
+      if promptTokens > 0 and prompt < promptTokens: no      # short prompts stay local
+      if nonCachedTokens == 0: yes
+      cached   = min(cached_tokens(decode), floor((prompt - 1) / bs) * bs)
+      decide   = prompt - cached >= nonCachedTokens
 
-  ``cached_tokens`` = matched blocks x block size in tokens, from ``prefix-cache-scorer``'s match;
-  without a prefix match nothing counts as cached (llm-d refuses to disaggregate then; we decide
-  by prompt length, which is what an empty cache means). Parameters: ``nonCachedTokens`` (int >= 0,
-  default 0 = always disaggregate, as in llm-d).
+  ``cached_tokens`` = matched blocks x block size ``bs`` in tokens, from ``prefix-cache-scorer``'s
+  match, capped (as in llm-d) so that the last token is always computed; without a prefix match
+  nothing counts as cached (llm-d refuses to disaggregate then; we decide by prompt length, which is
+  what an empty cache means). Parameters: ``nonCachedTokens`` (int >= 0, default 0 = always
+  disaggregate, as in llm-d), ``promptTokens`` (int >= 0, default 0 = no prompt-length gate).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ always_factory = factory_without_params(
 @dataclass(frozen=True, slots=True)
 class PrefixBasedDeciderParams:
     non_cached_tokens: int = param(0, ge=0)
+    prompt_tokens: int = param(0, ge=0)
 
 
 class PrefixBasedDecider(PluginBase):
@@ -72,13 +76,20 @@ class PrefixBasedDecider(PluginBase):
         super().__init__(name)
         self.params = params = params or PrefixBasedDeciderParams()
         self._threshold = params.non_cached_tokens
+        self._min_prompt = params.prompt_tokens
 
     def uncached_tokens(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> int:
+        prompt = prompt_tokens(request)
         match = prefix_match(cycle)
-        cached = match.cached_tokens(decode.address) if match is not None else 0
-        return max(0, prompt_tokens(request) - cached)
+        if match is None or prompt <= 0:
+            return max(0, prompt)
+        bs = match.block_size_tokens
+        cached = min(match.cached_tokens(decode.address), (prompt - 1) // bs * bs)
+        return prompt - cached
 
     def should_disaggregate(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> bool:
+        if self._min_prompt and prompt_tokens(request) < self._min_prompt:
+            return False
         if self._threshold == 0:
             return True
         return self.uncached_tokens(cycle, request, decode) >= self._threshold

@@ -32,7 +32,9 @@ def cycle(blocks: int | None) -> CycleState:
         (256, 1024, 0, True),
         (256, 1024, 48, True),  # 1024 - 768 = 256 uncached
         (256, 1024, 49, False),  # 240 uncached
-        (256, 1024, 64, False),
+        (256, 1024, 64, False),  # fully cached: the last block is recomputed (16 uncached)
+        (16, 1024, 64, True),  # ... which is exactly 16
+        (16, 1025, 64, False),  # 1025 tokens, 1024 cached: 1 uncached
     ],
 )
 def test_decide(threshold: int, tokens: int, cached_blocks: int | None, expected: bool) -> None:
@@ -40,6 +42,16 @@ def test_decide(threshold: int, tokens: int, cached_blocks: int | None, expected
     assert isinstance(d, PDDecider)
     request = LLMRequest(request_id="r", model="m", target_model="m", token_estimate=tokens)
     assert d.should_disaggregate(cycle(cached_blocks), request, DECODE) is expected
+
+
+@pytest.mark.parametrize(
+    ("prompt_gate", "tokens", "threshold", "expected"),
+    [(100, 99, 0, False), (100, 100, 0, True), (100, 500, 600, False), (0, 5, 0, True)],
+)
+def test_prompt_tokens_gate(prompt_gate: int, tokens: int, threshold: int, expected: bool) -> None:
+    d = PrefixBasedDecider("d", PrefixBasedDeciderParams(threshold, prompt_gate))
+    request = LLMRequest(request_id="r", model="m", target_model="m", token_estimate=tokens)
+    assert d.should_disaggregate(cycle(None), request, DECODE) is expected
 
 
 def test_prompt_text_fallback() -> None:
@@ -51,5 +63,8 @@ def test_prompt_text_fallback() -> None:
 def test_parameters() -> None:
     d = prefix_based_factory("d", {"nonCachedTokens": 512}, PluginHandle())
     assert isinstance(d, PrefixBasedDecider) and d.params == PrefixBasedDeciderParams(512)
+    assert prefix_based_factory("d", {"promptTokens": 64}, PluginHandle()).params == PrefixBasedDeciderParams(
+        0, 64
+    )  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match=r'prefix-based-pd-decider "d"\): parameters\.nonCachedTokens'):
         prefix_based_factory("d", {"nonCachedTokens": -1}, PluginHandle())
