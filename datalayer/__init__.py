@@ -19,7 +19,8 @@ Public API (what the epp service uses)::
 
 * Discovery sources (:mod:`datalayer.discovery`): :class:`StaticDiscovery` (``--endpoints``),
   :class:`FileDiscovery` (``--endpoints-file``), :class:`KubePoolDiscovery` (``--pool-name``) and
-  :class:`KubeSelectorDiscovery` (``--endpoint-selector`` + ``--endpoint-target-ports``).
+  :class:`KubeSelectorDiscovery` (``--endpoint-selector`` + ``--endpoint-target-ports``); the
+  Kubernetes ones take a kubernetes-asyncio ``ApiClient`` (e.g. from ``config.load_incluster_config``).
 * Records: :class:`EndpointRecord` (structurally a scheduler ``EndpointView``: ``address``, ``name``,
   ``labels``, ``ready``, ``metrics``, ``attributes``, plus ``engine``, ``health``, ``last_error``) with
   :class:`EndpointMetrics` (a ``MetricsView``; ``updated_at`` on the monotonic clock).
@@ -48,9 +49,12 @@ from datalayer.discovery import (
     DiscoverySink,
     EndpointsFileError,
     FileDiscovery,
+    KubePoolDiscovery,
+    KubeSelectorDiscovery,
     StaticDiscovery,
     load_endpoints_file,
     parse_endpoint_list,
+    parse_selector,
 )
 from datalayer.engines import (
     BUILTIN_ENGINES,
@@ -109,6 +113,8 @@ __all__ = [
     "HttpClient",
     "HttpResponse",
     "HttpxClient",
+    "KubePoolDiscovery",
+    "KubeSelectorDiscovery",
     "MetricSpec",
     "MetricsDataSource",
     "MetricsExtractor",
@@ -120,6 +126,7 @@ __all__ = [
     "load_endpoints_file",
     "parse_endpoint_list",
     "parse_engine_configs",
+    "parse_selector",
     "parse_spec",
     "plugin_factories",
     "pool_aggregates",
