@@ -100,12 +100,14 @@ class PickerApp:
         layer: DataLayer,
         http: AiohttpClient,
         server: EppServer,
+        kube_client: Any = None,
     ) -> None:
         self.options = options
         self.config = config
         self.layer = layer
         self.server = server
         self._http = http
+        self._kube = kube_client
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -150,6 +152,8 @@ class PickerApp:
                 await task
         await self.layer.stop()
         await self._http.aclose()
+        if self._kube is not None:
+            await self._kube.close()
         _log.info("stopped", completed_requests=self.server.servicer.completions)
 
 
@@ -178,12 +182,12 @@ async def build_app(options: Options) -> PickerApp:
     except EngineConfigError as exc:
         raise StartupError(f"metric flags: {exc}") from None
     try:
-        discovery = build_discovery(options)
+        built = await build_discovery(options)
     except DiscoveryError as exc:
         raise StartupError(str(exc)) from None
     http = AiohttpClient()
     layer = DataLayer(
-        discovery,
+        built.discovery,
         http=http,
         options=DataLayerOptions(
             refresh_interval=options.refresh_metrics_interval,
@@ -245,7 +249,7 @@ async def build_app(options: Options) -> PickerApp:
         config_view=_config_view(options, config),
         on_result=hit_ratio_observer(plugins, scheduler_metrics.hit_ratio.observe),
     )
-    return PickerApp(options, config, layer, http, server)
+    return PickerApp(options, config, layer, http, server, built.api_client)
 
 
 async def run(options: Options, stop: asyncio.Event | None = None) -> int:

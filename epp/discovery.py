@@ -1,58 +1,96 @@
 """Choose the data layer's discovery source from the command line (exactly one mode, see epp.options).
 
 * ``--endpoints a:1,b:2``: :class:`datalayer.StaticDiscovery`;
-* ``--endpoints-file PATH``: the data layer's file discovery (YAML/JSON, watched for changes);
+* ``--endpoints-file PATH``: :class:`datalayer.discovery.FileDiscovery` (YAML/JSON, watched for changes);
 * ``--pool-name``: Kubernetes InferencePool discovery in ``--pool-namespace`` / ``--pool-group``;
 * ``--endpoint-selector`` + ``--endpoint-target-ports``: Kubernetes pod-selector discovery.
 
-Raises :class:`DiscoveryError` naming the flag when the source cannot be built (e.g. an invalid
-address, or no Kubernetes configuration in the environment).
+The Kubernetes modes need an API client (in-cluster service account, else ``$KUBECONFIG`` /
+``~/.kube/config``), created on the running loop; :func:`build_discovery` returns it with the source so
+the caller closes it at shutdown. Raises :class:`DiscoveryError` naming the flag when the source cannot be
+built (an invalid file or address, no Kubernetes configuration).
 """
 
 from __future__ import annotations
 
-import importlib
+import os
+from dataclasses import dataclass
 from typing import Any
 
 from datalayer import Discovery, StaticDiscovery
+from datalayer.discovery import EndpointsFileError, FileDiscovery, load_endpoints_file
 from epp.options import Options
 
-__all__ = ["DiscoveryError", "build_discovery"]
+__all__ = ["BuiltDiscovery", "DiscoveryError", "build_discovery", "kubernetes_client"]
 
 
 class DiscoveryError(Exception):
     """Discovery cannot be set up; the message names the flag."""
 
 
-def _datalayer(name: str, flag: str) -> Any:
-    module = importlib.import_module("datalayer.discovery")
-    factory = getattr(module, name, None)
-    if factory is None:
-        raise DiscoveryError(f"{flag}: this build of the data layer has no {name}")
-    return factory
+@dataclass(frozen=True, slots=True)
+class BuiltDiscovery:
+    discovery: Discovery
+    api_client: Any = None  # a kubernetes_asyncio ApiClient to close at shutdown, or None
 
 
-def build_discovery(options: Options) -> Discovery:
-    mode = options.discovery_mode
+async def kubernetes_client() -> Any:
+    """An ``ApiClient`` from the in-cluster service account, else the kubeconfig."""
+    from kubernetes_asyncio import client, config
+
     try:
-        if mode == "static":
-            return StaticDiscovery.from_addresses(options.endpoints)
-        if mode == "file":
-            file_discovery = _datalayer("FileDiscovery", "--endpoints-file")
-            return file_discovery(options.endpoints_file)  # type: ignore[no-any-return]
+        config.load_incluster_config()
+    except config.ConfigException:
+        await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+    return client.ApiClient()
+
+
+def _selector(text: str) -> dict[str, str]:
+    pairs = (item.partition("=") for item in text.split(",") if item)
+    return {key.strip(): value.strip() for key, _, value in pairs}
+
+
+def _check_endpoints_file(path: str) -> None:
+    """Fail at startup on a file that does not load (the watcher keeps the last good set later)."""
+    try:
+        load_endpoints_file(path)
+    except EndpointsFileError as exc:
+        raise DiscoveryError(f"--endpoints-file: {exc}") from None
+
+
+async def build_discovery(options: Options) -> BuiltDiscovery:
+    mode = options.discovery_mode
+    if mode == "static":
+        try:
+            return BuiltDiscovery(StaticDiscovery.from_addresses(options.endpoints))
+        except ValueError as exc:
+            raise DiscoveryError(f"--endpoints: {exc}") from None
+    if mode == "file":
+        assert options.endpoints_file is not None
+        _check_endpoints_file(options.endpoints_file)
+        return BuiltDiscovery(FileDiscovery(options.endpoints_file))
+    flag = "--pool-name" if mode == "pool" else "--endpoint-selector"
+    from datalayer.discovery.kube import KubePoolDiscovery, KubeSelectorDiscovery
+
+    try:
+        api_client = await kubernetes_client()
+    except Exception as exc:
+        raise DiscoveryError(f"{flag}: no Kubernetes API configuration ({exc})") from None
+    try:
         if mode == "pool":
-            pool = _datalayer("KubePoolDiscovery", "--pool-name")
-            return pool(  # type: ignore[no-any-return]
-                name=options.pool_name, namespace=options.pool_namespace, group=options.pool_group
+            assert options.pool_name is not None
+            pool = KubePoolDiscovery(
+                api_client, options.pool_namespace, options.pool_name, group=options.pool_group
             )
-        selector = _datalayer("KubeSelectorDiscovery", "--endpoint-selector")
-        return selector(  # type: ignore[no-any-return]
-            selector=options.endpoint_selector,
-            target_ports=options.endpoint_target_ports,
-            namespace=options.pool_namespace,
+            return BuiltDiscovery(pool, api_client)
+        assert options.endpoint_selector is not None
+        selector = KubeSelectorDiscovery(
+            api_client,
+            options.pool_namespace,
+            _selector(options.endpoint_selector),
+            options.endpoint_target_ports,
         )
+        return BuiltDiscovery(selector, api_client)
     except ValueError as exc:
-        flag = {"static": "--endpoints", "file": "--endpoints-file", "pool": "--pool-name"}.get(
-            mode, "--endpoint-selector"
-        )
+        await api_client.close()
         raise DiscoveryError(f"{flag}: {exc}") from None

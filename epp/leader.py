@@ -57,14 +57,10 @@ async def campaign(api: LeaseApi, identity: str, target: LeadershipTarget) -> No
 
 
 async def run_leader_election(options: Options, target: LeadershipTarget) -> None:
-    from kubernetes_asyncio import client, config
+    from epp.discovery import kubernetes_client
 
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        await config.load_kube_config()
     name = default_lease_name(options.pool_namespace, options.pool_name or "standalone")
-    async with client.ApiClient() as api_client:
+    async with await kubernetes_client() as api_client:
         api = KubernetesLeaseApi(api_client, options.pool_namespace, name)
         identity = _identity()
         _log.info("leader election started", lease=name, namespace=options.pool_namespace, identity=identity)

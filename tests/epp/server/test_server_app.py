@@ -170,3 +170,31 @@ async def test_sigterm_drains_in_flight_streams_then_exits(model_servers: list[s
     requests = [entry for entry in lines if entry.get("event") == "request"]
     assert [(r["request_id"], r["outcome"]) for r in requests] == [("in-flight", "shutdown")]
     assert any(entry.get("event") == "shutting down" for entry in lines)
+
+
+async def test_endpoints_file_mode_and_bad_file(tmp_path: Path, model_servers: list[str]) -> None:
+    listing = tmp_path / "endpoints.yaml"
+    listing.write_text(
+        "endpoints:\n"
+        + "".join(f"  - address: {a}\n    name: pod-{i}\n" for i, a in enumerate(model_servers))
+    )
+    flags = _flags(model_servers, "--secure-serving=false")
+    flags[flags.index("--endpoints")] = "--endpoints-file"
+    flags[flags.index("--endpoints-file") + 1] = str(listing)
+    options = parse_options(flags)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(options, stop))
+    try:
+        await _wait_serving(options.grpc_health_port)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{options.grpc_port}") as ch:
+            call = stub(ch).Process()
+            await call.write(request_headers())
+            await call.write(request_body(BODY))
+            assert destination(await call.read())[0] in model_servers
+            call.cancel()
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
+    listing.write_text("endpoints:\n  - address: not-an-address\n")
+    with pytest.raises(StartupError, match="--endpoints-file"):
+        await build_app(options)
