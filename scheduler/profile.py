@@ -47,6 +47,15 @@ def _clamp(value: float) -> float:
     return 0.0  # negatives and NaN
 
 
+def _clamped(raw: Sequence[float]) -> tuple[float, ...]:
+    """Clamp every score into [0, 1]; the common all-in-range case runs at C speed."""
+    if raw and min(raw) >= 0.0 and max(raw) <= 1.0:
+        total = sum(raw)
+        if total == total:  # no NaN anywhere
+            return tuple(raw)
+    return tuple(map(_clamp, raw))
+
+
 def _label(plugin: Filter | Scorer | Picker) -> str:
     return f'{plugin.plugin_type} "{plugin.name}"'
 
@@ -111,7 +120,7 @@ class SchedulerProfile:
                 observer.observe_plugin("score", scorer.plugin_type, scorer.name, perf_counter() - t0)
                 if len(raw) != n:
                     raise PluginContractError(f"returned {len(raw)} scores for {n} endpoints")
-                clamped = tuple(map(_clamp, raw))
+                clamped = _clamped(raw)
                 scores[scorer.name] = clamped
                 totals = [t + weight * s for t, s in zip(totals, clamped, strict=True)]
             current = "pick"
@@ -183,7 +192,8 @@ def _check_picked(picked: tuple[ScoredEndpoint, ...], candidates: Sequence[Endpo
     addresses = [p.endpoint.address for p in picked]
     if len(set(addresses)) != len(addresses):
         raise PluginContractError(f"picked an endpoint twice: {addresses}")
-    if len(picked) == 1 and any(e is picked[0].endpoint for e in candidates):
+    ids = set(map(id, candidates))
+    if all(id(p.endpoint) in ids for p in picked):
         return
     if not {e.address for e in candidates}.issuperset(addresses):
         raise PluginContractError(f"picked endpoints that were not candidates: {addresses}")

@@ -122,7 +122,7 @@ class PrefixCacheScorer(PluginBase):
     # -- autotuning ---------------------------------------------------------------------------------
 
     def _autotune_block_size(self, endpoints: Sequence[EndpointView]) -> None:
-        for e in endpoints:
+        for e in endpoints[:8]:  # any endpoint will do; bounded so a pool that never reports stays cheap
             size = e.metrics.block_size
             if size:
                 self._learn_block_size = False
