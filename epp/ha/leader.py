@@ -252,14 +252,20 @@ class KubernetesLeaseApi:
 
         try:
             resp = await fn(*args, _preload_content=False)
-            data: dict[str, Any] = json.loads(await resp.read())
-            return data
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            if exc.status == 409:
-                raise LeaseConflict(str(exc.reason)) from exc
-            raise
+            status, body = resp.status, await resp.read()
+            resp.release()
+        except ApiException as exc:  # raised for some statuses even without preloading
+            status, body = exc.status, (exc.body or b"")
+        if status == 404:
+            return None
+        if status == 409:
+            raise LeaseConflict(
+                body[:200].decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+            )
+        if not 200 <= status < 300:
+            raise ApiException(status=status, reason=f"lease API answered {status}")
+        data: dict[str, Any] = json.loads(body)
+        return data
 
     async def get(self) -> LeaseRecord | None:
         obj = await self._call(self._api.read_namespaced_lease, self._name, self._ns)

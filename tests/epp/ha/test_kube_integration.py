@@ -1,0 +1,102 @@
+"""Leader election and InferenceObjective watching against the fake Kubernetes API server.
+
+Both go through the real kubernetes-asyncio client and the list/watch/PUT JSON of the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from fakekube import objects, running_fake_kube
+
+from epp.admission.objectives import InMemoryObjectiveStore
+from epp.ha.leader import KubernetesLeaseApi, LeaderElector
+from epp.objectives_watch import OBJECTIVE_GROUP, OBJECTIVE_PLURAL, OBJECTIVE_VERSION, ObjectiveWatch
+
+TIMING = {"lease_duration_s": 0.8, "renew_deadline_s": 0.4, "retry_period_s": 0.05}
+
+
+async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_leases_created_renewed_and_taken_over() -> None:
+    async with running_fake_kube() as (server, api):
+        leases = server.store.register(*objects.LEASES)
+
+        def lease() -> dict[str, Any]:
+            return server.store.get(leases, "ns", "pool-lease")
+
+        a = LeaderElector(KubernetesLeaseApi(api, "ns", "pool-lease"), "a", **TIMING)  # type: ignore[arg-type]
+        b = LeaderElector(KubernetesLeaseApi(api, "ns", "pool-lease"), "b", **TIMING)  # type: ignore[arg-type]
+        ta = asyncio.create_task(a.run())
+        await until(lambda: a.is_leader)
+        created = lease()
+        assert created["spec"]["holderIdentity"] == "a"
+        tb = asyncio.create_task(b.run())
+        await until(lambda: lease()["metadata"]["resourceVersion"] != created["metadata"]["resourceVersion"])
+        renewed = lease()
+        assert renewed["spec"]["holderIdentity"] == "a"  # renewed, not taken
+        assert renewed["spec"]["renewTime"] != created["spec"]["renewTime"]
+        assert renewed["spec"]["acquireTime"] == created["spec"]["acquireTime"]
+        assert not b.is_leader
+        # The leader dies without releasing: b takes over after the lease duration.
+        ta.cancel()
+        a.is_leader = False  # simulate a crash: no release happens below
+        await asyncio.gather(ta, return_exceptions=True)
+        await until(lambda: b.is_leader, timeout=5.0)
+        taken = lease()
+        assert taken["spec"]["holderIdentity"] == "b"
+        assert taken["spec"]["leaseTransitions"] == 1
+        # Graceful stop releases the lease.
+        tb.cancel()
+        await asyncio.gather(tb, return_exceptions=True)
+        assert lease()["spec"]["holderIdentity"] == ""
+
+
+def objective(name: str, priority: Any, pool: str = "pool-a", **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{OBJECTIVE_GROUP}/{OBJECTIVE_VERSION}",
+        "kind": "InferenceObjective",
+        "metadata": {"name": name},
+        "spec": {"priority": priority, "poolRef": {"name": pool}, **extra},
+    }
+
+
+async def test_objectives_follow_the_cluster() -> None:
+    async with running_fake_kube() as (server, api):
+        res = server.store.register(
+            OBJECTIVE_GROUP, OBJECTIVE_VERSION, OBJECTIVE_PLURAL, "InferenceObjective"
+        )
+        server.store.apply(res, "ns", objective("critical", 10))
+        server.store.apply(res, "ns", objective("batch", -1, criteria={"future": "field"}))
+        server.store.apply(res, "ns", objective("other-pool", 5, pool="pool-b"))
+        server.store.apply(res, "ns", objective("broken", "high"))
+        store = InMemoryObjectiveStore()
+        watch = ObjectiveWatch(api, "ns", "pool-a", store)
+        task = asyncio.create_task(watch.run())
+        try:
+            await until(lambda: len(store) == 2)
+            assert watch.synced
+            critical, batch = store.get("critical"), store.get("batch")
+            assert critical is not None and critical.priority == 10
+            assert batch is not None and batch.priority == -1  # unknown spec fields are ignored
+            assert store.get("other-pool") is None and store.get("broken") is None
+            server.store.apply(res, "ns", objective("critical", 3))
+            await until(lambda: (o := store.get("critical")) is not None and o.priority == 3)
+            server.store.delete(res, "ns", "batch")
+            await until(lambda: store.get("batch") is None)
+            # The watch's resourceVersion is compacted away: relist, state stays right.
+            server.store.expire_watches()
+            server.store.apply(res, "ns", objective("new", 1))
+            await until(lambda: store.get("new") is not None)
+            assert watch.reflector.lists >= 2
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
