@@ -47,7 +47,7 @@ def test_queue_scorer_empty() -> None:
 
 @pytest.mark.parametrize(
     ("usage", "expected"),
-    [([0.0, 0.25, 1.0], [1.0, 0.75, 0.0]), ([1.5, -0.2], [0.0, 1.0])],
+    [([0.0, 0.25, 1.0], [1.0, 0.75, 0.0]), ([1.5, -0.2], [0.0, 1.0]), ([float("nan"), 0.5], [0.0, 0.5])],
 )
 def test_kv_cache_utilization_scorer(usage: list[float], expected: list[float]) -> None:
     got = KVCacheUtilizationScorer("kv").score(CycleState(), REQ, eps_with(kv_cache_usage=usage))
