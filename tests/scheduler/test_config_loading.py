@@ -10,6 +10,8 @@ import yaml
 
 from scheduler.config import default_config, load_config_file, load_config_text
 from scheduler.config.cli import check_config_main
+from scheduler.errors import ConfigError
+from scheduler.registry import default_registry
 from scheduler.types import Endpoint, LLMRequest
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -164,3 +166,16 @@ def test_check_config_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "cannot read configuration file" in capsys.readouterr().err
     assert check_config_main([]) == 0
     assert "queue-scorer" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("plugin_type", default_registry(entry_points=False).types())
+def test_every_builtin_type_renders_and_reloads(plugin_type: str) -> None:
+    text = HEAD + f"plugins:\n- type: {plugin_type}\n- name: extra-queue\n  type: queue-scorer\n"
+    try:
+        resolved = load_config_text(text)
+    except ConfigError as exc:
+        assert "required parameter missing" in exc.message  # types that cannot run on defaults
+        return
+    rendered = resolved.render()
+    assert load_config_text(rendered).render() == rendered
+    assert f"type: {plugin_type}" in rendered

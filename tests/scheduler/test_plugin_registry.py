@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -96,3 +97,14 @@ def test_create_checks_type_and_name() -> None:
         registry.create("other-type", "x", {}, PluginHandle())
     with pytest.raises(ConfigError, match="unknown plugin type 'nope'"):
         registry.create("nope", "x", {}, PluginHandle())
+
+
+def test_real_entry_point_object_is_loaded() -> None:
+    # an importlib.metadata.EntryPoint pointing at a real module attribute (this test module)
+    ep = importlib.metadata.EntryPoint(
+        name="custom-scorer", value=f"{__name__}:custom_factory", group="epp.plugins"
+    )
+    registry = Registry()
+    assert registry.load_entry_points(discover=lambda group: [ep]) == ["custom-scorer"]
+    plugin = registry.create("custom-scorer", "x", {}, PluginHandle())
+    assert isinstance(plugin, Custom)
