@@ -48,6 +48,7 @@ __all__ = ["ExtProcServicer"]
 
 _log = structlog.get_logger("epp.servicer")
 _RESET_SETTLE_SECONDS = 0.002
+_FINISHED = frozenset({State.COMPLETE, State.CLOSED})
 
 
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
@@ -106,6 +107,11 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                         if isinstance(action, Dispatched):
                             result = action.result
                         self._hook(action)
+                if session.state in _FINISHED:
+                    # Nothing more to do on this stream: end it now rather than wait for the proxy's
+                    # half-close (one receive less per request). Envoy treats a stream the server closes
+                    # with OK as "processing complete" and skips the rest of the request's phases.
+                    return
             # The messages ended: a half-close by the proxy, or a reset. grpc.aio ends the iterator on a
             # reset and injects CancelledError a moment later; give it that moment (only on this rare
             # path: a normal stream has completed its dispatch before the proxy half-closes).
