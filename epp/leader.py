@@ -33,12 +33,17 @@ def _identity() -> str:
     return f"{base}_{uuid.uuid4().hex[:8]}"
 
 
-async def campaign(api: LeaseApi, identity: str, target: LeadershipTarget) -> None:
-    """Run the election until cancelled, mirroring leadership into ``target`` in order."""
+async def campaign(api: LeaseApi, identity: str, target: LeadershipTarget, **timing: float) -> None:
+    """Run the election until cancelled, mirroring leadership into ``target`` in order.
+
+    ``timing``: ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s`` (client-go defaults
+    15 / 10 / 2 s). Cancelling releases the Lease and reports ``set_leader(False)``.
+    """
     changes: asyncio.Queue[bool] = asyncio.Queue()
     elector = LeaderElector(
         api,
         identity,
+        **timing,  # type: ignore[arg-type]
         on_started_leading=lambda: changes.put_nowait(True),
         on_stopped_leading=lambda: changes.put_nowait(False),
     )
