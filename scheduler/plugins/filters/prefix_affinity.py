@@ -95,14 +95,19 @@ class PrefixAffinityFilter(PluginBase):
         if match is None or not match.hashes or self.explores(request):
             return endpoints
         threshold = self._threshold
-        sticky = [e for e in endpoints if match.score(e.address) >= threshold]
+        score = match.score
+        is_sticky = [score(e.address) >= threshold for e in endpoints]
+        sticky = [e for e, keep in zip(endpoints, is_sticky, strict=True) if keep]
         if not sticky or len(sticky) == len(endpoints):
             return endpoints
         if self._penalty_ms > 0.0:
-            best_sticky = min(self.ttft_ms(request, e, match) for e in sticky)
-            best_other = min(
-                self.ttft_ms(request, e, match) for e in endpoints if match.score(e.address) < threshold
-            )
+            prompt, inflight, cached = prompt_tokens(request), self.tracker.token_counts, match.cached_tokens
+            ms = self._ms_per_token
+            ttft = [
+                (inflight.get(a, 0) + max(0, prompt - cached(a))) * ms for a in (e.address for e in endpoints)
+            ]
+            best_sticky = min(t for t, keep in zip(ttft, is_sticky, strict=True) if keep)
+            best_other = min(t for t, keep in zip(ttft, is_sticky, strict=True) if not keep)
             if best_sticky - best_other > self._penalty_ms:
                 return endpoints
         return sticky
