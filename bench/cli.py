@@ -33,6 +33,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("datalayer", "bench.datalayer_bench", ("--seconds", "2"), "metrics polling and parsing"),
     Benchmark("extproc", "bench.extproc_core_bench", ("--quick",), "ext_proc protocol core"),
     Benchmark("routing", "bench.routing_bench", ("--quick",), "end-to-end routing quality vs peers"),
+    Benchmark("inference-perf", "bench.inference_perf", ("--quick",), "external harness (own venv)"),
 )
 
 
