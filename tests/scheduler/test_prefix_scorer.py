@@ -114,11 +114,11 @@ def test_autotune_learns_block_size_and_capacity() -> None:
 
 
 def test_autotune_disabled_keeps_configured_values() -> None:
-    scorer = make(autoTune=False, lruCapacityPerServer=50)
+    scorer = make(autoTune=False, lruCapacityPerServer=300)
     ep = Endpoint("10.0.0.9:8000", metrics=Metrics(block_size=32, num_gpu_blocks=100))
     scores(scorer, req(PROMPT), [ep])
     dispatched(scorer, req(PROMPT), ep)
-    assert scorer.block_chars == 64 and scorer.index.capacity(ep.address) == 50
+    assert scorer.block_chars == 64 and scorer.index.capacity(ep.address) == 300
 
 
 def test_autotuned_capacity_clamped_to_budget() -> None:
@@ -146,3 +146,27 @@ def test_invalid_parameters(parameters: dict[str, Any], message: str) -> None:
         make(**parameters)
     assert message in str(info.value)
     assert '(prefix-cache-scorer "prefix")' in str(info.value)
+
+
+def test_total_budget_is_shared_among_endpoints() -> None:
+    # 1 MiB / 150 B = 6990 entries in all; each endpoint wants 5000
+    scorer = make(autoTune=False, lruCapacityPerServer=5000, maxIndexBytes=1024 * 1024)
+    eps = [Endpoint(f"10.1.0.{i}:8000") for i in range(30)]
+    dispatched(scorer, req(PROMPT, "a"), eps[0])
+    assert scorer.index.capacity(eps[0].address) == 5000
+    dispatched(scorer, req(PROMPT, "b"), eps[1])
+    assert [scorer.index.capacity(e.address) for e in eps[:2]] == [3495, 3495]
+    dispatched(scorer, req(PROMPT, "c"), eps[2])
+    assert scorer.index.capacity(eps[0].address) == 2330
+    scorer.on_endpoints_removed(frozenset({eps[2].address}))
+    assert scorer.index.capacity(eps[0].address) == 3495
+    for i, ep in enumerate(eps):
+        dispatched(scorer, req(PROMPT, f"d{i}"), ep)
+    assert scorer.index.capacity(eps[0].address) == 256  # floor: one prompt's worth of blocks
+
+
+def test_capacity_below_one_prompt_is_rejected() -> None:
+    with pytest.raises(
+        ConfigError, match=r"lruCapacityPerServer \(100\) must be at least maxPrefixBlocksToMatch"
+    ):
+        make(lruCapacityPerServer=100)

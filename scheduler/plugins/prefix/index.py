@@ -93,6 +93,12 @@ class PrefixIndex:
         slot = self._slot.get(address)
         return self._default_capacity if slot is None else self._cap[slot]
 
+    def __contains__(self, address: object) -> bool:
+        return address in self._slot
+
+    def endpoint_count(self) -> int:
+        return len(self._slot)
+
     def addresses(self) -> list[str]:
         return list(self._slot)
 

@@ -8,9 +8,12 @@
 | ``lruCapacityPerServer`` | 31250 | blocks remembered per endpoint (LRU) |
 | ``autoTune`` | true | learn block size / capacity from the servers' ``block_size`` / ``num_gpu_blocks`` |
 | ``maxIndexBytesPerServer`` | 64 MiB | memory budget per endpoint; capacities above it are rejected |
+| ``maxIndexBytes`` | 1 GiB | memory budget of the whole index; shared among the endpoints it holds |
 
-The budget is checked with :data:`ENTRY_BYTES` (measured cost of one (endpoint, block) entry, rounded
-up); autotuned capacities are clamped to it instead.
+Budgets are counted with :data:`ENTRY_BYTES` (measured cost of one (endpoint, block) entry, rounded
+up). ``lruCapacityPerServer`` above the per-endpoint budget, or below ``maxPrefixBlocksToMatch``, is
+rejected; autotuned capacities are clamped instead, and every capacity shrinks to the endpoint's
+share of ``maxIndexBytes`` (see :mod:`scheduler.plugins.prefix.capacity`).
 """
 
 from __future__ import annotations
@@ -34,11 +37,18 @@ class PrefixCacheParams:
     lru_capacity_per_server: int = param(31250, ge=1)
     auto_tune: bool = param(True)
     max_index_bytes_per_server: int = param(64 * 1024 * 1024, ge=1024 * 1024)
+    max_index_bytes: int = param(1024 * 1024 * 1024, ge=1024 * 1024)
 
     def __post_init__(self) -> None:
         if self.block_size is not None and self.hash_block_size is not None:
             raise ValueError(
                 "give at most one of blockSize and hashBlockSize (both are the block size in chars)"
+            )
+        if self.lru_capacity_per_server < self.max_prefix_blocks_to_match:
+            raise ValueError(
+                f"lruCapacityPerServer ({self.lru_capacity_per_server}) must be at least "
+                f"maxPrefixBlocksToMatch ({self.max_prefix_blocks_to_match}): an endpoint must be able "
+                "to hold the blocks of one prompt"
             )
         need = self.lru_capacity_per_server * ENTRY_BYTES
         if need > self.max_index_bytes_per_server:
@@ -53,6 +63,11 @@ class PrefixCacheParams:
     def fixed_block_chars(self) -> int | None:
         """Block size in characters given by a legacy parameter (disables block-size autotuning)."""
         return self.block_size if self.block_size is not None else self.hash_block_size
+
+    @property
+    def total_entries(self) -> int:
+        """The most entries the whole index (every endpoint together) may hold."""
+        return max(1, self.max_index_bytes // ENTRY_BYTES)
 
     @property
     def max_capacity(self) -> int:

@@ -13,7 +13,8 @@ endpoint named by ``x-prefiller-host-port``; ``on_endpoints_removed`` purges end
 Autotuning (``autoTune``, default true): the block size is taken once from the first endpoint that
 reports ``block_size`` (unless ``blockSize``/``hashBlockSize`` fix it; the index is cleared if it
 already had entries), and each endpoint's capacity becomes ``num_gpu_blocks x block_size /
-blockSizeTokens`` clamped to the memory budget. Parameters: see :mod:`scheduler.plugins.prefix.params`.
+blockSizeTokens`` clamped to the memory budgets (:mod:`scheduler.plugins.prefix.capacity`).
+Parameters: see :mod:`scheduler.plugins.prefix.params`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from scheduler.cycle_state import CycleState, StateKey
 from scheduler.interfaces import Handle
 from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.plugins.prefix.capacity import CapacityPlanner
 from scheduler.plugins.prefix.hashing import chain_seed, prefix_hashes
 from scheduler.plugins.prefix.index import PrefixIndex
 from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
@@ -43,6 +45,13 @@ class PrefixCacheScorer(PluginBase):
         super().__init__(name)
         self.params = params
         self.index = PrefixIndex(min(params.lru_capacity_per_server, params.max_capacity))
+        self.capacities = CapacityPlanner(
+            self.index,
+            params.lru_capacity_per_server,
+            params.max_capacity,
+            params.total_entries,
+            params.max_prefix_blocks_to_match,
+        )
         fixed = params.fixed_block_chars
         self._block_chars = fixed if fixed is not None else params.block_size_tokens * 4
         self._learn_block_size = params.auto_tune and fixed is None
@@ -112,12 +121,15 @@ class PrefixCacheScorer(PluginBase):
         if prefiller and prefiller not in targets:
             targets[prefiller] = _find(result, prefiller)
         for address, endpoint in targets.items():
-            if endpoint is not None and self.params.auto_tune:
-                self._autotune_capacity(endpoint)
+            own = (
+                self._autotuned_capacity(endpoint) if endpoint is not None and self.params.auto_tune else None
+            )
+            self.capacities.admit(address, own)
             self.index.insert(address, hashes)
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         self.index.remove(addresses)
+        self.capacities.removed(addresses)
 
     # -- autotuning ---------------------------------------------------------------------------------
 
@@ -131,14 +143,12 @@ class PrefixCacheScorer(PluginBase):
                     self.index.clear()
                 return
 
-    def _autotune_capacity(self, endpoint: EndpointView) -> None:
+    def _autotuned_capacity(self, endpoint: EndpointView) -> int | None:
         blocks = endpoint.metrics.num_gpu_blocks
         if not blocks:
-            return
+            return None
         server_block = endpoint.metrics.block_size or self.block_size_tokens
-        wanted = max(1, min(blocks * server_block // self.block_size_tokens, self.params.max_capacity))
-        if wanted != self.index.capacity(endpoint.address):
-            self.index.set_capacity(endpoint.address, wanted)
+        return max(1, blocks * server_block // self.block_size_tokens)
 
 
 def _find(result: SchedulingResult, address: str) -> EndpointView | None:
