@@ -10,6 +10,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import grpc
 import orjson
 import pytest
@@ -100,6 +101,15 @@ async def test_in_process_picker_routes_by_load(model_servers: list[str]) -> Non
                 routed = await call.read()
                 assert destination(routed) == (model_servers[0], model_servers[0])  # the idle one
                 call.cancel()
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{options.metrics_port}/metrics") as r:
+                text = await r.text()
+        assert "inference_extension_prefix_indexer_hit_ratio_count 3.0" in text
+        size = next(
+            ln for ln in text.splitlines() if ln.startswith("inference_extension_prefix_indexer_size ")
+        )
+        assert float(size.split()[1]) > 0
+        assert 'inference_pool_average_queue_size{name="default"} 4.5' in text
     finally:
         stop.set()
         assert await asyncio.wait_for(task, 10) == 0
