@@ -4,8 +4,10 @@
 bad parameters. Registering a type twice raises :class:`DuplicatePluginError`; there is no overriding.
 In-tree plugins are assembled by :func:`scheduler.plugins.register_builtin`; out-of-tree plugins are
 discovered from the ``epp.plugins`` entry-point group (entry-point name = plugin type, object = factory)
-by :meth:`Registry.load_entry_points`, which validates each one when it is registered. Discovery happens
-once at startup, never on the request path. The registry is not thread-safe for registration.
+by :meth:`Registry.load_entry_points`, which validates each one when it is registered. Discovery
+happens once at startup, never on the request path. Older type names stay accepted through
+:meth:`Registry.register_alias` (the instance reports the new name). The registry is not
+thread-safe for registration.
 """
 
 from __future__ import annotations
@@ -43,11 +45,12 @@ class DuplicatePluginError(PluginRegistrationError):
 class Registry:
     """Plugin type -> factory, plus where each registration came from (for error messages)."""
 
-    __slots__ = ("_factories", "_origins")
+    __slots__ = ("_aliases", "_factories", "_origins")
 
     def __init__(self) -> None:
         self._factories: dict[str, PluginFactory] = {}
         self._origins: dict[str, str] = {}
+        self._aliases: dict[str, str] = {}
 
     def register(self, plugin_type: str, factory: PluginFactory, *, origin: str = "builtin") -> None:
         """Add one plugin type. Raises PluginRegistrationError / DuplicatePluginError."""
@@ -56,7 +59,7 @@ class Registry:
                 f"{origin}: invalid plugin type {plugin_type!r} "
                 "(expected letters, digits, '-', '_', '.', '/')"
             )
-        if plugin_type in self._factories:
+        if plugin_type in self._factories or plugin_type in self._aliases:
             raise DuplicatePluginError(
                 f"{origin}: plugin type {plugin_type!r} is already registered by {self._origins[plugin_type]}"
             )
@@ -64,8 +67,25 @@ class Registry:
         self._factories[plugin_type] = factory
         self._origins[plugin_type] = origin
 
+    def register_alias(self, alias: str, plugin_type: str, *, origin: str = "builtin") -> None:
+        """Accept ``alias`` (an older name) in configurations for the registered ``plugin_type``.
+
+        The instance reports the canonical type; rendered configurations use it.
+        """
+        if plugin_type not in self._factories:
+            raise PluginRegistrationError(f"{origin}: alias {alias!r} for unregistered type {plugin_type!r}")
+        if alias in self._factories or alias in self._aliases:
+            raise DuplicatePluginError(f"{origin}: plugin type {alias!r} is already registered")
+        self._aliases[alias] = plugin_type
+        self._origins[alias] = origin
+
+    def canonical(self, plugin_type: str) -> str:
+        """The registered type an alias stands for (the type itself otherwise)."""
+        return self._aliases.get(plugin_type, plugin_type)
+
     def create(self, plugin_type: str, name: str, parameters: Mapping[str, Any], handle: Handle) -> Plugin:
         """Build one instance; checks that the factory returned a plugin of that type and name."""
+        plugin_type = self._aliases.get(plugin_type, plugin_type)
         factory = self._factories.get(plugin_type)
         if factory is None:
             raise ConfigError(f"unknown plugin type {plugin_type!r} (known: {', '.join(self.types())})")
@@ -85,7 +105,7 @@ class Registry:
         return self._origins[plugin_type]
 
     def __contains__(self, plugin_type: object) -> bool:
-        return plugin_type in self._factories
+        return plugin_type in self._factories or plugin_type in self._aliases
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.types())

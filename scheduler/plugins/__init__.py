@@ -22,6 +22,7 @@ def register_builtin(registry: Registry) -> None:
 
     registry.register("queue-scorer", queue.factory)
     registry.register("kv-cache-utilization-scorer", kv_cache_utilization.factory)
+    registry.register_alias("kv-cache-scorer", "kv-cache-utilization-scorer")  # GIE < v1.0 name
     registry.register("prefix-cache-scorer", prefix_scorer.factory)
     registry.register("max-score-picker", max_score.factory)
     registry.register("random-picker", random_picker.factory)

@@ -179,3 +179,9 @@ def test_every_builtin_type_renders_and_reloads(plugin_type: str) -> None:
     rendered = resolved.render()
     assert load_config_text(rendered).render() == rendered
     assert f"type: {plugin_type}" in rendered
+
+
+def test_legacy_type_name_loads_and_renders_canonical() -> None:
+    resolved = load_config_text(HEAD + "plugins:\n- type: kv-cache-scorer\n")
+    assert resolved.plugin("kv-cache-scorer").plugin_type == "kv-cache-utilization-scorer"
+    assert "type: kv-cache-utilization-scorer" in resolved.render()

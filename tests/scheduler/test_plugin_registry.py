@@ -108,3 +108,16 @@ def test_real_entry_point_object_is_loaded() -> None:
     assert registry.load_entry_points(discover=lambda group: [ep]) == ["custom-scorer"]
     plugin = registry.create("custom-scorer", "x", {}, PluginHandle())
     assert isinstance(plugin, Custom)
+
+
+def test_aliases_accept_older_type_names() -> None:
+    registry = default_registry(entry_points=False)
+    assert "kv-cache-scorer" in registry
+    plugin = registry.create("kv-cache-scorer", "kv", {}, PluginHandle())
+    assert plugin.plugin_type == "kv-cache-utilization-scorer"
+    with pytest.raises(DuplicatePluginError):
+        registry.register_alias("kv-cache-scorer", "queue-scorer")
+    with pytest.raises(DuplicatePluginError):
+        registry.register("kv-cache-scorer", custom_factory)
+    with pytest.raises(PluginRegistrationError, match="unregistered type"):
+        registry.register_alias("old-name", "no-such-type")
