@@ -101,9 +101,9 @@ async def test_in_process_picker_routes_by_load(model_servers: list[str]) -> Non
                 routed = await call.read()
                 assert destination(routed) == (model_servers[0], model_servers[0])  # the idle one
                 call.cancel()
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{options.metrics_port}/metrics") as r:
-                text = await r.text()
+        url = f"http://127.0.0.1:{options.metrics_port}/metrics"
+        async with aiohttp.ClientSession() as http, http.get(url) as r:
+            text = await r.text()
         assert "inference_extension_prefix_indexer_hit_ratio_count 3.0" in text
         size = next(
             ln for ln in text.splitlines() if ln.startswith("inference_extension_prefix_indexer_size ")
