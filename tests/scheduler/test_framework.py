@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sched_fakes import (
     DropFilter,
     FirstPicker,
@@ -21,6 +23,7 @@ from scheduler.plugins.handlers.single_profile import SingleProfileHandler
 from scheduler.plugins.pickers.common import PickerParams
 from scheduler.plugins.pickers.max_score import MaxScorePicker
 from scheduler.profile import SchedulerProfile
+from scheduler.registry import default_registry
 from scheduler.scheduler import Scheduler
 from scheduler.types import Completion, Endpoint, Outcome
 
@@ -209,3 +212,34 @@ def test_cycle_state_now_comes_from_injected_clock() -> None:
     handler = SingleProfileHandler("single")
     Scheduler({"default": profile}, handler, [handler], clock=lambda: 42.5).schedule(request(), EPS)
     assert seen == [42.5]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    raw=st.lists(st.floats(-2.0, 3.0) | st.just(float("nan")), min_size=1, max_size=10),
+    keep=st.sets(st.integers(0, 9)),
+    weight=st.floats(0.0, 5.0),
+    picker_type=st.sampled_from(["max-score-picker", "random-picker", "weighted-random-picker"]),
+    n=st.integers(1, 4),
+)
+def test_profile_properties(
+    raw: list[float], keep: set[int], weight: float, picker_type: str, n: int
+) -> None:
+    pool = [Endpoint(f"10.9.0.{i}:8000") for i in range(len(raw))]
+    kept = {pool[i].address for i in keep if i < len(pool)}
+    scorer = FixedScorer("s", {e.address: v for e, v in zip(pool, raw, strict=True)})
+    picker = default_registry(entry_points=False).create(
+        picker_type, "p", {"maxNumOfEndpoints": n}, PluginHandle(5)
+    )
+    profile = SchedulerProfile("default", [KeepFilter("keep", kept)], [(scorer, weight)], picker)  # type: ignore[arg-type]
+    if not kept:
+        with pytest.raises(NoEndpointError, match="removed every endpoint"):
+            one_profile(profile).schedule(request(), pool)
+        return
+    result = one_profile(profile).schedule(request(), pool)
+    assert result.decision is not None
+    decision = result.decision.profiles[0]
+    assert all(0.0 <= s <= 1.0 for s in decision.scores["s"])
+    assert decision.totals == tuple(weight * s for s in decision.scores["s"])
+    picked = result.addresses
+    assert 1 <= len(picked) <= n and len(set(picked)) == len(picked) and set(picked) <= kept
