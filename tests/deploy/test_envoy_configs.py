@@ -127,6 +127,8 @@ def test_override_host_reads_header_then_metadata_and_retries_on_other_hosts() -
     retry = routes(doc)[0]["route"]["retry_policy"]
     assert retry["retry_host_predicate"][0]["name"] == "envoy.retry_host_predicates.previous_hosts"
     assert "connect-failure" in retry["retry_on"]
+    (ext,) = ext_procs(doc)
+    assert (ext["failure_mode_allow"], ext["processing_mode"]["request_body_mode"]) == (True, "BUFFERED")
 
 
 def test_cheaper_variants_change_only_the_response_phase() -> None:

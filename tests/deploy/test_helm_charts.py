@@ -296,6 +296,8 @@ EIGHT_PLUS_ONE = [{"number": p} for p in range(8000, 8009)]
         (POOL, with_pool(provider={"name": "gke"}), "provider.name"),
         (POOL, with_pool(inferenceExtension={"pluginsConfigFile": "x"}), "Extension.pluginsConfigFile: .x."),
         (POOL, with_pool(inferenceExtension={"replicas": 0}), "inferenceExtension.replicas"),
+        (POOL, with_pool({"targetPortNumber": 8000}), "use inferencePool.targetPorts: .{number: 8000}"),
+        (POOL, with_pool(inferenceExtension={"image": {"hub": "r.example"}}), "image.hub/name"),
         (STANDALONE, {}, "inferencePool.modelServers.matchLabels is required"),
         (STANDALONE, with_pool(inferenceExtension={"failureMode": "FailOpen"}), "envoy.fallbackService"),
     ],

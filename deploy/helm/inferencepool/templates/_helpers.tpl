@@ -43,6 +43,12 @@ inferencepool: {{ include "inferencepool.eppName" . }}
 {{- if not $pool.modelServers.matchLabels -}}
 {{- fail "inferencePool.modelServers.matchLabels is required: the labels of the model-server pods, e.g. --set inferencePool.modelServers.matchLabels.app=vllm-llama3-8b-instruct" -}}
 {{- end -}}
+{{- if hasKey $pool "targetPortNumber" -}}
+{{- fail (printf "inferencePool.targetPortNumber (older GIE charts) is not read: use inferencePool.targetPorts: [{number: %v}]" $pool.targetPortNumber) -}}
+{{- end -}}
+{{- if or (hasKey $ie.image "hub") (hasKey $ie.image "name") -}}
+{{- fail "inferenceExtension.image.hub/name (older GIE charts) are not read: use inferenceExtension.image.registry and .repository" -}}
+{{- end -}}
 {{- $ports := $pool.targetPorts | default list -}}
 {{- if or (lt (len $ports) 1) (gt (len $ports) 8) -}}
 {{- fail (printf "inferencePool.targetPorts: expected 1 to 8 entries of {number: PORT}, got %d" (len $ports)) -}}
