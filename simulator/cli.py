@@ -174,6 +174,17 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help=f"output limit when a request sets none (default {_D.default_max_tokens})",
     )
+    a(
+        "--kv-events-endpoint",
+        metavar="ENDPOINT",
+        help="publish KV cache events on ZMQ: tcp://*:PORT binds, tcp://HOST:PORT connects; {port} and "
+        "{port+N} expand to the server's HTTP port (+N), e.g. tcp://*:{port+1000} (default off)",
+    )
+    a(
+        "--kv-events-mode",
+        choices=("auto", "bind", "connect"),
+        help="bind or connect the KV events socket; auto: bind wildcard/ipc endpoints, else connect (vLLM)",
+    )
     a("--pod-name", help="x-inference-pod header value (default $POD_NAME or epp-sim-<port>)")
     a(
         "--tokenizer",

@@ -69,6 +69,8 @@ class SimConfig:
     startup_duration: float = 0.0  # real seconds
     default_max_tokens: int = 128
     pod_name: str = ""
+    kv_events_endpoint: str = ""  # ZMQ endpoint for KV events ("" = off); may contain {port} / {port+N}
+    kv_events_mode: str = "auto"  # auto (vLLM's rule) | bind | connect
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -137,6 +139,11 @@ def validate(c: SimConfig) -> SimConfig:
     for ft in c.failure_types:
         _require(ft in FAILURE_TYPES, "--failure-types", f"names from {sorted(FAILURE_TYPES)}", ft)
     _require(c.default_max_tokens >= 1, "--default-max-tokens", "an integer >= 1", c.default_max_tokens)
+    _require(c.kv_events_endpoint == "" or c.kv_events_endpoint.startswith(("tcp://", "ipc://", "inproc://")),
+             "--kv-events-endpoint", "a ZMQ endpoint like tcp://*:{port+1000} or tcp://picker:5557",
+             c.kv_events_endpoint)  # fmt: skip
+    _require(c.kv_events_mode in ("auto", "bind", "connect"), "--kv-events-mode", "auto, bind or connect",
+             c.kv_events_mode)  # fmt: skip
     names = [m.name for m in c.lora_modules]
     _require(len(names) == len(set(names)), "--lora-modules", "unique adapter names", names)
     for m in c.lora_modules:

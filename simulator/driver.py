@@ -7,7 +7,8 @@ Simulated time is ``(clock() - origin) * time_scale``; a wait of ``d`` simulated
 aborts it). :meth:`EngineDriver.pace` then yields how many tokens became due at each wake-up: normally
 one per inter-token gap, several when the process fell behind (the caller writes them in one go, so an
 overloaded process batches writes instead of drifting). Every admitted sequence must end with
-:meth:`EngineDriver.finish` or :meth:`EngineDriver.abort`; both reschedule the queue.
+:meth:`EngineDriver.finish` or :meth:`EngineDriver.abort`; both reschedule the queue. After every
+engine step the KV events the engine recorded (if any) go to ``publish`` as one batch.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from simulator.engine import Engine, Seq
+from simulator.kv_events import KVEvent
 
 __all__ = ["EngineDriver", "SimClock"]
 
@@ -42,15 +44,24 @@ class SimClock:
 class EngineDriver:
     """Owns the asyncio side of one engine: admission futures and token pacing."""
 
-    __slots__ = ("clock", "engine", "inflight")
+    __slots__ = ("clock", "engine", "inflight", "publish")
 
-    def __init__(self, engine: Engine, clock: SimClock) -> None:
+    def __init__(
+        self, engine: Engine, clock: SimClock, publish: Callable[[list[KVEvent]], None] | None = None
+    ) -> None:
         self.engine = engine
         self.clock = clock
         self.inflight: set[Seq] = set()
+        self.publish = publish  # receives each batch of KV events the engine recorded
 
     def _kick(self) -> None:
         self.engine.schedule(self.clock.now())
+        self.flush_events()
+
+    def flush_events(self) -> None:
+        events = self.engine.kv.drain_events()
+        if events and self.publish is not None:
+            self.publish(events)
 
     async def admit(
         self, request_id: str, prompt_ids: Sequence[int], output_tokens: int, lora: str | None

@@ -75,6 +75,7 @@ class Seq:
     first_token_at: float = 0.0
     cached_tokens: int = 0
     ttft: float = 0.0
+    prompt_ids: Sequence[int] = field(default=(), repr=False)  # kept for KV events
     on_admit: Callable[[Seq], None] | None = field(default=None, repr=False)
 
 
@@ -86,12 +87,13 @@ class Engine:
         config: SimConfig,
         rng: random.Random | None = None,
         wall_clock: Callable[[], float] = time.time,
+        record_kv_events: bool = False,
     ) -> None:
         self.config = config
         self._rng = rng if rng is not None else random.Random(config.seed)
         self._wall = wall_clock
         self.latency = LatencyModel(config, self._rng)
-        self.kv = KVCache(config.kv_cache_size, config.block_size)
+        self.kv = KVCache(config.kv_cache_size, config.block_size, record_events=record_kv_events)
         self.lora = LoraSlots(
             config.max_loras, config.lora_load_time, {m.name: m.path for m in config.lora_modules}
         )
@@ -146,6 +148,8 @@ class Engine:
         if len(self.waiting) >= c.max_waiting_queue_length:
             raise QueueFull(f"waiting queue is full ({c.max_waiting_queue_length} requests)")
         seq = Seq(request_id, prompt_tokens, output_tokens, lora, hashes, total_blocks - len(hashes), now)
+        if self.kv.events is not None:
+            seq.prompt_ids = prompt_ids
         self.waiting.append(seq)
         if lora is not None:
             self.waiting_lora[lora] = self.waiting_lora.get(lora, 0) + 1
@@ -167,7 +171,7 @@ class Engine:
             if seq.lora is not None and not self.lora.can_acquire(seq.lora):
                 keep.append(seq)  # LoRA-aware skipping: let later requests pass
                 continue
-            hits = self.kv.allocate(seq.hashes, seq.extra_blocks)
+            hits = self.kv.allocate(seq.hashes, seq.extra_blocks, seq.prompt_ids, seq.lora)
             if hits is None:
                 memory_blocked = True
                 keep.append(seq)

@@ -14,6 +14,7 @@ Contract, following vLLM's prefix caching:
   otherwise it returns None and changes nothing (the request waits). Evictions take the least recently
   used evictable block first.
 * ``usage`` = blocks referenced by running requests / total, the value of ``vllm:kv_cache_usage_perc``.
+* Optionally it records ``BlockStored``/``BlockRemoved``/``AllBlocksCleared`` events (vLLM's KV events).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import xxhash
+
+from simulator.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
 __all__ = ["KVCache", "block_hashes"]
 
@@ -44,11 +47,16 @@ def block_hashes(token_ids: Sequence[int], block_size: int, lora: str | None = N
 
 
 class KVCache:
-    """Ref-counted block pool with LRU eviction of unreferenced cached blocks."""
+    """Ref-counted block pool with LRU eviction of unreferenced cached blocks.
 
-    __slots__ = ("_anon", "_evictable", "_refs", "_used_hashed", "block_size", "evictions", "total")
+    With ``record_events=True`` every change of the set of cached blocks is appended to ``events``
+    (:mod:`simulator.kv_events` values) for the caller to drain: runs of newly stored blocks with their
+    tokens and parent, evicted blocks, and clears.
+    """
 
-    def __init__(self, total_blocks: int, block_size: int) -> None:
+    __slots__ = ("_anon", "_evictable", "_refs", "_used_hashed", "block_size", "events", "evictions", "total")
+
+    def __init__(self, total_blocks: int, block_size: int, record_events: bool = False) -> None:
         self.total = total_blocks
         self.block_size = block_size
         self._refs: dict[int, int] = {}  # hashed blocks present in the cache -> reference count
@@ -56,6 +64,7 @@ class KVCache:
         self._used_hashed = 0  # hashed blocks with refcount > 0
         self._anon = 0  # anonymous blocks in use
         self.evictions = 0
+        self.events: list[KVEvent] | None = [] if record_events else None
 
     @property
     def used_blocks(self) -> int:
@@ -94,32 +103,57 @@ class KVCache:
         needed = len(hashes) - hits + extra
         return needed <= self.free_blocks - idle_hits
 
-    def allocate(self, hashes: Sequence[int], extra: int) -> int | None:
-        """Reference the chain and ``extra`` anonymous blocks; return the hit count or None if full."""
+    def _ref(self, bh: int) -> None:
+        count = self._refs[bh]
+        if count == 0:
+            del self._evictable[bh]
+            self._used_hashed += 1
+        self._refs[bh] = count + 1
+
+    def allocate(
+        self,
+        hashes: Sequence[int],
+        extra: int,
+        token_ids: Sequence[int] = (),
+        lora: str | None = None,
+    ) -> int | None:
+        """Reference the chain and ``extra`` anonymous blocks; return the hit count or None if full.
+
+        ``token_ids`` (the prompt) and ``lora`` only feed ``BlockStored`` events.
+        """
         if not self.can_allocate(hashes, extra):
             return None
-        refs, evictable = self._refs, self._evictable
+        refs = self._refs
         hits = self.prefix_hits(hashes)
         for bh in hashes[:hits]:
-            count = refs[bh]
-            if count == 0:
-                del evictable[bh]
-                self._used_hashed += 1
-            refs[bh] = count + 1
-        for bh in hashes[hits:]:
+            self._ref(bh)
+        run_start = -1  # first index of the current run of newly stored blocks
+        for i in range(hits, len(hashes)):
+            bh = hashes[i]
             if bh in refs:  # a later block may exist even though an earlier one missed
-                count = refs[bh]
-                if count == 0:
-                    del evictable[bh]
-                    self._used_hashed += 1
-                refs[bh] = count + 1
+                self._ref(bh)
+                self._stored(hashes, run_start, i, token_ids, lora)
+                run_start = -1
                 continue
             self._make_room(1)
             refs[bh] = 1
             self._used_hashed += 1
+            if run_start < 0:
+                run_start = i
+        self._stored(hashes, run_start, len(hashes), token_ids, lora)
         self._make_room(extra)
         self._anon += extra
         return hits
+
+    def _stored(
+        self, hashes: Sequence[int], start: int, end: int, ids: Sequence[int], lora: str | None
+    ) -> None:
+        if self.events is None or start < 0 or start >= end:
+            return
+        bs = self.block_size
+        parent = hashes[start - 1] if start > 0 else None
+        event = BlockStored(tuple(hashes[start:end]), parent, tuple(ids[start * bs : end * bs]), bs, lora)
+        self.events.append(event)
 
     def release(self, hashes: Sequence[int], extra: int) -> None:
         """Drop one reference to each block of the chain and free ``extra`` anonymous blocks."""
@@ -134,14 +168,30 @@ class KVCache:
 
     def _make_room(self, n: int) -> None:
         never_used = self.total - self.used_blocks - len(self._evictable)
+        victims: list[int] = []
         while never_used < n:
             victim, _ = self._evictable.popitem(last=False)
             del self._refs[victim]
-            self.evictions += 1
+            victims.append(victim)
             never_used += 1
+        if victims:
+            self.evictions += len(victims)
+            if self.events is not None:
+                self.events.append(BlockRemoved(tuple(victims)))
 
-    def clear(self) -> None:
-        """Drop every evictable block (``AllBlocksCleared``)."""
-        for bh in self._evictable:
-            del self._refs[bh]
+    def clear(self) -> bool:
+        """Drop every cached block (vLLM's prefix-cache reset); False (no change) while any is in use."""
+        if self.used_blocks:
+            return False
+        self._refs.clear()
         self._evictable.clear()
+        if self.events is not None:
+            self.events.append(AllBlocksCleared())
+        return True
+
+    def drain_events(self) -> list[KVEvent]:
+        """Take the recorded events (empty when recording is off)."""
+        if not self.events:
+            return []
+        out, self.events = self.events, []
+        return out

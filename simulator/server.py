@@ -18,6 +18,10 @@ Fault injection, in process or over HTTP (the admin endpoints are for tests and 
 ==========================================  =====================================================
 
 ``--startup-duration`` keeps the server unready for that many real seconds after ``start()``.
+With ``kv_events_endpoint`` set, KV cache events go out on ZMQ (see :mod:`simulator.kv_events`) with
+topic :attr:`SimServer.kv_events_topic`; a restart after a crash first publishes ``AllBlocksCleared``.
+``POST /reset_prefix_cache`` empties an idle cache (vLLM's endpoint).
+
 Every response carries ``x-inference-pod`` and ``x-inference-port``. ``access_log=True`` logs each request
 through the stdlib logger ``aiohttp.access`` (``epp-sim --log-level debug``).
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -40,6 +45,7 @@ from simulator.api import SimApi
 from simulator.config import SimConfig
 from simulator.driver import EngineDriver, SimClock
 from simulator.engine import Engine
+from simulator.kv_events import AllBlocksCleared, ZmqKVEventPublisher, expand_endpoint
 from simulator.metrics import CONTENT_TYPE, render_metrics
 from simulator.protocol import ApiError, error_body, parse_json
 from simulator.tokenizer import Tokenizer
@@ -66,8 +72,9 @@ class SimServer:
         self.config = config
         self._access_log = access_log
         self.tokenizer = tokenizer
-        self.engine = Engine(config, random.Random(config.seed), wall_clock)
+        self.engine = self._new_engine(config, wall_clock)
         self.driver = EngineDriver(self.engine, clock or SimClock(config.time_scale))
+        self.kv_publisher: ZmqKVEventPublisher | None = None
         self._crashed = False
         self.created = int(wall_clock())
         self.metrics_mode = "ok"
@@ -82,6 +89,19 @@ class SimServer:
         self._pod = config.pod_name or f"epp-sim-{config.port}"
 
     # -- lifecycle ----------------------------------------------------------------------------------
+    @staticmethod
+    def _new_engine(config: SimConfig, wall_clock: Callable[[], float]) -> Engine:
+        events = bool(config.kv_events_endpoint)
+        return Engine(config, random.Random(config.seed), wall_clock, record_kv_events=events)
+
+    @property
+    def kv_events_topic(self) -> str:
+        """``kv@<host>:<port>@<model>``; the host is ``$POD_IP`` when binding all interfaces."""
+        host = self.config.host
+        if host in ("0.0.0.0", "::", ""):
+            host = os.environ.get("POD_IP", "127.0.0.1")
+        return f"kv@{host}:{self._port}@{self.config.metric_model_name}"
+
     @property
     def port(self) -> int:
         return self._port
@@ -105,6 +125,7 @@ class SimServer:
             web.get("/load", self.load),
             web.post("/admin/fault", self.admin_fault),
             web.post("/admin/crash", self.admin_crash),
+            web.post("/reset_prefix_cache", self.reset_prefix_cache),
         ])  # fmt: skip
         app.on_response_prepare.append(self._identity_headers)
         return app
@@ -113,9 +134,9 @@ class SimServer:
         """Bind and serve; the server is ready after ``startup_duration`` seconds."""
         if self._runner is not None:
             raise RuntimeError(f"server on port {self._port} is already running")
-        if self._crashed:  # a restarted pod comes back with an empty engine (cold cache, no adapters loaded)
-            self._crashed = False
-            self.engine = Engine(self.config, random.Random(self.config.seed), self._wall)
+        restarted, self._crashed = self._crashed, False
+        if restarted:  # a restarted pod comes back with an empty engine (cold cache, no adapters loaded)
+            self.engine = self._new_engine(self.config, self._wall)
             self.driver = EngineDriver(self.engine, self.driver.clock)
         log = logging.getLogger("aiohttp.access") if self._access_log else None
         runner = web.AppRunner(self._app(), handler_cancellation=True, access_log=log, shutdown_timeout=1.0)
@@ -127,6 +148,16 @@ class SimServer:
         if self.config.pod_name == "":
             self._pod = f"epp-sim-{self._port}"
         self._ready_at = time.monotonic() + self.config.startup_duration
+        if self.config.kv_events_endpoint:
+            endpoint = expand_endpoint(self.config.kv_events_endpoint, self._port)
+            mode = self.config.kv_events_mode
+            bind = None if mode == "auto" else mode == "bind"
+            self.kv_publisher = ZmqKVEventPublisher(
+                endpoint, self.kv_events_topic, wall_clock=self._wall, bind=bind
+            )
+            self.driver.publish = self.kv_publisher.publish
+            if restarted:
+                self.kv_publisher.publish([AllBlocksCleared()])
         _log.info("sim_server_started", url=self.url, model=self.config.metric_model_name)
 
     async def stop(self) -> None:
@@ -136,6 +167,13 @@ class SimServer:
         if runner is not None:
             await runner.cleanup()
         self.driver.abort_all()
+        self._close_publisher()
+
+    def _close_publisher(self) -> None:
+        publisher, self.kv_publisher = self.kv_publisher, None
+        self.driver.publish = None
+        if publisher is not None:
+            publisher.close()
 
     async def crash(self) -> None:
         """Simulate a crashed pod: stop listening and drop every connection without a response."""
@@ -152,6 +190,7 @@ class SimServer:
                 if transport is not None:
                     transport.abort()
         self.driver.abort_all()
+        self._close_publisher()
         with contextlib.suppress(Exception):
             await runner.cleanup()
         _log.warning("sim_server_crashed", port=self._port)
@@ -231,6 +270,13 @@ class SimServer:
             self.set_ready(ready)
         return web.Response(body=orjson.dumps({"metrics": self.metrics_mode, "ready": self.ready}),
                             content_type="application/json")  # fmt: skip
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """vLLM's ``POST /reset_prefix_cache``: drop all cached blocks (409 while requests hold blocks)."""
+        if not self.engine.kv.clear():
+            raise ApiError(409, "prefix cache in use by running requests", "ConflictError")
+        self.driver.flush_events()
+        return web.Response(status=200)
 
     async def admin_crash(self, request: web.Request) -> web.Response:
         async def crash_soon() -> None:
