@@ -48,7 +48,7 @@ from epp.server.tls import TlsError, server_credentials
 from scheduler.config.resolved import ResolvedConfig
 from scheduler.errors import ConfigError
 
-__all__ = ["PickerApp", "StartupError", "build_app", "serve"]
+__all__ = ["PickerApp", "StartupError", "build_app", "run", "serve"]
 
 _log = structlog.get_logger("epp")
 
@@ -88,6 +88,33 @@ def _config_view(options: Options, config: ResolvedConfig) -> Callable[[], Mappi
     flags["config_text"] = "(set)" if options.config_text else None
     view = {"flags": flags, "config": config.to_dict(), "source": config.source}
     return lambda: view
+
+
+def _server_settings(options: Options) -> ServerSettings:
+    """Ports, TLS material (generated or read now), token, diagnostics. Raises StartupError."""
+    credentials, certificate = None, None
+    if options.secure_serving:
+        try:
+            credentials, certificate = server_credentials(
+                cert_path=options.cert_path, reload=options.enable_cert_reload, hosts=[socket.gethostname()]
+            )
+        except TlsError as exc:
+            raise StartupError(f"--cert-path: {exc}") from None
+    return ServerSettings(
+        host=options.host,
+        grpc_port=options.grpc_port,
+        grpc_health_port=options.grpc_health_port,
+        metrics_port=options.metrics_port,
+        credentials=credentials,
+        certificate=certificate,
+        max_body_bytes=options.max_body_bytes,
+        health_on_ext_proc_port=options.health_checking,
+        leader_election=options.ha_enable_leader_election,
+        shutdown_grace=options.shutdown_grace_period,
+        verbosity=options.verbosity,
+        tracing=options.tracing,
+        metrics_token=_read_token(options),
+    )
 
 
 class PickerApp:
@@ -166,15 +193,7 @@ async def build_app(options: Options) -> PickerApp:
         raise StartupError(f"invalid configuration: {exc}") from None
     config = loaded.config
     priorities = _objectives(options)
-    token = _read_token(options)
-    credentials, certificate = None, None
-    if options.secure_serving:
-        try:
-            credentials, certificate = server_credentials(
-                cert_path=options.cert_path, reload=options.enable_cert_reload, hosts=[socket.gethostname()]
-            )
-        except TlsError as exc:
-            raise StartupError(f"--cert-path: {exc}") from None
+    settings = _server_settings(options)
     try:
         engines = apply_metric_overrides(
             loaded.data_layer.engines or BUILTIN_ENGINES, options.metric_overrides
@@ -222,21 +241,6 @@ async def build_app(options: Options) -> PickerApp:
         priority_of=priorities,
         max_body_bytes=options.max_body_bytes,
         response_chunks=scheduler.has_chunk_hooks,
-    )
-    settings = ServerSettings(
-        host=options.host,
-        grpc_port=options.grpc_port,
-        grpc_health_port=options.grpc_health_port,
-        metrics_port=options.metrics_port,
-        credentials=credentials,
-        certificate=certificate,
-        max_body_bytes=options.max_body_bytes,
-        health_on_ext_proc_port=options.health_checking,
-        leader_election=options.ha_enable_leader_election,
-        shutdown_grace=options.shutdown_grace_period,
-        verbosity=options.verbosity,
-        tracing=options.tracing,
-        metrics_token=token,
     )
     server = EppServer(
         settings,
