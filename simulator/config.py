@@ -10,7 +10,7 @@ seconds, so a picker sees vLLM-like numbers).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = ["FAILURE_TYPES", "PROFILES", "ConfigError", "LoraModule", "SimConfig", "apply_profile", "validate"]
@@ -71,7 +71,6 @@ class SimConfig:
     pod_name: str = ""
     kv_events_endpoint: str = ""  # ZMQ endpoint for KV events ("" = off); may contain {port} / {port+N}
     kv_events_mode: str = "auto"  # auto (vLLM's rule) | bind | connect
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def served_names(self) -> tuple[str, ...]:
