@@ -41,7 +41,8 @@ from epp.config_sections import load_picker_config
 from epp.discovery import DiscoveryError, build_discovery
 from epp.options import Options
 from epp.protocol import SessionConfig
-from epp.server.metrics import PoolCollector, RequestMetrics, SchedulerMetrics, register_info
+from epp.server.metrics import RequestMetrics, SchedulerMetrics, register_info
+from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import hit_ratio_observer, index_size_reader
 from epp.server.server import EppServer, ServerSettings
 from epp.server.tls import TlsError, server_credentials

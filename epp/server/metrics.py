@@ -4,26 +4,24 @@ Per-request metrics (``inference_objective_*``) are recorded by :class:`RequestM
 label children bound once per (model, target model[, priority]) and cached, so a request costs a few
 dict lookups and ``inc``/``observe`` calls. Scheduler metrics (``inference_extension_*``) are fed by
 :class:`SchedulerMetrics`, which implements the scheduler's observer seam. Pool gauges
-(``inference_pool_*``) and the saturation gauge are computed at scrape time by :class:`PoolCollector`
-from the data layer's snapshot, never per request.
+(``inference_pool_*``) and the saturation gauge are computed at scrape time by
+:class:`epp.server.pool_metrics.PoolCollector` from the data layer's snapshot, never per request.
 
 Normalised time per output token (NTPOT) = (completion time - receive time) / output tokens, observed
-only for successful requests that reported output tokens. Flow-control queue metrics stay at zero:
-flow control is not implemented yet (the saturation gauge is live).
+only for successful requests that reported output tokens. The flow-control queue-duration histogram
+has no observations: flow control is not implemented yet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
-from scheduler.types import Completion, EndpointView, Outcome
+from scheduler.types import Completion, Outcome
 
-__all__ = ["PoolCollector", "RequestMetrics", "SchedulerMetrics", "register_info"]
+__all__ = ["RequestMetrics", "SchedulerMetrics", "register_info"]
 
 _SIZE_BUCKETS = tuple(float(2**i) for i in range(6, 31, 2))  # 64 B .. 1 GiB
 _TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -190,64 +188,3 @@ def register_info(registry: CollectorRegistry, commit: str, build_ref: str) -> N
     Gauge("inference_extension_info", "Build information", ("commit", "build_ref"), registry=registry).labels(
         commit, build_ref
     ).set(1)
-
-
-class PoolCollector(Collector):
-    """Scrape-time pool gauges from ``snapshot()`` (ready endpoints only for the averages).
-
-    ``saturation()`` returns the detector's value for the current snapshot (None = no detector);
-    ``index_size()`` the prefix index's entry count (None = no prefix index).
-    """
-
-    def __init__(
-        self,
-        pool_name: str,
-        snapshot: Callable[[], Sequence[EndpointView]],
-        *,
-        saturation: Callable[[Sequence[EndpointView]], float | None] = lambda _: None,
-        index_size: Callable[[], int | None] = lambda: None,
-    ) -> None:
-        self._name = pool_name
-        self._snapshot = snapshot
-        self._saturation = saturation
-        self._index_size = index_size
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        endpoints = list(self._snapshot())
-        ready = [e for e in endpoints if e.ready]
-        n = len(ready)
-        name = self._name
-        p = "inference_pool_"
-        for metric, doc, value in (
-            ("average_kv_cache_utilization", "Mean KV-cache utilisation of ready endpoints",
-             sum(e.metrics.kv_cache_usage for e in ready) / n if n else 0.0),
-            ("average_queue_size", "Mean waiting queue of ready endpoints",
-             sum(e.metrics.waiting_queue_size for e in ready) / n if n else 0.0),
-            ("average_running_requests", "Mean running requests of ready endpoints",
-             sum(e.metrics.running_requests for e in ready) / n if n else 0.0),
-            ("ready_pods", "Ready endpoints", float(n)),
-        ):  # fmt: skip
-            family = GaugeMetricFamily(p + metric, doc, labels=("name",))
-            family.add_metric((name,), value)
-            yield family
-        per_pod = GaugeMetricFamily(
-            p + "per_pod_queue_size", "Waiting queue per endpoint", labels=("name", "model_server_pod")
-        )
-        for e in endpoints:
-            per_pod.add_metric((name, e.name or e.address), float(e.metrics.waiting_queue_size))
-        yield per_pod
-        f = "inference_extension_flow_control_"
-        saturation = GaugeMetricFamily(
-            f + "pool_saturation", "Pool saturation (>= 1 saturated)", labels=("name",)
-        )
-        saturation.add_metric((name,), float(self._saturation(endpoints) or 0.0))
-        yield saturation
-        # Flow control (request queueing) is not implemented yet: the queues are always empty.
-        yield GaugeMetricFamily(f + "queue_size", "Requests queued by flow control", value=0.0)
-        yield GaugeMetricFamily(f + "queue_bytes", "Bytes queued by flow control", value=0.0)
-        size = self._index_size()
-        yield GaugeMetricFamily(
-            "inference_extension_prefix_indexer_size",
-            "Entries in the prefix-cache index",
-            value=float(size or 0),
-        )

@@ -23,7 +23,8 @@ from srv_helpers import (
     stub,
 )
 
-from epp.server.metrics import PoolCollector, SchedulerMetrics, register_info
+from epp.server.metrics import SchedulerMetrics, register_info
+from epp.server.pool_metrics import PoolCollector
 from epp.server.tls import CertDir, TlsError, self_signed, server_credentials
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
