@@ -109,3 +109,15 @@ def test_capacity_never_exceeded_and_matches_reference_lru(
         holders = {a for a, lru in reference.items() if h in lru}
         assert set(index.match([h])) == holders
     assert index.total_entries() == sum(len(v) for v in reference.values())
+
+
+def test_lru_order_survives_compaction_of_retouches() -> None:
+    index = PrefixIndex(4)
+    for _ in range(100):  # 400 touches: the touch log is compacted several times
+        index.insert("a", [1, 2, 3, 4])
+    index.insert("a", [1, 3])
+    index.insert("a", [5])  # evicts 2, the least recently used
+    assert index.entries("a") == 4
+    assert set(index.match([2])) == set() and index.match([1]) == {"a": 1} and index.match([4]) == {"a": 1}
+    index.insert("a", [6])  # then 4
+    assert index.match([4]) == {} and index.match([3]) == {"a": 1}

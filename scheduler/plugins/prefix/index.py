@@ -203,12 +203,8 @@ class PrefixIndex:
             else:
                 del owners[h]
         if len(order) > 2 * cap + 64:
-            compact: deque[int] = deque()
-            keep = compact.append
-            for h in order:
-                copies = held[h]
-                if copies > 1:
-                    held[h] = copies - 1
-                else:
-                    keep(h)
-            self._order[slot] = compact
+            # keep only the latest copy of each hash, in touch order (C-level passes over ``order``)
+            latest = list(dict.fromkeys(reversed(order)))
+            latest.reverse()
+            self._order[slot] = deque(latest)
+            self._held[slot] = dict.fromkeys(latest, 1)
