@@ -160,6 +160,9 @@ class Scheduler:
         except NoEndpointError as exc:
             failures = [d.failure for d in decisions if d.failure and d.profile not in shadow]
             raise NoEndpointError("; ".join(failures) if failures else exc.reason) from None
+        if not outcome.endpoints:
+            label = f'{handler.plugin_type} "{handler.name}"'
+            raise SchedulingError(f"profile handler {label} returned a result without endpoints")
         shadow_run = tuple(n for n in results if n in shadow)
         profile_results = dict(outcome.profile_results)
         for name in shadow_run:

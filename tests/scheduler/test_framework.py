@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -243,3 +245,14 @@ def test_profile_properties(
     assert decision.totals == tuple(weight * s for s in decision.scores["s"])
     picked = result.addresses
     assert 1 <= len(picked) <= n and len(set(picked)) == len(picked) and set(picked) <= kept
+
+
+def test_handler_result_without_endpoints_is_an_error() -> None:
+    class Empty(SingleProfileHandler):
+        def process_results(self, cycle, request, results):  # type: ignore[no-untyped-def]
+            return dataclasses.replace(super().process_results(cycle, request, results), endpoints=())
+
+    profile = SchedulerProfile("default", [], [], max_picker())
+    handler = Empty("empty")
+    with pytest.raises(SchedulingError, match='empty" returned a result without endpoints'):
+        Scheduler({"default": profile}, handler, [handler]).schedule(request(), EPS)
