@@ -12,6 +12,8 @@ Scenarios:
   request runs at once, so the model's inter-token gap is ``12 ms x 2.0`` (full load factor). The
   simulator *keeps up* when the measured mean inter-token gap stays close to that (fidelity ~1.0).
 * ``max``: zero latencies (TTFT 0, ITL 0): raw capacity of the process, requests/s and tokens/s.
+* ``scrape``: ``--servers`` idle servers, each scraped on ``/metrics`` every 50 ms like the picker does;
+  reports scrapes/s, scrape latency and the simulator's CPU per scrape.
 * ``metrics``: time to render one ``/metrics`` body, ours vs ``prometheus_client.generate_latest`` on a
   registry holding the same families (no servers started).
 
@@ -35,14 +37,15 @@ import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
 
-__all__ = ["ScenarioResult", "main", "run_scenario", "time_metrics_render"]
+__all__ = ["ScenarioResult", "main", "run_scenario", "run_scrape", "time_metrics_render"]
 
 MODEL = "sim-bench"
+_T = TypeVar("_T")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -241,12 +244,55 @@ def run_scenario(
     )
 
 
-def _uvloop_run() -> Callable[[Coroutine[Any, Any, _Stats]], _Stats]:
+def _uvloop_run() -> Callable[[Coroutine[Any, Any, _T]], _T]:
     try:
         import uvloop
     except ImportError:
         return asyncio.run
     return uvloop.run
+
+
+def run_scrape(servers: int, seconds: float, interval: float = 0.05) -> dict[str, float]:
+    """Scrape every server's ``/metrics`` every ``interval`` s (as the picker does); simulator CPU cost."""
+    ports = _free_ports(servers)
+    with _simulator(ports, []) as proc:
+        urls = [f"http://127.0.0.1:{p}/metrics" for p in ports]
+        latencies: list[float] = []
+
+        async def scrape_loop(
+            session: aiohttp.ClientSession, url: str, offset: float, start: float, stop: float
+        ) -> None:
+            next_at = time.monotonic() + offset  # servers are spread over the interval, as pollers drift
+            await asyncio.sleep(offset)
+            while next_at < stop:
+                t0 = time.monotonic()
+                async with session.get(url) as r:
+                    await r.read()
+                if t0 >= start:  # the first second opens the connections: not measured
+                    latencies.append(time.monotonic() - t0)
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+        async def measured() -> tuple[float, float, float]:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+                await _wait_up(session, [u.removesuffix("/metrics") for u in urls])
+                begin = time.monotonic()
+                start, stop = begin + 1.0, begin + 1.0 + seconds
+                loops = asyncio.gather(
+                    *(scrape_loop(session, u, interval * i / len(urls), start, stop) for i, u in enumerate(urls))
+                )
+                await asyncio.sleep(max(0.0, start - time.monotonic()))
+                cpu0, cli0, wall0 = _proc_cpu(proc.pid), _self_cpu(), time.monotonic()
+                await loops
+                wall = time.monotonic() - wall0
+                return (_proc_cpu(proc.pid) - cpu0) / wall, (_self_cpu() - cli0) / wall, wall
+
+        sim_cores, client_cores, wall = _uvloop_run()(measured())
+    rate = len(latencies) / wall
+    return {"servers": servers, "interval_ms": interval * 1e3, "scrapes_per_s": rate,
+            "latency_p50_ms": _pct(latencies, 0.5) * 1e3, "latency_p99_ms": _pct(latencies, 0.99) * 1e3,
+            "sim_cpu_cores": sim_cores, "sim_us_per_scrape": sim_cores / rate * 1e6,
+            "client_cpu_cores": client_cores}  # fmt: skip
 
 
 def time_metrics_render(iterations: int = 2000) -> tuple[float, float]:
@@ -312,8 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=64, help="streams in flight per server (default 64)")
     p.add_argument("--seconds", type=float, default=10.0, help="measured window per scenario (default 10)")
     p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
-    p.add_argument("--scenario", choices=("realtime", "max", "both", "metrics"), default="both",
-                   help="realtime, max, both (default) or metrics (render cost only)")  # fmt: skip
+    p.add_argument("--scenario", choices=("realtime", "max", "both", "metrics", "scrape"), default="both",
+                   help="realtime, max, both (default), metrics (render cost only) or scrape "
+                        "(--servers servers scraped every 50 ms)")  # fmt: skip
     p.add_argument("--json", help="also write the results as JSON to this file")
     args = p.parse_args(argv)
     if args.servers < 1 or args.concurrency < 1 or args.seconds <= 0 or args.max_tokens < 2:
@@ -322,6 +369,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ours, theirs = time_metrics_render()
         print(f"/metrics body: hand renderer {ours * 1e6:.1f} us, prometheus_client {theirs * 1e6:.1f} us "
               f"({theirs / ours:.1f}x)")  # fmt: skip
+        return 0
+    if args.scenario == "scrape":
+        figures = run_scrape(args.servers, args.seconds)
+        print(" ".join(f"{k}={v:.3g}" for k, v in figures.items()))
         return 0
     scenarios = ("realtime", "max") if args.scenario == "both" else (args.scenario,)
     results = []

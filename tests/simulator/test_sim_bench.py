@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.simulator_bench import main, run_scenario, time_metrics_render
+from bench.simulator_bench import main, run_scenario, run_scrape, time_metrics_render
 
 pytestmark = pytest.mark.e2e
 
@@ -26,3 +26,8 @@ def test_bad_arguments_exit_2() -> None:
 def test_metrics_render_timing_runs() -> None:
     ours, theirs = time_metrics_render(iterations=5)
     assert ours > 0 and theirs > 0
+
+
+def test_scrape_scenario_reports_cost() -> None:
+    figures = run_scrape(servers=2, seconds=0.5, interval=0.05)
+    assert figures["scrapes_per_s"] > 0 and figures["sim_cpu_cores"] > 0
