@@ -44,6 +44,14 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python -m venv /opt/epp \
     && /opt/epp/bin/python -m pip install --no-index --find-links /wheels pyepp
+# Build information, reported by the inference_extension_info{commit,build_ref} metric. Declared after
+# the install so that a new commit does not invalidate the cached install layer.
+ARG EPP_COMMIT=unknown
+ARG EPP_BUILD_REF=dev
+LABEL org.opencontainers.image.revision="${EPP_COMMIT}" \
+      org.opencontainers.image.version="${EPP_BUILD_REF}"
+ENV EPP_COMMIT=${EPP_COMMIT} \
+    EPP_BUILD_REF=${EPP_BUILD_REF}
 USER 65532:65532
 WORKDIR /tmp
 EXPOSE 9002 9003 9090

@@ -110,7 +110,9 @@ def test_fail_open_buffers_the_request_body_and_falls_back_to_all_servers() -> N
     assert first["match"]["headers"] == [{"name": "x-gateway-destination-endpoint", "present_match": True}]
     assert fallback["route"]["cluster"] == "model_servers"
     # a client cannot pick the upstream itself while the picker is down
-    assert http_filters(doc)[0]["name"] == "envoy.filters.http.header_mutation"
+    hcm = doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    (early,) = hcm["early_header_mutation_extensions"]
+    assert early["typed_config"]["mutations"] == [{"remove": "x-gateway-destination-endpoint"}]
     endpoints = clusters(doc)["model_servers"]["load_assignment"]["endpoints"][0]["lb_endpoints"]
     got = [e["endpoint"]["address"]["socket_address"] for e in endpoints]
     assert got == [{"address": "127.0.0.1", "port_value": 8000}, {"address": "10.0.0.2", "port_value": 8001}]

@@ -20,6 +20,7 @@ import yaml
 from _deploy_manifests import by_kind, one, validate_object
 from conftest import NAMESPACE, HelmRenderError, Renderer
 
+from epp.admission.objectives_file import load_objectives_file
 from epp.cli import main as epp_main
 from epp.options import parse_options
 
@@ -88,6 +89,8 @@ def test_every_rendered_object_is_valid(values_file: Path, render: Renderer, tmp
     # Every plugin config file loads; --config-file names one of them.
     config_map = next(c for c in by_kind(objects, "ConfigMap") if "default-plugins.yaml" in c["data"])
     for name, text in config_map["data"].items():
+        if name == "objectives.yaml":
+            continue  # checked in test_standalone_multi_label_selector_and_objectives
         assert check_plugin_config(text, tmp_path / name) == 0, f"{name} does not load:\n{text}"
     config_file = next(a for a in epp["args"] if a.startswith("--config-file="))
     assert config_file.removeprefix("--config-file=/config/") in config_map["data"]
@@ -247,12 +250,19 @@ def envoy_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return loaded
 
 
-def test_standalone_multi_label_selector(render: Renderer) -> None:
+def test_standalone_multi_label_selector_and_objectives(render: Renderer, tmp_path: Path) -> None:
     custom = render(STANDALONE, load(STANDALONE / "ci" / "custom-plugins-values.yaml"))
     options = parse_options(container(custom, "epp")["args"], env={})
     assert options.endpoint_selector == "app=vllm-llama3-8b-instruct,tier=gpu"
     assert options.endpoint_target_ports == (8000, 8001)
     assert options.verbosity == 2
+    assert options.objectives_file == "/config/objectives.yaml"
+    config_map = next(c for c in by_kind(custom, "ConfigMap") if "objectives.yaml" in c["data"])
+    (tmp_path / "objectives.yaml").write_text(config_map["data"]["objectives.yaml"])
+    objectives = load_objectives_file(tmp_path / "objectives.yaml")
+    assert {(o.name, o.priority) for o in objectives} == {("interactive", 10), ("batch", -1)}
+    default = render(STANDALONE, load(STANDALONE / "ci" / "default-values.yaml"))
+    assert parse_options(container(default, "epp")["args"], env={}).objectives_file is None
 
 
 def test_standalone_ha_is_active_active(render: Renderer) -> None:

@@ -46,11 +46,16 @@ MODELS = b'{"object":"list","data":[{"id":"m","object":"model","root":"m","paren
 
 
 def _env_of(stage: Stage, base: dict[str, str], paths: dict[str, Path]) -> dict[str, str]:
+    """The stage's ENV on top of ``base``: ``$PATH`` and the stage's ARG defaults expanded."""
     env = dict(base)
+    variables = {"PATH": base.get("PATH", "")}
+    for args in stage.all("ARG"):
+        name, _, default = args.partition("=")
+        variables[name] = default
     for args in stage.all("ENV"):
         for item in shlex.split(args):
             key, _, value = item.partition("=")
-            value = value.replace("$PATH", base.get("PATH", ""))
+            value = re.sub(r"\$\{?(\w+)\}?", lambda m: variables.get(m.group(1), m.group(0)), value)
             for image_path, host_path in paths.items():
                 value = value.replace(image_path, str(host_path))
             env[key] = value
