@@ -1,0 +1,85 @@
+"""Helpers of the end-to-end tests: requests through Envoy, the picker's decisions and metrics."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from epp.stack import Stack, StackSpec
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@contextmanager
+def running(spec: StackSpec) -> Iterator[Stack]:
+    """A started stack; on an error while starting or using it the process logs are attached."""
+    stack = Stack(spec)
+    try:
+        stack.start()
+        yield stack
+    except BaseException as exc:
+        exc.add_note(stack.logs())
+        raise
+    finally:
+        stack.stop()
+
+
+def completion(
+    stack: Stack,
+    prompt: str,
+    *,
+    max_tokens: int = 4,
+    headers: dict[str, str] | None = None,
+    request_id: str | None = None,
+    **extra: Any,
+) -> httpx.Response:
+    """POST /v1/completions through Envoy with a fresh (or given) x-request-id."""
+    rid = request_id or str(uuid.uuid4())
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, **extra}
+    return httpx.post(
+        f"{stack.base_url}/v1/completions",
+        json=body,
+        headers={"x-request-id": rid, **(headers or {})},
+        timeout=30.0,
+    )
+
+
+def decisions(stack: Stack, n: int = 200) -> dict[str, list[str]]:
+    """request id -> endpoints chosen by the picker (primary first), from /debug/decisions."""
+    rows = httpx.get(f"{stack.metrics_url}/debug/decisions", params={"n": n}, timeout=5.0).json()
+    return {row["request_id"]: list(row["endpoints"]) for row in rows}
+
+
+def metric_sum(stack: Stack, name: str) -> float:
+    """Sum over all label sets of the sample ``name`` (e.g. ``..._sum`` or ``..._total``) in /metrics."""
+    text = httpx.get(f"{stack.metrics_url}/metrics", timeout=5.0).text
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                total += sample.value
+    return total
+
+
+def served_by(response: httpx.Response) -> int:
+    return int(response.headers["x-inference-port"])
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 10.0, interval_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval_s)
+    return check()
+
+
+def long_prefix(tag: str, words: int = 400) -> str:
+    """A prompt prefix of ``words`` words that differs from other tags' from its first word."""
+    return " ".join(f"{tag}{i % 97}" for i in range(words))
