@@ -278,8 +278,9 @@ def run_scrape(servers: int, seconds: float, interval: float = 0.05) -> dict[str
                 await _wait_up(session, [u.removesuffix("/metrics") for u in urls])
                 begin = time.monotonic()
                 start, stop = begin + 1.0, begin + 1.0 + seconds
+                spread = interval / len(urls)
                 loops = asyncio.gather(
-                    *(scrape_loop(session, u, interval * i / len(urls), start, stop) for i, u in enumerate(urls))
+                    *(scrape_loop(session, u, spread * i, start, stop) for i, u in enumerate(urls))
                 )
                 await asyncio.sleep(max(0.0, start - time.monotonic()))
                 cpu0, cli0, wall0 = _proc_cpu(proc.pid), _self_cpu(), time.monotonic()
