@@ -18,9 +18,23 @@ path) against ``prometheus_client.parser``.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
+import math
+import os
 import random
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any, cast
 
-__all__ = ["vllm_metrics_text"]
+__all__ = ["PointResult", "main", "parser_timings", "run_point", "serve_fleet", "vllm_metrics_text"]
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 _BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -84,3 +98,251 @@ def vllm_metrics_text(waiting: int = 0, running: int = 0, kv: float = 0.0, seed:
         out.append(f"{name}_count{{{m}}} {count}.0")
         out.append(f"{name}_sum{{{m}}} {rng.random() * count:.4f}")
     return "\n".join(out) + "\n"
+
+
+# -- the simulated fleet (runs in a subprocess) -------------------------------------------------------
+
+_MODELS_BODY = (
+    b'{"object":"list","data":[{"id":"' + MODEL.encode() + b'","object":"model","owned_by":"vllm",'
+    b'"root":"' + MODEL.encode() + b'","parent":null,"max_model_len":8192},'
+    b'{"id":"sql-lora","object":"model","owned_by":"vllm","root":"/adapters/sql","parent":"'
+    + MODEL.encode()
+    + b'"}]}'
+)
+
+
+def _response(body: bytes, content_type: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: " + content_type + b"\r\nContent-Length: "
+    return head + str(len(body)).encode() + b"\r\n\r\n" + body
+
+
+class _FleetProtocol(asyncio.Protocol):
+    """A minimal keep-alive HTTP/1.1 server for GETs: /metrics rotates pre-rendered bodies."""
+
+    def __init__(self, metrics: Sequence[bytes], models: bytes, offset: int) -> None:
+        self._metrics = metrics
+        self._models = models
+        self._i = offset
+        self._buf = b""
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        while (end := self._buf.find(b"\r\n\r\n")) >= 0:
+            head, self._buf = self._buf[:end], self._buf[end + 4 :]
+            path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b""
+            assert self._transport is not None
+            if path == b"/metrics":
+                self._i = (self._i + 1) % len(self._metrics)
+                self._transport.write(self._metrics[self._i])
+            elif path == b"/v1/models":
+                self._transport.write(self._models)
+            else:
+                self._transport.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+
+async def serve_fleet(count: int, variants: int = 16) -> None:
+    """Serve ``count`` endpoints on free ports of 127.0.0.1; print their ports as one JSON line."""
+    loop = asyncio.get_running_loop()
+    ctype = b"text/plain; version=0.0.4; charset=utf-8"
+    bodies = [
+        _response(vllm_metrics_text(i % 7, 4 + i % 5, (i % 10) / 10, seed=i).encode(), ctype)
+        for i in range(variants)
+    ]
+    models = _response(_MODELS_BODY, b"application/json")
+    servers = [
+        await loop.create_server(partial(_FleetProtocol, bodies, models, i), "127.0.0.1", 0)
+        for i in range(count)
+    ]
+    ports = [s.sockets[0].getsockname()[1] for s in servers]
+    print(json.dumps(ports), flush=True)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_reader(sys.stdin.fileno(), lambda: stop.set() if not os.read(sys.stdin.fileno(), 1) else None)
+    await stop.wait()
+
+
+# -- the measurement -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PointResult:
+    endpoints: int
+    interval_ms: float
+    client: str
+    seconds: float
+    cpu_share: float  # of one core, scraper process, sampler excluded
+    scrapes_per_s: float
+    cpu_us_per_scrape: float
+    age_p50_ms: float
+    age_p99_ms: float
+    age_max_ms: float
+    not_ready_at_end: int
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class _Counting:
+    """Counts the GETs of the wrapped client (scrapes of all sources)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    async def get(self, url: str, *, timeout: float, max_bytes: int) -> Any:
+        self.calls += 1
+        return await self.inner.get(url, timeout=timeout, max_bytes=max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def run_point(
+    ports: Sequence[int], interval: float, seconds: float, client: str, warmup: float = 1.0
+) -> PointResult:
+    """Scrape ``ports`` with a real DataLayer and measure CPU share and snapshot age."""
+    from datalayer import AiohttpClient, DataLayer, DataLayerOptions, HttpxClient, StaticDiscovery
+    from datalayer.rawhttp import RawHttpClient
+
+    clients = {"aiohttp": AiohttpClient, "httpx": HttpxClient, "raw": RawHttpClient}
+    http = _Counting(clients[client]())
+    layer = DataLayer(
+        StaticDiscovery.from_addresses([f"127.0.0.1:{p}" for p in ports]),
+        http=http,
+        options=DataLayerOptions(refresh_interval=interval),
+    )
+    await layer.start()
+    try:
+        await asyncio.sleep(warmup)
+        ages: list[float] = []
+        sampler_cpu = 0.0
+        calls0, cpu0, t0 = http.calls, _cpu(), time.monotonic()
+        while (now := time.monotonic()) - t0 < seconds:
+            s0 = time.process_time()
+            for record in layer.snapshot():
+                updated = record.metrics.updated_at
+                ages.append(now - updated if updated else math.inf)
+            sampler_cpu += time.process_time() - s0
+            await asyncio.sleep(0.01)
+        cpu1, t1 = _cpu(), time.monotonic()
+        scrapes = http.calls - calls0
+        not_ready = sum(1 for r in layer.snapshot() if not r.ready)
+    finally:
+        await layer.stop()
+        await http.aclose()
+    wall = t1 - t0
+    cpu = max(0.0, cpu1 - cpu0 - sampler_cpu)
+    return PointResult(
+        endpoints=len(ports),
+        interval_ms=interval * 1000,
+        client=client,
+        seconds=round(wall, 2),
+        cpu_share=round(cpu / wall, 3),
+        scrapes_per_s=round(scrapes / wall, 1),
+        cpu_us_per_scrape=round(cpu / max(scrapes, 1) * 1e6, 1),
+        age_p50_ms=round(_quantile(ages, 0.5) * 1000, 1),
+        age_p99_ms=round(_quantile(ages, 0.99) * 1000, 1),
+        age_max_ms=round(max(ages) * 1000, 1) if ages else math.nan,
+        not_ready_at_end=not_ready,
+    )
+
+
+def parser_timings(repeat: int = 200) -> dict[str, float]:
+    """Microseconds to parse one realistic body: ours (all / filtered) vs prometheus_client."""
+    import timeit
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from datalayer.engines import BUILTIN_ENGINES
+    from datalayer.promtext import parse_exposition
+
+    text = vllm_metrics_text(3, 5, 0.4, seed=1)
+    wanted = BUILTIN_ENGINES["vllm"].wanted_names()
+    cases = {
+        "prometheus_client.parser": lambda: list(text_string_to_metric_families(text)),
+        "promtext (all samples)": lambda: parse_exposition(text),
+        "promtext (5 wanted names)": lambda: parse_exposition(text, wanted),
+    }
+    return {name: round(timeit.timeit(fn, number=repeat) / repeat * 1e6, 1) for name, fn in cases.items()}
+
+
+def _start_fleet(count: int) -> tuple[subprocess.Popen[bytes], list[int]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.datalayer_bench", "serve", str(count)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.kill()
+        raise RuntimeError("the fleet subprocess did not start")
+    return proc, json.loads(line)
+
+
+def _stop_fleet(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _run_loop(coro: Any, loop: str) -> Any:
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="epp-bench datalayer", description=__doc__.split("\n\n")[0])
+    p.add_argument("--endpoints", default="64,256", help="comma-separated fleet sizes (64,256)")
+    p.add_argument("--seconds", type=float, default=10.0, help="measurement time per point (10)")
+    p.add_argument("--interval", type=float, default=0.05, help="refresh interval in seconds (0.05)")
+    p.add_argument("--client", default="raw", help="comma-separated: raw, aiohttp, httpx (raw)")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    p.add_argument("--json", action="store_true", help="print one JSON object per point")
+    args = p.parse_args(list(argv) if argv is not None else None)
+    sizes = [int(n) for n in args.endpoints.split(",") if n.strip()]
+    if not args.json:
+        print("parser, us per ~30 KB vLLM body:", parser_timings())
+    for size in sizes:
+        for client in args.client.split(","):
+            proc, ports = _start_fleet(size)
+            try:
+                result = _run_loop(run_point(ports, args.interval, args.seconds, client), args.loop)
+            finally:
+                _stop_fleet(proc)
+            if args.json:
+                print(json.dumps(asdict(result)))
+                continue
+            print(
+                f"{size:4d} endpoints @ {result.interval_ms:.0f} ms ({client}, {args.loop}): "
+                f"CPU {result.cpu_share * 100:5.1f}% of a core, {result.scrapes_per_s:7.1f} scrapes/s, "
+                f"{result.cpu_us_per_scrape:6.1f} us CPU/scrape, snapshot age p50 {result.age_p50_ms} ms "
+                f"p99 {result.age_p99_ms} ms max {result.age_max_ms} ms, not ready {result.not_ready_at_end}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "serve":
+        asyncio.run(serve_fleet(int(sys.argv[2])))
+    else:
+        raise SystemExit(main())

@@ -2,9 +2,9 @@
 
 Public API (what the epp service uses)::
 
-    from datalayer import DataLayer, DataLayerOptions, StaticDiscovery, AiohttpClient
+    from datalayer import DataLayer, DataLayerOptions, StaticDiscovery, default_http_client
 
-    http = AiohttpClient()                                   # one shared keep-alive pool
+    http = default_http_client("http")   # RawHttpClient (https: AiohttpClient); one keep-alive pool
     layer = DataLayer(
         StaticDiscovery.from_addresses(["10.0.0.1:8000", "10.0.0.2:8000"]),
         http=http,
@@ -32,7 +32,8 @@ Public API (what the epp service uses)::
   :func:`apply_metric_overrides` (GIE's per-metric flags).
 * Data-source plugins: :class:`DataSource`, :class:`MetricsExtractor`; built-ins
   :class:`MetricsDataSource`, :class:`CoreMetricsExtractor`, :class:`ModelsDataSource`.
-* HTTP seam: :class:`HttpClient` (:class:`AiohttpClient`, :class:`HttpxClient`).
+* HTTP seam: :class:`HttpClient` (:class:`RawHttpClient`, :class:`AiohttpClient`,
+  :class:`HttpxClient`), :func:`default_http_client`.
 
 This package never imports ``epp`` or ``scheduler``.
 """
@@ -66,8 +67,16 @@ from datalayer.engines import (
     parse_engine_configs,
     parse_spec,
 )
-from datalayer.http import AiohttpClient, FetchError, HttpClient, HttpResponse, HttpxClient
+from datalayer.http import (
+    AiohttpClient,
+    FetchError,
+    HttpClient,
+    HttpResponse,
+    HttpxClient,
+    default_http_client,
+)
 from datalayer.layer import DataLayer, DataLayerOptions
+from datalayer.rawhttp import RawHttpClient
 from datalayer.records import (
     ENGINE_LABEL,
     DiscoveryEvent,
@@ -120,9 +129,11 @@ __all__ = [
     "MetricsExtractor",
     "ModelsDataSource",
     "PoolAggregates",
+    "RawHttpClient",
     "SourceUpdate",
     "StaticDiscovery",
     "apply_metric_overrides",
+    "default_http_client",
     "load_endpoints_file",
     "parse_endpoint_list",
     "parse_engine_configs",

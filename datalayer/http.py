@@ -5,9 +5,10 @@
 larger than ``max_bytes`` (they stop reading at the cap, so a server streaming gigabytes costs
 ``max_bytes``). Non-2xx statuses are not errors here: the caller decides.
 
-Two implementations share one connection pool per process: :class:`HttpxClient` (httpx) and
-:class:`AiohttpClient` (aiohttp, measurably cheaper per request; the default, see docs/datalayer.md).
-Both must be created and closed on the event loop that uses them.
+Implementations (each keeps one keep-alive pool; create and close them on the loop that uses them):
+:class:`~datalayer.rawhttp.RawHttpClient` (plain http, the cheapest per request: the default for
+scraping), :class:`AiohttpClient` (http and https) and :class:`HttpxClient`. Measured costs are in
+docs/datalayer.md; :func:`default_http_client` picks by scheme.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Protocol
 import aiohttp
 import httpx
 
-__all__ = ["AiohttpClient", "FetchError", "HttpClient", "HttpResponse", "HttpxClient"]
+__all__ = ["AiohttpClient", "FetchError", "HttpClient", "HttpResponse", "HttpxClient", "default_http_client"]
 
 
 class FetchError(Exception):
@@ -103,3 +104,12 @@ class AiohttpClient:
 
     async def aclose(self) -> None:
         await self._session.close()
+
+
+def default_http_client(scheme: str = "http", *, verify_tls: bool = False) -> HttpClient:
+    """The scraping client for ``scheme``: :class:`RawHttpClient` for http, aiohttp for https."""
+    if scheme == "https":
+        return AiohttpClient(verify_tls=verify_tls)
+    from datalayer.rawhttp import RawHttpClient
+
+    return RawHttpClient()

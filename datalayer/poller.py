@@ -106,9 +106,14 @@ class SourcePoller:
             changes["attributes"] = frozen_mapping({**record.attributes, **update.attributes})
         if self.source.primary and update.metrics is not None:
             changes.update(metrics=update.metrics, ready=True, health=Health.HEALTHY, last_error=None)
-            if record.health is not Health.HEALTHY:
+            if record.health is Health.UNKNOWN:
+                log.debug("endpoint healthy", endpoint=record.name, address=self.address)
+            elif record.health is not Health.HEALTHY:
                 log.info(
-                    "endpoint healthy", endpoint=record.name, address=self.address, was=record.health.value
+                    "endpoint healthy again",
+                    endpoint=record.name,
+                    address=self.address,
+                    was=record.health.value,
                 )
         elif self._failing:
             log.info(

@@ -23,16 +23,14 @@ scans with ``str.find`` and checks characters explicitly.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from typing import Any
 
-__all__ = ["ExpositionError", "Samples", "parse_exposition"]
+__all__ = ["ExpositionError", "LazySamples", "Samples", "parse_exposition"]
 
-Samples = dict[str, list[tuple[dict[str, str], float]]]
+Series = list[tuple[dict[str, str], float]]
+Samples = Mapping[str, Series]
 
-_NAME_FIRST = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
-_NAME_REST = _NAME_FIRST | frozenset("0123456789")
-_LABEL_FIRST = _NAME_FIRST - {":"}
-_LABEL_REST = _NAME_REST - {":"}
 _FLOAT_WORDS = {"nan": float("nan"), "+inf": float("inf"), "-inf": float("-inf"), "inf": float("inf")}
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 
@@ -46,8 +44,14 @@ class ExpositionError(ValueError):
         super().__init__(f"line {line}: {message}")
 
 
-def _valid_name(name: str, first: frozenset[str], rest: frozenset[str]) -> bool:
-    return bool(name) and name[0] in first and all(c in rest for c in name)
+def _valid_metric_name(name: str) -> bool:
+    """``[a-zA-Z_:][a-zA-Z0-9_:]*`` (checked with C-level string methods)."""
+    return name.isascii() and name.replace(":", "_").isidentifier()
+
+
+def _valid_label_name(name: str) -> bool:
+    """``[a-zA-Z_][a-zA-Z0-9_]*``."""
+    return name.isascii() and name.isidentifier()
 
 
 def _parse_float(token: str, lineno: int) -> float:
@@ -102,28 +106,40 @@ def _parse_labels(line: str, i: int, lineno: int) -> tuple[dict[str, str], int]:
     labels: dict[str, str] = {}
     n = len(line)
     while True:
-        while i < n and line[i] in " \t":
+        while i < n and (line[i] == " " or line[i] == "\t"):
             i += 1
         if i < n and line[i] == "}":
             return labels, i + 1
         eq = line.find("=", i)
         if eq < 0:
             raise ExpositionError("expected label=value", lineno)
-        name = line[i:eq].strip(" \t")
-        if not _valid_name(name, _LABEL_FIRST, _LABEL_REST):
+        name = line[i:eq]
+        if name[-1:] in (" ", "\t"):
+            name = name.rstrip(" \t")
+        if not _valid_label_name(name):
             raise ExpositionError(f"invalid label name {name!r}", lineno)
         i = eq + 1
-        while i < n and line[i] in " \t":
+        while i < n and (line[i] == " " or line[i] == "\t"):
             i += 1
         if i >= n or line[i] != '"':
             raise ExpositionError(f"label {name!r}: expected a quoted value", lineno)
-        end = _closing_quote(line, i + 1, lineno)
+        end = line.find('"', i + 1)
+        if end < 0:
+            raise ExpositionError("unterminated label value", lineno)
+        if line[end - 1] == "\\":
+            end = _closing_quote(line, i + 1, lineno)
         raw = line[i + 1 : end]
         if name in labels:
             raise ExpositionError(f"duplicate label {name!r}", lineno)
         labels[name] = _unescape(raw, lineno) if "\\" in raw else raw
         i = end + 1
-        while i < n and line[i] in " \t":
+        c = line[i] if i < n else ""
+        if c == ",":
+            i += 1
+            continue
+        if c == "}":
+            return labels, i + 1
+        while i < n and (line[i] == " " or line[i] == "\t"):
             i += 1
         if i < n and line[i] == ",":
             i += 1
@@ -157,8 +173,8 @@ def _parse_sample(line: str, end: int, lineno: int) -> tuple[dict[str, str], flo
     return labels, value
 
 
-def _parse_all(text: str) -> Samples:
-    out: Samples = {}
+def _parse_all(text: str) -> dict[str, Series]:
+    out: dict[str, Series] = {}
     lineno = 0
     for line in text.split("\n"):
         lineno += 1
@@ -170,19 +186,17 @@ def _parse_all(text: str) -> Samples:
                 raise ExpositionError("expected a metric name", lineno)
             continue
         name = line[:end]
-        if not _valid_name(name, _NAME_FIRST, _NAME_REST):
+        if not _valid_metric_name(name):
             raise ExpositionError(f"invalid metric name {name!r}", lineno)
         out.setdefault(name, []).append(_parse_sample(line, end, lineno))
     return out
 
 
-def _parse_wanted(text: str, wanted: Iterable[str]) -> Samples:
+def _parse_wanted(text: str, wanted: Iterable[str]) -> dict[str, Series]:
     """Find the lines starting with each wanted name (``str.find``) and tokenize only those."""
-    out: Samples = {}
+    out: dict[str, Series] = {}
     size = len(text)
     for name in wanted:
-        if not _valid_name(name, _NAME_FIRST, _NAME_REST):
-            raise ValueError(f"invalid wanted metric name {name!r}")
         needle = "\n" + name
         start = 0 if text.startswith(name) else -1
         if start < 0:
@@ -203,6 +217,74 @@ def _parse_wanted(text: str, wanted: Iterable[str]) -> Samples:
     return out
 
 
-def parse_exposition(text: str, wanted: Collection[str] | None = None) -> Samples:
+def parse_exposition(text: str, wanted: Collection[str] | None = None) -> dict[str, Series]:
     """Parse exposition ``text``; with ``wanted``, only samples of those names (others unchecked)."""
     return _parse_all(text) if wanted is None else _parse_wanted(text, wanted)
+
+
+def _first_group(text: str, name: str) -> Series:
+    """The samples of ``name`` in the first group of consecutive lines that start with it."""
+    needle = "\n" + name
+    size = len(text)
+    if text.startswith(name) and size > len(name) and text[len(name)] in "{ \t":
+        start = 0
+    else:
+        start = -1
+        pos = 0
+        while (hit := text.find(needle, pos)) >= 0:
+            after = hit + 1 + len(name)
+            if after < size and text[after] in "{ \t":
+                start = hit + 1
+                break
+            pos = after
+        if start < 0:
+            return []
+    series: Series = []
+    while True:
+        stop = text.find("\n", start)
+        line = text[start:] if stop < 0 else text[start:stop]
+        try:
+            series.append(_parse_sample(line, len(name), 0))
+        except ExpositionError as exc:
+            raise ExpositionError(exc.reason, text.count("\n", 0, start) + 1) from None
+        if stop < 0:
+            return series
+        start = stop + 1
+        after = start + len(name)
+        if not (text.startswith(name, start) and after < size and text[after] in "{ \t"):
+            return series
+
+
+class LazySamples(Mapping[str, Series]):
+    """Samples parsed on demand: ``get(name)`` tokenizes only the lines of ``name``.
+
+    A lookup finds the first line starting with ``name`` (``str.find``) and reads the consecutive
+    lines of that name: the exposition format requires all lines of a metric family to form one
+    group. Names never looked up are never parsed (nor validated); iteration parses everything.
+    Results are cached. Raises :class:`ExpositionError` on a malformed line of a looked-up name.
+    """
+
+    __slots__ = ("_cache", "_text")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._cache: dict[str, Series] = {}
+
+    def get(self, name: str, default: Any = None) -> Any:
+        series = self._cache.get(name)
+        if series is None:
+            series = _first_group(self._text, name)
+            self._cache[name] = series
+        return series if series else default
+
+    def __getitem__(self, name: str) -> Series:
+        series = self.get(name)
+        if series is None:
+            raise KeyError(name)
+        return series  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_parse_all(self._text))
+
+    def __len__(self) -> int:
+        return len(_parse_all(self._text))

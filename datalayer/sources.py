@@ -28,7 +28,7 @@ import orjson
 
 from datalayer.engines import BUILTIN_ENGINES, EngineMapping
 from datalayer.extract import ExtractionError, extract_metrics
-from datalayer.promtext import Samples, parse_exposition
+from datalayer.promtext import LazySamples, Samples
 from datalayer.records import EndpointMetrics, EndpointSpec
 
 __all__ = [
@@ -70,10 +70,6 @@ class MetricsExtractor(Protocol):
     plugin_type: str
     name: str
 
-    def wanted_names(self, engine: str) -> frozenset[str]:
-        """Sample names this extractor reads for ``engine`` (the parser skips the rest)."""
-        ...
-
     def extract(self, samples: Samples, endpoint: EndpointSpec, now: float) -> SourceUpdate:
         """Turn parsed samples into an update; raise ``ValueError`` when they are unusable. Pure."""
         ...
@@ -102,10 +98,6 @@ class CoreMetricsExtractor:
             )
         return mapping
 
-    def wanted_names(self, engine: str) -> frozenset[str]:
-        mapping = self.engines.get(engine)
-        return mapping.wanted_names() if mapping is not None else frozenset()
-
     def extract(self, samples: Samples, endpoint: EndpointSpec, now: float) -> SourceUpdate:
         return SourceUpdate(metrics=extract_metrics(samples, self._mapping(endpoint.engine), now))
 
@@ -127,24 +119,16 @@ class MetricsDataSource:
         self.extractors: tuple[MetricsExtractor, ...] = (
             tuple(extractors) if extractors is not None else (CoreMetricsExtractor(),)
         )
-        self._wanted: dict[str, frozenset[str]] = {}
 
     def interval(self, refresh_interval: float) -> float:
         return refresh_interval
-
-    def _wanted_for(self, engine: str) -> frozenset[str]:
-        wanted = self._wanted.get(engine)
-        if wanted is None:
-            wanted = frozenset().union(*(e.wanted_names(engine) for e in self.extractors))
-            self._wanted[engine] = wanted
-        return wanted
 
     def extract(self, body: bytes, endpoint: EndpointSpec, now: float) -> SourceUpdate:
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"body is not UTF-8 text (byte {exc.start})") from None
-        samples = parse_exposition(text, self._wanted_for(endpoint.engine))
+        samples = LazySamples(text)
         metrics: EndpointMetrics | None = None
         attributes: dict[str, Any] = {}
         for extractor in self.extractors:

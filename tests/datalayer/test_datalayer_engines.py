@@ -14,13 +14,15 @@ from datalayer.engines import (
     parse_spec,
 )
 from datalayer.extract import ExtractionError, extract_metrics
-from datalayer.promtext import parse_exposition
+from datalayer.promtext import LazySamples, parse_exposition
 from datalayer.records import EndpointMetrics
 
 
 def _extract(text: str, engine: str = "vllm", engines: object = None) -> EndpointMetrics:
     mapping = (engines or BUILTIN_ENGINES)[engine]  # type: ignore[index]
-    return extract_metrics(parse_exposition(text, mapping.wanted_names()), mapping, now=7.0)
+    lazy = extract_metrics(LazySamples(text), mapping, now=7.0)
+    assert lazy == extract_metrics(parse_exposition(text, mapping.wanted_names()), mapping, now=7.0)
+    return lazy
 
 
 @pytest.mark.parametrize(
@@ -39,6 +41,11 @@ def test_parse_spec(text: str, spec: MetricSpec) -> None:
 def test_parse_spec_rejects(text: str) -> None:
     with pytest.raises(EngineConfigError):
         parse_spec(text, "loc")
+
+
+def _two_models(text: str) -> str:
+    first = 'vllm:num_requests_waiting{model_name="m"} 1.0\n'
+    return text.replace(first, first + 'vllm:num_requests_waiting{model_name="n"} 5\n')
 
 
 _SGLANG = """
@@ -70,11 +77,7 @@ nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="ensemble"} 30
         ("vllm", vllm_text(1, 2, 0.3), (1, 2, 0.3, 16, 1024)),
         ("vllm", vllm_text(1, 2, 0.3, kv_name="vllm:gpu_cache_usage_perc"), (1, 2, 0.3, 16, 1024)),
         ("vllm", vllm_text(1, 2, 1.2, block_size=None), (1, 2, 1.0, None, None)),
-        (
-            "vllm",
-            vllm_text(1, 2, 0.3) + 'vllm:num_requests_waiting{model_name="n"} 5\n',
-            (6, 2, 0.3, 16, 1024),
-        ),
+        ("vllm", _two_models(vllm_text(1, 2, 0.3)), (6, 2, 0.3, 16, 1024)),
         ("sglang", _SGLANG, (4, 9, 0.25, 32, 500)),
         ("trtllm-serve", _TRTLLM, (2, 3, 0.5, 64, 2000)),
         ("triton-tensorrt-llm", _TRITON, (5, 6, 0.75, 128, 300)),

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from datalayer.promtext import ExpositionError, parse_exposition
+from datalayer.promtext import ExpositionError, LazySamples, parse_exposition
 
 
 def _reference(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -149,3 +149,30 @@ def test_matches_prometheus_client_on_realistic_vllm_body() -> None:
     assert parse_exposition(text, {"vllm:num_requests_waiting"}) == {
         "vllm:num_requests_waiting": [({"engine": "0", "model_name": MODEL}, 3.0)]
     }
+
+
+def test_lazy_samples_read_the_group_of_a_name() -> None:
+    text = 'a{x="1"} 1\na{x="2"} 2\na_total 9\n# TYPE b gauge\nb 3\nbb 4\nb{y="z"} 5\nc{bad 1\nd 7'
+    lazy = LazySamples(text)
+    assert lazy.get("a") == [({"x": "1"}, 1.0), ({"x": "2"}, 2.0)]
+    assert lazy.get("a_total") == [({}, 9.0)]
+    assert lazy.get("b") == [({}, 3.0)]  # the group ends at the first line of another name
+    assert lazy.get("bb") == [({}, 4.0)]
+    assert lazy.get("d") == [({}, 7.0)]  # last line without a newline
+    assert lazy.get("missing") is None and lazy.get("missing", ()) == ()
+    with pytest.raises(KeyError):
+        lazy["missing"]
+    with pytest.raises(ExpositionError) as err:
+        lazy.get("c")
+    assert err.value.line == 8
+
+
+def test_lazy_samples_agree_with_full_parse_on_vllm_body() -> None:
+    from bench.datalayer_bench import vllm_metrics_text
+
+    text = vllm_metrics_text(waiting=2, running=9, kv=0.7, seed=3)
+    full = parse_exposition(text)
+    lazy = LazySamples(text)
+    for name in full:
+        assert lazy.get(name) == full[name], name
+    assert dict(lazy.items()) == full
