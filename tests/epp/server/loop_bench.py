@@ -45,8 +45,12 @@ async def request_only(ch: grpc.aio.Channel, body: bytes, usage: bytes) -> None:
     await call.read()
 
 
+CHUNKS = 1
+
+
 async def one(ch: grpc.aio.Channel, body: bytes, usage: bytes) -> None:
-    """FULL_DUPLEX_STREAMED with the response path, as GIE's Envoy config: 4 messages in, 4 out."""
+    """FULL_DUPLEX_STREAMED with the response path, as GIE's Envoy config: 4 messages in, 4 out
+    (plus one each per extra response chunk with ``--chunks``)."""
     call = stub(ch).Process()
     await call.write(request_headers())
     await call.write(request_body(body))
@@ -54,6 +58,9 @@ async def one(ch: grpc.aio.Channel, body: bytes, usage: bytes) -> None:
     await call.read()
     await call.write(response_headers(200))
     await call.read()
+    for _ in range(CHUNKS - 1):
+        await call.write(response_body(b"data: {}\n\n", end_of_stream=False))
+        await call.read()
     await call.write(response_body(usage))
     await call.read()
     await call.done_writing()
@@ -108,8 +115,11 @@ def main() -> None:
     p.add_argument("--body-bytes", type=int, default=1000)
     p.add_argument("--max-seconds", type=float, default=60)
     p.add_argument("--mode", choices=("full", "request-only"), default="full")
+    p.add_argument("--chunks", type=int, default=1, help="response body chunks per request (full mode)")
     p.add_argument("--epp-args", default="", help="extra epp flags, space separated")
     args = p.parse_args()
+    global CHUNKS
+    CHUNKS = max(1, args.chunks)
     bindir = os.path.dirname(sys.executable)
     ports = [free_port() for _ in range(args.endpoints)]
     sim = subprocess.Popen(
@@ -139,7 +149,8 @@ def main() -> None:
         elapsed = time.monotonic() - t0
         cpu = cpu_seconds(epp.pid) - c0 - idle_rate * elapsed
         print(
-            f"mode={args.mode} endpoints={args.endpoints} body={len(body)}B concurrency={args.concurrency} "
+            f"mode={args.mode} chunks={CHUNKS} endpoints={args.endpoints} body={len(body)}B "
+            f"concurrency={args.concurrency} "
             f"requests={n} elapsed={elapsed:.2f}s rate={n / elapsed:.0f} req/s "
             f"idle_cpu={idle_rate * 100:.1f}% picker_cpu_per_request={cpu / n * 1e6:.0f}us "
             f"mean_schedule={scheduler_mean_us(metrics):.0f}us"
