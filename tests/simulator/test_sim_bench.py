@@ -13,7 +13,8 @@ pytestmark = pytest.mark.e2e
 def test_scenario_streams_and_reports(scenario: str) -> None:
     result = run_scenario(scenario, servers=2, concurrency=3, seconds=0.6, max_tokens=4)
     assert result.errors == 0
-    assert result.requests_per_s > 0 and result.tokens_per_s >= 3 * result.requests_per_s
+    # a request counts when its last token lands in the window, so tokens >= requests
+    assert result.requests_per_s > 0 and result.tokens_per_s >= result.requests_per_s
     assert result.sim_cpu_cores > 0
 
 
