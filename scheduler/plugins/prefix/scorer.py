@@ -34,7 +34,7 @@ from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 __all__ = ["PREFILLER_HEADER", "PrefixCacheScorer", "factory"]
 
 PREFILLER_HEADER = "x-prefiller-host-port"
-_PENDING_LIMIT = 4096  # hash chains kept between prepare and on_dispatched
+_PENDING_LIMIT = 1024  # hash chains kept from prepare to on_dispatched (bounded: <= ~10 MB)
 
 
 class PrefixCacheScorer(PluginBase):
