@@ -170,3 +170,12 @@ def test_capacity_below_one_prompt_is_rejected() -> None:
         ConfigError, match=r"lruCapacityPerServer \(100\) must be at least maxPrefixBlocksToMatch"
     ):
         make(lruCapacityPerServer=100)
+
+
+def test_pending_chains_are_bounded_and_recomputed_when_dropped() -> None:
+    scorer = make()
+    for i in range(1500):  # scheduled, never dispatched (e.g. the request failed later)
+        scores(scorer, req(PROMPT, f"lost{i}"))
+    assert len(scorer._pending) <= 1024
+    dispatched(scorer, req(PROMPT, "lost0"), EPS[1])  # its chain was dropped: recomputed
+    assert scores(scorer, req(PROMPT)) == [0.0, 1.0, 0.0]
