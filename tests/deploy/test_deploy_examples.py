@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+from _deploy_helm import Renderer
 from _deploy_manifests import by_kind, one, validate_object
-from conftest import Renderer
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "deploy" / "examples"

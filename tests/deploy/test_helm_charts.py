@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+from _deploy_helm import NAMESPACE, HelmRenderError, Renderer
 from _deploy_manifests import by_kind, one, validate_object
-from conftest import NAMESPACE, HelmRenderError, Renderer
 
 from epp.admission.objectives_file import load_objectives_file
 from epp.cli import main as epp_main
