@@ -25,7 +25,6 @@ thread (the event loop).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
@@ -170,7 +169,9 @@ class Scheduler:
             if shadow_result is not None:
                 profile_results[name] = shadow_result
         record = DecisionRecord(request.request_id, tuple(decisions), outcome.primary_profile, shadow_run)
-        return dataclasses.replace(outcome, profile_results=profile_results, decision=record)
+        return SchedulingResult(
+            outcome.primary_profile, outcome.endpoints, profile_results, outcome.headers, record
+        )
 
     def _call_handler(self, point: str, method: Callable[..., Any], *args: Any) -> Any:
         handler = self.handler
