@@ -17,8 +17,9 @@ ProfileDecision)``; the result is None exactly when ``decision.failure`` is set.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from time import perf_counter
+from types import MappingProxyType
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import ExplainingFilter, Filter, Picker, Scorer
@@ -63,7 +64,7 @@ def _label(plugin: Filter | Scorer | Picker) -> str:
 class SchedulerProfile:
     """Immutable after construction. ``scorers`` are ``(scorer, weight)`` pairs in configuration order."""
 
-    __slots__ = ("_explains", "filters", "name", "picker", "scorers", "shadow")
+    __slots__ = ("_explains", "_weights", "filters", "name", "picker", "scorers", "shadow")
 
     def __init__(
         self,
@@ -80,6 +81,7 @@ class SchedulerProfile:
         self.picker = picker
         self.shadow = shadow
         self._explains = tuple(isinstance(f, ExplainingFilter) for f in self.filters)
+        self._weights: Mapping[str, float] = MappingProxyType({s.name: w for s, w in self.scorers})
 
     def __repr__(self) -> str:
         return f"SchedulerProfile({self.name!r}, shadow={self.shadow})"
@@ -107,9 +109,9 @@ class SchedulerProfile:
                 candidates = kept
                 if not candidates:
                     reason = f'profile "{self.name}": filter {_label(f)} removed every endpoint'
-                    return None, self._decision(steps, (), scores, (), (), reason)
+                    return None, self._failed(steps, reason)
             if not candidates:
-                return None, self._decision(steps, (), scores, (), (), f'profile "{self.name}": no endpoints')
+                return None, self._failed(steps, f'profile "{self.name}": no endpoints')
             current = "score"
             n = len(candidates)
             totals = [0.0] * n
@@ -135,11 +137,8 @@ class SchedulerProfile:
             ptype, pname = getattr(plugin, "plugin_type", ""), getattr(plugin, "name", "")
             observer.plugin_error(current, ptype, pname, exc)
             reason = f'profile "{self.name}": {current} plugin {where} failed: {exc}'
-            addresses = tuple(e.address for e in candidates)
-            return None, self._decision(steps, addresses, scores, (), (), reason)
-        decision = self._decision(
-            steps, tuple(e.address for e in candidates), scores, tuple(totals), picked, None
-        )
+            return None, self._failed(steps, reason)
+        decision = self._decision(steps, tuple(e.address for e in candidates), scores, tuple(totals), picked)
         return ProfileResult(self.name, picked, self.shadow), decision
 
     @staticmethod
@@ -162,6 +161,11 @@ class SchedulerProfile:
             raise PluginContractError("returned endpoints that were not in its input")
         return FilterStep(f.plugin_type, f.name, tuple(removed))
 
+    def _failed(self, steps: list[FilterStep], reason: str) -> ProfileDecision:
+        return ProfileDecision(
+            self.name, tuple(steps), (), {}, self._weights, (), self.picker.name, (), reason
+        )
+
     def _decision(
         self,
         steps: list[FilterStep],
@@ -169,20 +173,10 @@ class SchedulerProfile:
         scores: dict[str, tuple[float, ...]],
         totals: tuple[float, ...],
         picked: tuple[ScoredEndpoint, ...],
-        failure: str | None,
     ) -> ProfileDecision:
-        if failure is not None:
-            candidates, scores, totals = (), {}, ()
+        addresses = tuple(p.endpoint.address for p in picked)
         return ProfileDecision(
-            profile=self.name,
-            filters=tuple(steps),
-            candidates=candidates,
-            scores=scores,
-            weights={s.name: w for s, w in self.scorers},
-            totals=totals,
-            picker=self.picker.name,
-            picked=tuple(p.endpoint.address for p in picked),
-            failure=failure,
+            self.name, tuple(steps), candidates, scores, self._weights, totals, self.picker.name, addresses
         )
 
 
