@@ -154,8 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in _METRIC_FLAGS:
         m.add_argument("--" + flag.replace("_", "-"), help="Prometheus metric spec (vLLM mapping override)")
     g = p.add_argument_group("diagnostics")
-    g.add_argument("-v", dest="verbosity", type=int, default=1, help="log verbosity 0-5 (default 1)")
-    g.add_argument("--log-format", choices=("json", "console"), default="json", help="default json")
+    g.add_argument("-v", dest="verbosity", type=int, default=None, help="log verbosity 0-5 (default 1)")
+    g.add_argument("--log-format", choices=("json", "console"), default=None, help="default json")
+    g.add_argument("--zap-encoder", choices=("json", "console"), help="older GIE spelling of --log-format")
+    g.add_argument(
+        "--log-level", "--zap-log-level", dest="log_level", type=_zap_level,
+        help="older GIE spelling of -v: error, warn, info, debug, or a number",
+    )  # fmt: skip
     g.add_argument("--tracing", action=b, default=True, help="log W3C trace ids of requests (default true)")
     g.add_argument("--enable-pprof", action=b, default=True, help="accepted for GIE compatibility")
     g.add_argument("--metrics-endpoint-auth", action=b, default=True, help="require the bearer token")
@@ -200,7 +205,9 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
     names, bools = _long_flags(parser)
     ns = parser.parse_args(normalise_argv(argv, long_flags=names, bool_flags=bools))
     _check(ns)
-    overrides = tuple((key, getattr(ns, flag)) for flag, key in _METRIC_FLAGS.items() if getattr(ns, flag))
+    overrides = tuple(
+        (key, getattr(ns, flag)) for flag, key in _METRIC_FLAGS.items() if getattr(ns, flag) is not None
+    )
     return Options(
         host=ns.host,
         grpc_port=ns.grpc_port,
@@ -230,14 +237,33 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         model_server_metrics_port=ns.model_server_metrics_port,
         model_server_metrics_https_insecure_skip_verify=ns.model_server_metrics_https_insecure_skip_verify,
         metric_overrides=overrides,
-        verbosity=ns.verbosity,
-        log_format=ns.log_format,
+        verbosity=_verbosity(ns),
+        log_format=ns.log_format or ns.zap_encoder or "json",
         tracing=ns.tracing,
         enable_pprof=ns.enable_pprof,
         metrics_endpoint_auth=ns.metrics_endpoint_auth,
         metrics_bearer_token_file=ns.metrics_bearer_token_file,
         ha_enable_leader_election=ns.ha_enable_leader_election,
     )
+
+
+_ZAP_LEVELS = {"panic": 0, "fatal": 0, "error": 0, "warn": 0, "warning": 0, "info": 1, "debug": 4}
+
+
+def _zap_level(text: str) -> int:
+    """controller-runtime's zap level: a name, or a number (higher = more verbose), as a -v value."""
+    if text.lower() in _ZAP_LEVELS:
+        return _ZAP_LEVELS[text.lower()]
+    if text.isdigit():
+        return min(int(text), 5)
+    raise argparse.ArgumentTypeError(f"expected error, warn, info, debug or a number, got {text!r}")
+
+
+def _verbosity(ns: argparse.Namespace) -> int:
+    """``-v`` wins over ``--log-level``; default 1."""
+    if ns.verbosity is not None:
+        return int(ns.verbosity)
+    return 1 if ns.log_level is None else int(ns.log_level)
 
 
 def _check(ns: argparse.Namespace) -> None:
@@ -270,8 +296,10 @@ def _check(ns: argparse.Namespace) -> None:
                 raise UsageError(
                     f"--endpoint-selector: expected key=value pairs, got {ns.endpoint_selector!r}"
                 )
-    if not 0 <= ns.verbosity <= 5:
+    if ns.verbosity is not None and not 0 <= ns.verbosity <= 5:
         raise UsageError(f"-v: expected a verbosity 0-5, got {ns.verbosity}")
+    if ns.log_format and ns.zap_encoder and ns.log_format != ns.zap_encoder:
+        raise UsageError("--log-format and --zap-encoder disagree")
     if ns.enable_cert_reload and not ns.cert_path:
         raise UsageError("--enable-cert-reload needs --cert-path (a generated certificate never changes)")
     if ns.cert_path and not ns.secure_serving:

@@ -48,8 +48,7 @@ async def _until(cond: object, timeout: float = 5.0) -> None:
 
 
 def _ready(health: HealthStatus) -> bool:
-    status = health.servicer._server_status.get("readiness")
-    return health.ready and status == health_pb2.HealthCheckResponse.SERVING
+    return health.status("readiness") == health_pb2.HealthCheckResponse.SERVING
 
 
 async def test_only_the_leader_is_ready_and_release_fails_over() -> None:

@@ -125,3 +125,23 @@ def test_options_is_frozen() -> None:
     o = Options()
     with pytest.raises(AttributeError):
         o.grpc_port = 1  # type: ignore[misc]
+
+
+def test_older_gie_chart_invocation() -> None:
+    """GIE's chart at some versions: zap flags, and flags rendered as separate name/value pairs."""
+    argv = [
+        "--pool-name", "pool", "--zap-encoder", "json", "--log-level", "error",
+        "--config-file", "/config/default-plugins.yaml", "--secure-serving", "false",
+        "--total-queued-requests-metric", "nv_trt_llm_request_metrics{request_type=waiting}",
+        "--lora-info-metric", "",
+    ]  # fmt: skip
+    o = parse_options(argv, env={})
+    assert o.log_format == "json" and o.verbosity == 0 and o.secure_serving is False
+    assert o.metric_overrides == (
+        ("waiting", "nv_trt_llm_request_metrics{request_type=waiting}"),
+        ("lora", ""),  # an empty spec disables the metric
+    )
+    assert parse_options(["--pool-name", "p", "--zap-log-level", "debug"], env={}).verbosity == 4
+    assert parse_options(["--pool-name", "p", "--log-level", "info", "-v", "3"], env={}).verbosity == 3
+    with pytest.raises(UsageError, match="disagree"):
+        parse_options(["--pool-name", "p", "--zap-encoder", "json", "--log-format", "console"], env={})

@@ -29,6 +29,8 @@ from epp.server.tls import CertDir, TlsError, self_signed, server_credentials
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+EXT_PROC = "envoy.service.ext_proc.v3.ExternalProcessor"
 
 
 async def _status(port: int, service: str) -> int:
@@ -37,23 +39,30 @@ async def _status(port: int, service: str) -> int:
         return int(resp.status)
 
 
-async def test_health_transitions() -> None:
+async def test_health_transitions_follow_gie() -> None:
     srv = make_server()
     await srv.start()
     try:
         port = srv.grpc_health_port
-        assert await _status(port, "liveness") == SERVING
-        for service in ("", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"):
+        # Without leader election every service name is answered alike (GIE's chart probes
+        # "inference-extension"): NOT_SERVING until the endpoints are synced.
+        names = ("", "liveness", "readiness", "inference-extension", EXT_PROC)
+        for service in names:
             assert await _status(port, service) == NOT_SERVING
-        await srv.set_synced(True)
-        for service in ("", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"):
-            assert await _status(port, service) == SERVING
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await _status(port, "no-such-service")
-        assert info.value.code() == grpc.StatusCode.NOT_FOUND
-        await srv.health.shutting_down()
-        assert await _status(port, "") == NOT_SERVING
-        assert await _status(port, "liveness") == NOT_SERVING
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            watch = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest(service=""))
+            assert (await watch.read()).status == NOT_SERVING
+            await srv.set_synced(True)
+            assert (await asyncio.wait_for(watch.read(), 5)).status == SERVING
+            for service in names:
+                assert await _status(port, service) == SERVING
+            listed = await health_pb2_grpc.HealthStub(ch).List(health_pb2.HealthListRequest())
+            assert dict(listed.statuses)[EXT_PROC].status == SERVING
+            await srv.health.shutting_down()
+            assert (await asyncio.wait_for(watch.read(), 5)).status == NOT_SERVING
+            watch.cancel()
+        for service in names:
+            assert await _status(port, service) == NOT_SERVING
     finally:
         await srv.shutdown(grace=0)
 
@@ -65,11 +74,14 @@ async def test_leader_election_gates_readiness() -> None:
         await srv.set_synced(True)
         assert await _status(srv.grpc_health_port, "readiness") == NOT_SERVING
         assert await _status(srv.grpc_health_port, "liveness") == SERVING
+        assert await _status(srv.grpc_health_port, "no-such-service") == UNKNOWN
         await srv.set_leader(True)
         assert await _status(srv.grpc_health_port, "readiness") == SERVING
         assert await _status(srv.grpc_port, "") == SERVING  # --health-checking: also on the ext_proc port
+        assert await _status(srv.grpc_port, EXT_PROC) == SERVING
         await srv.set_leader(False)
         assert await _status(srv.grpc_health_port, "") == NOT_SERVING
+        assert await _status(srv.grpc_health_port, "liveness") == SERVING
     finally:
         await srv.shutdown(grace=0)
 
