@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import math
 import os
 import random
@@ -33,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any, cast
+
+import structlog
 
 __all__ = ["PointResult", "main", "parser_timings", "run_point", "serve_fleet", "vllm_metrics_text"]
 
@@ -320,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object per point")
     args = p.parse_args(list(argv) if argv is not None else None)
     sizes = [int(n) for n in args.endpoints.split(",") if n.strip()]
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     if not args.json:
         print("parser, us per ~30 KB vLLM body:", parser_timings())
     for size in sizes:

@@ -259,3 +259,27 @@ def test_options_are_validated() -> None:
         DataLayerOptions(scheme="ftp")
     with pytest.raises(ValueError, match="host:port"):
         StaticDiscovery.from_addresses(["nope"])
+
+
+def test_pool_aggregates_use_fresh_ready_endpoints_only() -> None:
+    from datalayer import EndpointMetrics, pool_aggregates
+
+    def rec(name: str, ready: bool, updated: float, q: int, r: int, kv: float) -> EndpointRecord:
+        metrics = EndpointMetrics(
+            waiting_queue_size=q, running_requests=r, kv_cache_usage=kv, updated_at=updated
+        )
+        return EndpointRecord(address=f"{name}:1", name=name, ready=ready, metrics=metrics)
+
+    now = 100.0
+    records = [
+        rec("a", True, 99.5, 2, 4, 0.2),
+        rec("b", True, 99.9, 6, 8, 0.6),
+        rec("stale", True, 97.0, 100, 100, 1.0),  # older than the 2 s threshold
+        rec("down", False, 99.9, 50, 50, 1.0),
+    ]
+    agg = pool_aggregates(records, now, 2.0)
+    assert (agg.ready_endpoints, agg.average_queue_size, agg.average_running_requests) == (2, 4.0, 6.0)
+    assert agg.average_kv_cache_usage == pytest.approx(0.4)
+    assert dict(agg.per_endpoint_queue) == {"a": 2, "b": 6}
+    empty = pool_aggregates(records[2:], now, 2.0)
+    assert (empty.ready_endpoints, empty.average_queue_size, dict(empty.per_endpoint_queue)) == (0, 0.0, {})
