@@ -24,7 +24,8 @@ class Stage:
     name: str | None
     instructions: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
-    def all(self, keyword: str) -> list[str]:
+    def args(self, keyword: str) -> list[str]:
+        """The arguments of every ``keyword`` instruction of the stage, in order."""
         return [args for kw, args in self.instructions if kw == keyword]
 
 

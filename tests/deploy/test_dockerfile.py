@@ -63,17 +63,17 @@ def test_multi_stage_slim_python_base(stages: list) -> None:
 
 def test_final_stage_runs_the_picker_as_non_root(stages: list) -> None:
     final = stages[-1]
-    users = final.all("USER")
+    users = final.args("USER")
     assert users, "final stage sets no USER"
     uid, _, gid = users[-1].partition(":")
     assert uid.isdigit() and int(uid) != 0, "USER must be a numeric non-root UID (runAsNonRoot can check it)"
     assert not gid or (gid.isdigit() and int(gid) != 0)
-    assert json.loads(final.all("ENTRYPOINT")[-1]) == ["epp"]
-    assert {"9002", "9003", "9090"} <= set(" ".join(final.all("EXPOSE")).split())
+    assert json.loads(final.args("ENTRYPOINT")[-1]) == ["epp"]
+    assert {"9002", "9003", "9090"} <= set(" ".join(final.args("EXPOSE")).split())
 
 
 def test_final_stage_has_grpc_healthcheck(stages: list) -> None:
-    (check,) = stages[-1].all("HEALTHCHECK")
+    (check,) = stages[-1].args("HEALTHCHECK")
     cmd = json.loads(check[check.index("CMD") + 3 :].strip())
     assert cmd[:2] == ["python", "-c"]
     assert "grpc_health.v1" in cmd[2] and "EPP_GRPC_HEALTH_PORT" in cmd[2]
@@ -81,17 +81,17 @@ def test_final_stage_has_grpc_healthcheck(stages: list) -> None:
 
 def test_final_stage_installs_no_compiler_and_only_from_wheels(stages: list) -> None:
     final = stages[-1]
-    for run in final.all("RUN"):
+    for run in final.args("RUN"):
         words = shlex.split(run)
         assert not any(w in COMPILERS for w in words), run
         if "pip" in run and "install" in words:
             assert "--no-index" in words and "--find-links" in words, run
-    assert not any(args.startswith("--from=build /src") for args in final.all("COPY")), "source copied"
+    assert not any(args.startswith("--from=build /src") for args in final.args("COPY")), "source copied"
 
 
 def test_dockerignore_admits_exactly_what_the_build_copies(stages: list) -> None:
     patterns = read_dockerignore((ROOT / ".dockerignore").read_text())
-    for args in stages[0].all("COPY"):
+    for args in stages[0].args("COPY"):
         sources = [s for s in shlex.split(args)[:-1] if not s.startswith("--")]
         for source in sources:
             assert not docker_ignored(source.rstrip("/"), patterns), f"{source} is excluded by .dockerignore"

@@ -49,10 +49,10 @@ def _env_of(stage: Stage, base: dict[str, str], paths: dict[str, Path]) -> dict[
     """The stage's ENV on top of ``base``: ``$PATH`` and the stage's ARG defaults expanded."""
     env = dict(base)
     variables = {"PATH": base.get("PATH", "")}
-    for args in stage.all("ARG"):
+    for args in stage.args("ARG"):
         name, _, default = args.partition("=")
         variables[name] = default
-    for args in stage.all("ENV"):
+    for args in stage.args("ENV"):
         for item in shlex.split(args):
             key, _, value = item.partition("=")
             value = re.sub(r"\$\{?(\w+)\}?", lambda m: variables.get(m.group(1), m.group(0)), value)
@@ -93,7 +93,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     src = tmp / "src"
     paths = {"/src": src, "/wheels": tmp / "wheels", "/opt/epp": tmp / "opt" / "epp"}
     src.mkdir()
-    for args in build.all("COPY"):
+    for args in build.args("COPY"):
         *sources, dest = shlex.split(args)
         for source in sources:
             origin = ROOT / source
@@ -109,12 +109,12 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     subprocess.run([str(python312()), "-m", "venv", str(base_python)], check=True, timeout=120)
     host_env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
     build_env = _env_of(build, host_env, paths)
-    for run in build.all("RUN"):
+    for run in build.args("RUN"):
         _run(_host_command(run, base_python / "bin" / "python", paths), cwd=src, env=build_env)
     assert any(p.name.startswith("pyepp-") for p in (tmp / "wheels").glob("*.whl"))
     (tmp / "opt").mkdir()
     final_env = _env_of(final, host_env, paths)
-    for run in final.all("RUN"):
+    for run in final.args("RUN"):
         _run(_host_command(run, base_python / "bin" / "python", paths), cwd=tmp, env=final_env)
     return paths["/opt/epp"], final_env, final
 
@@ -161,7 +161,7 @@ def test_installed_tree_has_no_compiler_and_only_runtime_packages(image: Image) 
 
 def test_epp_help_runs_from_the_installed_tree(image: Image) -> None:
     venv, env, final = image
-    assert json.loads(final.all("ENTRYPOINT")[-1]) == ["epp"]
+    assert json.loads(final.args("ENTRYPOINT")[-1]) == ["epp"]
     out = subprocess.run(
         [str(venv / "bin" / "epp"), "--help"], env=env, capture_output=True, text=True, timeout=60
     )
@@ -179,7 +179,7 @@ def test_picker_serves_grpc_health_from_the_installed_tree(
 ) -> None:
     pytest.importorskip("epp.app", reason="the picker's server (epp.app) has not landed yet")
     venv, env, final = image
-    (check,) = final.all("HEALTHCHECK")
+    (check,) = final.args("HEALTHCHECK")
     probe = json.loads(check[check.index("CMD") + 3 :].strip())
     ports = {name: free_port() for name in ("grpc", "health", "metrics")}
     run_env = dict(env, EPP_GRPC_HEALTH_PORT=str(ports["health"]), HOME=str(tmp_path), TMPDIR=str(tmp_path))
