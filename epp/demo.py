@@ -64,7 +64,7 @@ FULL = DemoSettings(
 )
 QUICK = DemoSettings(
     time_scale=10.0,
-    kv_blocks=128,
+    kv_blocks=96,
     groups=6,
     prompts_per_group=4,
     system_tokens=400,
