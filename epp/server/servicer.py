@@ -47,7 +47,7 @@ from scheduler.types import Completion, Outcome, SchedulingResult
 __all__ = ["ExtProcServicer"]
 
 _log = structlog.get_logger("epp.servicer")
-_RESET_SETTLE_SECONDS = 0.002
+_RESET_SETTLE_SECONDS = 0.05
 _FINISHED = frozenset({State.COMPLETE, State.CLOSED})
 
 
