@@ -161,19 +161,19 @@ class DataLayer:
 
     def apply(self, events: Sequence[DiscoveryEvent]) -> None:
         added, updated, removed = self._store.apply(events)
-        for spec in (*added, *updated):
-            self._specs[spec.address] = spec
-        for address in removed:
+        for address in removed:  # before additions: a batch may remove and re-add an address
             self._specs.pop(address, None)
             for task in self._pollers.pop(address, ()):
                 task.cancel()
+        for spec in (*added, *updated):
+            self._specs[spec.address] = spec
         if self._running:
             for spec in added:
                 self._start_pollers(spec.address)
         if added or updated or removed:
             log.info("endpoints changed", added=len(added), updated=len(updated), removed=len(removed))
-        if removed:
-            gone = frozenset(removed)
+        gone = frozenset(a for a in removed if self._store.get(a) is None)
+        if gone:
             for callback in list(self._removal_callbacks):
                 try:
                     callback(gone)

@@ -95,6 +95,11 @@ class SourcePoller:
         except (FetchError, ValueError) as exc:
             self._failed(f"{self.source.path}: {exc}")
             return
+        except Exception as exc:  # a plugin bug must not kill the poller
+            if not self._failing:
+                log.exception("data source crashed", source=self.source.name, address=self.address)
+            self._failed(f"{self.source.path}: {self.source.name} crashed: {type(exc).__name__}: {exc}")
+            return
         self._succeeded(update)
 
     def _succeeded(self, update: SourceUpdate) -> None:
@@ -127,8 +132,17 @@ class SourcePoller:
         record = self._store.get(self.address)
         if record is None:
             return
-        if not self._failing:
-            log.warning("endpoint scrape failed", endpoint=record.name, address=self.address, error=error)
+        # Transitions only: the primary source's transition is the record's health changing (so it
+        # holds across poller restarts); a secondary source remembers its own state.
+        first = record.health is not Health.UNHEALTHY if self.source.primary else not self._failing
+        if first:
+            log.warning(
+                "endpoint scrape failed",
+                endpoint=record.name,
+                address=self.address,
+                source=self.source.name,
+                error=error,
+            )
         self._failing = True
         if self.source.primary and (record.health is not Health.UNHEALTHY or record.last_error != error):
             self._store.replace(replace(record, ready=False, health=Health.UNHEALTHY, last_error=error))

@@ -283,3 +283,61 @@ def test_pool_aggregates_use_fresh_ready_endpoints_only() -> None:
     assert dict(agg.per_endpoint_queue) == {"a": 2, "b": 6}
     empty = pool_aggregates(records[2:], now, 2.0)
     assert (empty.ready_endpoints, empty.average_queue_size, dict(empty.per_endpoint_queue)) == (0, 0.0, {})
+
+
+async def test_errors_are_logged_on_transitions_only() -> None:
+    from structlog.testing import capture_logs
+
+    http, clock = FakeHttp(), ManualClock()
+    http.set(f"http://{A}/metrics", ok(vllm_text()))
+    http.set(f"http://{A}/v1/models", ok('{"data": []}'))
+    layer = _layer(http, clock, [A])
+    layer.apply(_added(A))
+    with capture_logs() as logs:
+        await _poll(layer, A)
+        http.set(f"http://{A}/metrics", ok("boom", status=503))
+        for _ in range(3):
+            await _poll(layer, A)
+        http.set(f"http://{A}/metrics", ok(vllm_text()))
+        for _ in range(3):
+            await _poll(layer, A)
+    events = [e["event"] for e in logs if e["log_level"] in ("warning", "error", "info")]
+    assert events == ["endpoint scrape failed", "endpoint healthy again"]
+
+
+async def test_crashing_plugin_marks_endpoint_unhealthy_and_polling_goes_on() -> None:
+    from datalayer.records import EndpointSpec
+    from datalayer.sources import SourceUpdate
+
+    class Buggy(MetricsDataSource):
+        calls = 0
+
+        def extract(self, body: bytes, endpoint: EndpointSpec, now: float) -> SourceUpdate:
+            Buggy.calls += 1
+            if Buggy.calls == 2:
+                raise KeyError("oops")
+            return super().extract(body, endpoint, now)
+
+    http, clock = FakeHttp(), ManualClock()
+    http.set(f"http://{A}/metrics", ok(vllm_text()))
+    layer = DataLayer(StaticDiscovery.from_addresses([A]), http=http, sources=[Buggy()], clock=clock)
+    layer.apply(_added(A))
+    for expected in (Health.HEALTHY, Health.UNHEALTHY, Health.HEALTHY):
+        await _poll(layer, A)
+        record = layer.get(A)
+        assert record is not None and record.health is expected
+        if expected is Health.UNHEALTHY:
+            assert "crashed: KeyError" in (record.last_error or "")
+
+
+def test_remove_and_re_add_in_one_batch_keeps_the_endpoint() -> None:
+    http, clock = FakeHttp(), ManualClock()
+    layer = _layer(http, clock, [A])
+    removed: list[frozenset[str]] = []
+    layer.on_endpoints_removed(removed.append)
+    layer.apply(_added(A))
+    spec = make_spec(A, name="again")
+    layer.apply([DiscoveryEvent(EventKind.REMOVED, spec), DiscoveryEvent(EventKind.ADDED, spec)])
+    record = layer.get(A)
+    assert record is not None and record.name == "again" and layer._specs[A].name == "again"
+    assert removed == []
