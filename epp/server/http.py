@@ -12,6 +12,7 @@ compared in constant time): the debug endpoints expose as much about the pool as
 
 from __future__ import annotations
 
+import enum
 import hmac
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +31,7 @@ __all__ = ["endpoint_json", "make_http_app", "start_http"]
 def endpoint_json(endpoint: EndpointView, now: float) -> dict[str, Any]:
     """One endpoint's state as JSON-ready data (``age_seconds`` from the monotonic ``now``)."""
     m = endpoint.metrics
-    return {
+    out: dict[str, Any] = {
         "address": endpoint.address,
         "name": endpoint.name,
         "ready": endpoint.ready,
@@ -48,11 +49,17 @@ def endpoint_json(endpoint: EndpointView, now: float) -> dict[str, Any]:
         },
         "attributes": {k: _plain(v) for k, v in endpoint.attributes.items()},
     }
+    for extra in ("engine", "health", "last_error"):  # data-layer records carry these
+        if hasattr(endpoint, extra):
+            out[extra] = _plain(getattr(endpoint, extra))
+    return out
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, str | int | float | bool) or value is None:
         return value
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):

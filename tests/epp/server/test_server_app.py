@@ -110,6 +110,14 @@ async def test_in_process_picker_routes_by_load(model_servers: list[str]) -> Non
         )
         assert float(size.split()[1]) > 0
         assert 'inference_pool_average_queue_size{name="default"} 4.5' in text
+        url = f"http://127.0.0.1:{options.metrics_port}/debug/endpoints"
+        async with aiohttp.ClientSession() as http, http.get(url) as r:
+            endpoints = orjson.loads(await r.read())
+        assert [(e["address"], e["health"], e["metrics"]["waiting_queue_size"]) for e in endpoints] == [
+            (model_servers[0], "healthy", 0),
+            (model_servers[1], "healthy", 9),
+        ]
+        assert endpoints[0]["attributes"]["models"] == ["m1"]
     finally:
         stop.set()
         assert await asyncio.wait_for(task, 10) == 0
