@@ -152,7 +152,11 @@ class ResponseHeadersHook(Plugin, Protocol):
     def on_response_headers(
         self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
     ) -> None:
-        """The model server's response headers arrived."""
+        """The model server's response headers arrived.
+
+        When the proxy reported which endpoint actually served the request (a fallback may have),
+        ``headers`` carries it as ``x-gateway-destination-endpoint-served: ip:port``.
+        """
         ...
 
 

@@ -315,6 +315,8 @@ class Session:
         assert self._request is not None and self._result is not None
         self._note_served(msg)
         headers = read_headers(msg.response_headers.headers)
+        if self._served is not None:  # hooks learn which endpoint served (a fallback may have)
+            headers[DESTINATION_SERVED_KEY] = self._served
         status_text = headers.get(":status", "")
         status = int(status_text) if status_text.isdigit() else 0
         streaming = "text/event-stream" in headers.get(CONTENT_TYPE, "")
