@@ -149,6 +149,11 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="latency multiplier with max-num-seqs running, linear in between (>= 1; default 1.0)",
     )
+    a(
+        "--prefill-slots",
+        type=int,
+        help="prefills running at once, later ones wait for a slot (default 0 = unlimited; 1 = serial GPU)",
+    )
     a("--time-scale", type=float, help="run simulated time this many times faster (default 1.0)")
     a("--seed", type=int, help=f"random seed for output lengths and jitter (default {_D.seed})")
     a(

@@ -61,6 +61,7 @@ class SimConfig:
     inter_token_latency: float = 0.0
     inter_token_latency_std_dev: float = 0.0
     time_factor_under_load: float = 1.0
+    prefill_slots: int = 0  # prefills running at once; 0 = unlimited (llm-d-inference-sim's model)
     lora_load_time: float = 0.0
     time_scale: float = 1.0
     seed: int = 0
@@ -124,6 +125,7 @@ def validate(c: SimConfig) -> SimConfig:
     _require(c.block_size >= 1, "--block-size", "an integer >= 1 (tokens per block)", c.block_size)
     _require(c.kv_cache_size >= 1, "--kv-cache-size", "an integer >= 1 (blocks)", c.kv_cache_size)
     _require(c.max_model_len >= 0, "--max-model-len", "an integer >= 0", c.max_model_len)
+    _require(c.prefill_slots >= 0, "--prefill-slots", "an integer >= 0 (0 = unlimited)", c.prefill_slots)
     _require(c.max_loras >= 1, "--max-loras", "an integer >= 1", c.max_loras)
     for name in ("time_to_first_token", "time_to_first_token_std_dev", "prefill_overhead",
                  "prefill_time_per_token", "inter_token_latency", "inter_token_latency_std_dev",

@@ -14,12 +14,15 @@ caller (:mod:`simulator.driver`) does the waiting. Lifecycle of a sequence::
   get a slot, so later requests for resident adapters run (LoRA-aware skipping).
 * On admission: cached tokens = prefix-hit blocks x block size; the sequence starts at
   ``max(now, adapter ready time)``; first token at ``start + TTFT`` (see :mod:`simulator.latency`).
+  With ``prefill_slots = N > 0`` at most N prefills run at once: the start also waits for the earliest
+  slot to free (a GPU prefilling one long prompt at a time is ``N = 1``); 0 means unlimited.
 * Every ``submit`` has exactly one ``finish`` or ``abort``; both free the sequence's resources.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
 import random
 import time
 from collections import deque
@@ -102,6 +105,7 @@ class Engine:
         self.running: set[Seq] = set()
         self.waiting_lora: dict[str, int] = {}
         self.lora_info_updated = self._wall()
+        self._prefill_free: list[float] = [0.0] * config.prefill_slots  # heap of slot free times
 
     # -- queries ------------------------------------------------------------------------------------
     @property
@@ -190,9 +194,11 @@ class Engine:
         if seq.lora is not None:
             seq.start_at = max(now, self.lora.acquire(seq.lora, now))
             self._lora_waiting_done(seq.lora)
-        seq.ttft = (seq.start_at - now) + self.latency.ttft(
-            seq.prompt_tokens, seq.cached_tokens, len(self.running)
-        )
+        prefill = self.latency.ttft(seq.prompt_tokens, seq.cached_tokens, len(self.running))
+        if self._prefill_free:  # bounded prefill slots: wait for the earliest one to free up
+            seq.start_at = max(seq.start_at, heapq.heappop(self._prefill_free))
+            heapq.heappush(self._prefill_free, seq.start_at + prefill)
+        seq.ttft = (seq.start_at - now) + prefill
         seq.first_token_at = now + seq.ttft
         st = self.stats
         st.prompt_tokens += seq.prompt_tokens

@@ -256,3 +256,24 @@ def test_latency_histograms_measure_from_arrival() -> None:
     assert st.ttft.total == pytest.approx(0.010 + 1.010)  # TTFT includes the wait in the queue
     assert st.e2e.total == pytest.approx(1.0 + 1.010)
     assert st.ttft.count == st.e2e.count == st.queue_time.count == 2
+
+
+def test_prefill_slots_serialise_prefills() -> None:
+    eng = make_engine(prefill_slots=1, prefill_overhead=0.0, prefill_time_per_token=0.01)
+    a = eng.submit("a", ids(10), 1, now=0.0)
+    b = eng.submit("b", ids(20, 100), 1, now=0.0)
+    eng.schedule(0.0)
+    assert a.first_token_at == pytest.approx(0.10)  # 10 tokens x 10 ms
+    assert b.start_at == pytest.approx(0.10)  # waits for a's prefill to end
+    assert b.first_token_at == pytest.approx(0.30)
+    c = eng.submit("c", ids(5, 200), 1, now=1.0)  # slot idle again: no wait
+    eng.schedule(1.0)
+    assert c.first_token_at == pytest.approx(1.05)
+
+
+def test_unlimited_prefill_slots_overlap() -> None:
+    eng = make_engine(prefill_overhead=0.0, prefill_time_per_token=0.01)
+    a = eng.submit("a", ids(10), 1, now=0.0)
+    b = eng.submit("b", ids(20, 100), 1, now=0.0)
+    eng.schedule(0.0)
+    assert (a.first_token_at, b.first_token_at) == pytest.approx((0.10, 0.20))

@@ -237,7 +237,17 @@ async def test_models_and_lora_lifecycle(server: SimServer, http: aiohttp.Client
         assert [m["id"] for m in (await r.json())["data"]] == [MODEL, "sql-lora"]
 
 
-async def test_metrics_parse_and_move(server: SimServer, http: aiohttp.ClientSession) -> None:
+async def test_metrics_parse_and_move(http: aiohttp.ClientSession) -> None:
+    # real time (scale 1) so the stream below is still running when /metrics is read mid-way
+    server = SimServer(sim_config(time_scale=1.0), OfflineTokenizer())
+    await server.start()
+    try:
+        await _metrics_parse_and_move(server, http)
+    finally:
+        await server.stop()
+
+
+async def _metrics_parse_and_move(server: SimServer, http: aiohttp.ClientSession) -> None:
     async with http.get(server.url + "/metrics") as r:
         assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
         before = metric_values(await r.text())
