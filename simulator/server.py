@@ -67,10 +67,12 @@ class SimServer:
         *,
         clock: SimClock | None = None,
         wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         access_log: bool = False,
     ) -> None:
         self.config = config
         self._access_log = access_log
+        self._monotonic = monotonic  # start-up delay clock (real seconds)
         self.tokenizer = tokenizer
         self.engine = self._new_engine(config, wall_clock)
         self.driver = EngineDriver(self.engine, clock or SimClock(config.time_scale))
@@ -112,7 +114,7 @@ class SimServer:
 
     @property
     def ready(self) -> bool:
-        return not self._forced_unready and time.monotonic() >= self._ready_at
+        return not self._forced_unready and self._monotonic() >= self._ready_at
 
     def _app(self) -> web.Application:
         app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
@@ -147,7 +149,7 @@ class SimServer:
         self._port = runner.addresses[0][1]
         if self.config.pod_name == "":
             self._pod = f"epp-sim-{self._port}"
-        self._ready_at = time.monotonic() + self.config.startup_duration
+        self._ready_at = self._monotonic() + self.config.startup_duration
         if self.config.kv_events_endpoint:
             endpoint = expand_endpoint(self.config.kv_events_endpoint, self._port)
             mode = self.config.kv_events_mode

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from typing import Any
 
 from simulator.config import LoraModule, SimConfig
@@ -26,3 +29,12 @@ def sim_config(**overrides: Any) -> SimConfig:
     }
     fields.update(overrides)
     return SimConfig(**fields)
+
+
+async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll ``predicate`` every 5 ms until true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.005)

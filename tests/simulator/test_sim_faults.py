@@ -8,7 +8,7 @@ from collections import Counter
 import aiohttp
 import orjson
 import pytest
-from sim_testlib import MODEL, sim_config
+from sim_testlib import MODEL, sim_config, wait_for
 
 from simulator.server import SimServer
 from simulator.tokenizer import OfflineTokenizer
@@ -111,16 +111,11 @@ async def test_client_disconnect_aborts_the_request() -> None:
         async with aiohttp.ClientSession() as http:
             body = {"model": MODEL, "prompt": "bye", "max_tokens": 500, "ignore_eos": True}
             task = asyncio.create_task(http.post(srv.url + "/v1/completions", data=orjson.dumps(body)))
-            while srv.engine.num_running < 1:
-                await asyncio.sleep(0.005)
+            await wait_for(lambda: srv.engine.num_running == 1, "the request to run")
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            for _ in range(200):
-                if srv.engine.num_running == 0:
-                    break
-                await asyncio.sleep(0.01)
-            assert srv.engine.num_running == 0
+            await wait_for(lambda: srv.engine.num_running == 0, "the abort")
             assert srv.engine.kv.usage == 0.0
             assert srv.engine.stats.success["abort"] == 1
     finally:
@@ -137,11 +132,8 @@ async def test_stream_disconnect_aborts_and_counts_sent_tokens() -> None:
             await resp.content.readuntil(b"\n\n")
             await resp.content.readuntil(b"\n\n")
             resp.close()  # drop the connection mid-stream
-            for _ in range(200):
-                if srv.engine.num_running == 0:
-                    break
-                await asyncio.sleep(0.01)
-            assert srv.engine.num_running == 0 and srv.engine.kv.usage == 0.0
+            await wait_for(lambda: srv.engine.num_running == 0, "the abort")
+            assert srv.engine.kv.usage == 0.0
             assert srv.engine.stats.success["abort"] == 1
             assert 2 <= srv.engine.stats.generation_tokens < 500
             async with http.get(srv.url + "/health") as r:  # the server carries on

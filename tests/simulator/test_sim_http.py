@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sim_testlib import MODEL, sim_config
+from sim_testlib import MODEL, sim_config, wait_for
 
 from simulator.server import SimServer
 from simulator.tokenizer import OfflineTokenizer
@@ -164,23 +164,25 @@ async def test_errors_have_vllm_shape(server: SimServer, http: aiohttp.ClientSes
 
 async def test_queue_full_is_429() -> None:
     srv = SimServer(
-        sim_config(max_num_seqs=1, max_waiting_queue_length=1, time_scale=5.0), OfflineTokenizer()
+        sim_config(max_num_seqs=1, max_waiting_queue_length=1, time_scale=1.0), OfflineTokenizer()
     )
     await srv.start()
+    tasks: list[asyncio.Task[Any]] = []
     try:
         async with aiohttp.ClientSession() as http:
-            body = {"model": MODEL, "prompt": "busy", "max_tokens": 50, "ignore_eos": True}
-            running = asyncio.create_task(post(http, srv, "/v1/completions", body))
-            while srv.engine.num_running < 1:
-                await asyncio.sleep(0.005)
-            queued = asyncio.create_task(post(http, srv, "/v1/completions", body))
-            while srv.engine.num_waiting < 1:
-                await asyncio.sleep(0.005)
+            body = {"model": MODEL, "prompt": "busy", "max_tokens": 1000, "ignore_eos": True}  # ~10 s
+            tasks.append(asyncio.create_task(post(http, srv, "/v1/completions", body)))
+            await wait_for(lambda: srv.engine.num_running == 1, "the first request to run")
+            tasks.append(asyncio.create_task(post(http, srv, "/v1/completions", body)))
+            await wait_for(lambda: srv.engine.num_waiting == 1, "the second request to queue")
             status, resp = await post(http, srv, "/v1/completions", body)
             assert status == 429 and resp["error"]["code"] == 429
             async with http.get(srv.url + "/get_load") as r:
                 assert await r.json() == {"server_load": 2}
-            assert [s for s, _ in await asyncio.gather(running, queued)] == [200, 200]
+            for task in tasks:  # the clients give up: both requests are aborted
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await wait_for(lambda: srv.engine.num_running + srv.engine.num_waiting == 0, "the aborts")
     finally:
         await srv.stop()
 
@@ -310,7 +312,8 @@ async def _metrics_parse_and_move(server: SimServer, http: aiohttp.ClientSession
 
 
 async def test_health_ready_load_and_startup_delay(http: aiohttp.ClientSession) -> None:
-    srv = SimServer(sim_config(startup_duration=0.3), OfflineTokenizer())
+    now = [100.0]
+    srv = SimServer(sim_config(startup_duration=2.0), OfflineTokenizer(), monotonic=lambda: now[0])
     await srv.start()
     try:
         async with http.get(srv.url + "/health") as r:
@@ -319,7 +322,10 @@ async def test_health_ready_load_and_startup_delay(http: aiohttp.ClientSession) 
             assert r.status == 503
         status, _ = await post(http, srv, "/v1/completions", {"model": MODEL, "prompt": "x"})
         assert status == 503
-        await asyncio.sleep(0.35)
+        now[0] += 1.9
+        async with http.get(srv.url + "/health/ready") as r:
+            assert r.status == 503
+        now[0] += 0.1
         async with http.get(srv.url + "/health/ready") as r:
             assert r.status == 200
         for path in ("/get_load", "/load"):
