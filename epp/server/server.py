@@ -31,6 +31,7 @@ from epp.server.metrics import RequestMetrics
 from epp.server.request_log import RequestLog
 from epp.server.routing import EndpointSource, RequestScheduler, Router
 from epp.server.servicer import ExtProcServicer
+from epp.server.stream import StreamCore
 from epp.server.tls import CertPair
 from scheduler.types import SchedulingResult
 
@@ -83,7 +84,8 @@ class EppServer:
         request_log = (
             RequestLog(settings.verbosity, tracing=settings.tracing) if settings.verbosity >= 2 else None
         )
-        self.servicer = ExtProcServicer(session_config, router, request_metrics, request_log, clock)
+        self.core = StreamCore(session_config, router, request_metrics, request_log, clock)
+        self.servicer = ExtProcServicer(self.core)
         self._http_app = make_http_app(
             registry,
             snapshot=source.snapshot,
