@@ -120,6 +120,7 @@ class StackSpec:
     envoy_variant: str | None = "gie-fail-closed"
     envoy_concurrency: int = 1
     subset_hint_header: str = ""
+    single_sim_process: bool = False  # all servers in one epp-sim process (cheaper; no stop_server)
     ready_timeout_s: float = 30.0
     stop_timeout_s: float = 5.0
 
@@ -211,18 +212,35 @@ class Stack:
         self.progress(f"starting {self.spec.servers} simulated model servers")
         for s in self.servers:
             s.stop(self.spec.stop_timeout_s)
-        self.servers = [
-            self._process(f"sim-{i}", self._sim_argv(port, i)) for i, port in enumerate(self.ports.servers)
-        ]
-        for i, proc in enumerate(self.servers):
-            url = f"{self.server_url(i)}/health/ready"
-            self._wait(proc, functools.partial(_http_ok, url))
+        if self.spec.single_sim_process:
+            ports = ",".join(str(p) for p in self.ports.servers)
+            argv = [
+                self.python,
+                "-m",
+                "simulator",
+                "--host",
+                "127.0.0.1",
+                "--ports",
+                ports,
+                *self.spec.sim_args,
+            ]
+            self.servers = [self._process("sims", argv)]
+        else:
+            self.servers = [
+                self._process(f"sim-{i}", self._sim_argv(port, i))
+                for i, port in enumerate(self.ports.servers)
+            ]
+        for i in range(len(self.ports.servers)):
+            proc = self.servers[0 if self.spec.single_sim_process else i]
+            self._wait(proc, functools.partial(_http_ok, f"{self.server_url(i)}/health/ready"))
 
     def restart_servers(self) -> None:
         """Stop every model server and start fresh ones on the same ports (cold caches)."""
         self.start_servers()
 
     def stop_server(self, i: int) -> None:
+        if self.spec.single_sim_process:
+            raise StackError("stop_server needs one process per server (single_sim_process=False)")
         self.servers[i].stop(self.spec.stop_timeout_s)
 
     def picker_argv(self) -> list[str]:
