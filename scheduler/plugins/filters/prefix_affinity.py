@@ -30,7 +30,7 @@ Order kept.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import xxhash
@@ -41,9 +41,9 @@ from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
 from scheduler.plugins.prefix.match import PrefixMatch, prefix_match
 from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
-from scheduler.plugins.scorers.active_request import SERVED_ENDPOINT_HEADER
-from scheduler.plugins.scorers.inflight import InflightTracker, dispatch_targets
-from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
+from scheduler.plugins.scorers.inflight import InflightTracker
+from scheduler.plugins.scorers.inflight_hooks import InflightHooks
+from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["PrefixAffinityFilter", "PrefixAffinityParams", "factory"]
 
@@ -60,8 +60,9 @@ class PrefixAffinityParams:
     request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
 
 
-class PrefixAffinityFilter(PluginBase):
+class PrefixAffinityFilter(InflightHooks, PluginBase):
     plugin_type = "prefix-cache-affinity-filter"
+    count_every_profile = True
 
     def __init__(
         self,
@@ -117,22 +118,8 @@ class PrefixAffinityFilter(PluginBase):
         score = match.score(endpoint.address) if match is not None else 0.0
         return f"prefix score {score:.2f} < affinityThreshold {self._threshold:.2f}"
 
-    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
-        targets = dispatch_targets(result, every_profile=True)
-        self.tracker.dispatch(request.request_id, targets, prompt_tokens(request))
-
-    def on_response_headers(
-        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
-    ) -> None:
-        served = headers.get(SERVED_ENDPOINT_HEADER)
-        if served:
-            self.tracker.move(request.request_id, served)
-
-    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
-        self.tracker.complete(request.request_id)
-
-    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
-        self.tracker.forget(addresses)
+    def dispatch_tokens(self, request: LLMRequest) -> int:
+        return prompt_tokens(request)
 
 
 factory = factory_with_params(

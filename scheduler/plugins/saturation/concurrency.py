@@ -23,16 +23,16 @@ Parameters (GIE names and defaults): ``concurrencyMode`` (``requests`` | ``token
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
-from scheduler.plugins.scorers.active_request import SERVED_ENDPOINT_HEADER
-from scheduler.plugins.scorers.inflight import InflightTracker, dispatch_targets
-from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
+from scheduler.plugins.scorers.inflight import InflightTracker
+from scheduler.plugins.scorers.inflight_hooks import InflightHooks
+from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["ConcurrencyDetector", "ConcurrencyParams", "factory"]
 
@@ -46,7 +46,7 @@ class ConcurrencyParams:
     request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
 
 
-class ConcurrencyDetector(PluginBase):
+class ConcurrencyDetector(InflightHooks, PluginBase):
     plugin_type = "concurrency-detector"
 
     def __init__(
@@ -85,22 +85,8 @@ class ConcurrencyDetector(PluginBase):
         unit = "tokens" if self._tokens else "requests"
         return f"{self._counts().get(endpoint.address, 0)} {unit} in flight >= limit {self._filter_limit:g}"
 
-    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
-        targets = dispatch_targets(result, every_profile=False)
-        self.tracker.dispatch(request.request_id, targets, request.token_estimate)
-
-    def on_response_headers(
-        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
-    ) -> None:
-        served = headers.get(SERVED_ENDPOINT_HEADER)
-        if served:
-            self.tracker.move(request.request_id, served)
-
-    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
-        self.tracker.complete(request.request_id)
-
-    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
-        self.tracker.forget(addresses)
+    def dispatch_tokens(self, request: LLMRequest) -> int:
+        return request.token_estimate
 
 
 factory = factory_with_params(

@@ -1,7 +1,8 @@
 """``active-request-scorer`` (llm-d): fewer requests in flight from this picker is better.
 
 Input: the picker's own in-flight count per endpoint, kept by an :class:`InflightTracker` from the
-lifecycle hooks (not from scraped metrics, so it reacts within the same millisecond):
+lifecycle hooks of :class:`~scheduler.plugins.scorers.inflight_hooks.InflightHooks` (not from
+scraped metrics, so it reacts within the same millisecond):
 
 * ``on_dispatched`` counts the request against the first target of every routed profile (the
   decode and the prefill endpoint in P/D), once per request id;
@@ -24,19 +25,18 @@ default 0), ``maxBusyScore`` (0 <= x <= 1, default 1.0).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
-from scheduler.plugins.scorers.inflight import InflightTracker, dispatch_targets
-from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
+from scheduler.plugins.scorers.inflight import InflightTracker
+from scheduler.plugins.scorers.inflight_hooks import SERVED_ENDPOINT_HEADER, InflightHooks
+from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["SERVED_ENDPOINT_HEADER", "ActiveRequestParams", "ActiveRequestScorer", "factory"]
-
-SERVED_ENDPOINT_HEADER = "x-gateway-destination-endpoint-served"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +46,9 @@ class ActiveRequestParams:
     max_busy_score: float = param(1.0, ge=0, le=1)
 
 
-class ActiveRequestScorer(PluginBase):
+class ActiveRequestScorer(InflightHooks, PluginBase):
     plugin_type = "active-request-scorer"
+    count_every_profile = True
 
     def __init__(
         self, name: str, clock: Callable[[], float], params: ActiveRequestParams | None = None
@@ -69,22 +70,6 @@ class ActiveRequestScorer(PluginBase):
             return [1.0] * len(values)
         scale = self._busy_max / hi
         return [1.0 if v <= idle else (hi - v) * scale for v in values]
-
-    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
-        self.tracker.dispatch(request.request_id, dispatch_targets(result, every_profile=True))
-
-    def on_response_headers(
-        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
-    ) -> None:
-        served = headers.get(SERVED_ENDPOINT_HEADER)
-        if served:
-            self.tracker.move(request.request_id, served)
-
-    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
-        self.tracker.complete(request.request_id)
-
-    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
-        self.tracker.forget(addresses)
 
 
 factory = factory_with_params(

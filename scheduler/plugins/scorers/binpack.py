@@ -12,30 +12,17 @@ default per load kind). Pure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from scheduler.cycle_state import CycleState
-from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.scorers.placement import PlacementParams, loads
-from scheduler.types import EndpointView, LLMRequest
+from scheduler.plugins.scorers.placement import PlacementScorer, placement_factory
 
 __all__ = ["BinpackScorer", "factory"]
 
 
-class BinpackScorer(PluginBase):
+class BinpackScorer(PlacementScorer):
     plugin_type = "binpack-scorer"
 
-    def __init__(self, name: str, params: PlacementParams | None = None) -> None:
-        super().__init__(name)
-        self.params = params = params or PlacementParams()
-        self._kind = params.load
-        self._capacity = params.effective_capacity
-
-    def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        capacity = self._capacity
-        return [load / capacity if 0.0 <= load < capacity else 0.0 for load in loads(self._kind, endpoints)]
+    @staticmethod
+    def score_loads(loads: list[float], capacity: float) -> list[float]:
+        return [load / capacity if 0.0 <= load < capacity else 0.0 for load in loads]
 
 
-factory = factory_with_params(
-    BinpackScorer.plugin_type, PlacementParams, lambda name, params, handle: BinpackScorer(name, params)
-)
+factory = placement_factory(BinpackScorer)

@@ -1,8 +1,10 @@
 """In-flight accounting per endpoint, fed by the dispatch / completion lifecycle hooks.
 
-Used by ``active-request-scorer``, ``token-load-scorer`` and ``concurrency-detector``: each plugin
-instance owns one :class:`InflightTracker`. The tracker keeps, per request id, which endpoints the
-request was counted against and how many tokens it holds, and per endpoint the running sums.
+Used by ``active-request-scorer``, ``token-load-scorer``, ``concurrency-detector`` and
+``prefix-cache-affinity-filter``: each plugin instance owns one :class:`InflightTracker`, fed by the
+hooks of :class:`~scheduler.plugins.scorers.inflight_hooks.InflightHooks`. The tracker keeps, per
+request id, which endpoints the request was counted against and how many tokens it holds, and per
+endpoint the running sums.
 
 Contract:
 

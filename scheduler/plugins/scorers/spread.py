@@ -11,30 +11,17 @@ default per load kind). Pure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from scheduler.cycle_state import CycleState
-from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.scorers.placement import PlacementParams, loads
-from scheduler.types import EndpointView, LLMRequest
+from scheduler.plugins.scorers.placement import PlacementScorer, placement_factory
 
 __all__ = ["SpreadScorer", "factory"]
 
 
-class SpreadScorer(PluginBase):
+class SpreadScorer(PlacementScorer):
     plugin_type = "spread-scorer"
 
-    def __init__(self, name: str, params: PlacementParams | None = None) -> None:
-        super().__init__(name)
-        self.params = params = params or PlacementParams()
-        self._kind = params.load
-        self._capacity = params.effective_capacity
-
-    def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        capacity = self._capacity
-        return [1.0 - min(max(load, 0.0), capacity) / capacity for load in loads(self._kind, endpoints)]
+    @staticmethod
+    def score_loads(loads: list[float], capacity: float) -> list[float]:
+        return [1.0 - min(max(load, 0.0), capacity) / capacity for load in loads]
 
 
-factory = factory_with_params(
-    SpreadScorer.plugin_type, PlacementParams, lambda name, params, handle: SpreadScorer(name, params)
-)
+factory = placement_factory(SpreadScorer)

@@ -21,16 +21,16 @@ Parameters: ``queueThresholdTokens`` (llm-d's name; alias ``threshold``; int >= 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
-from scheduler.plugins.scorers.active_request import SERVED_ENDPOINT_HEADER
-from scheduler.plugins.scorers.inflight import InflightTracker, dispatch_targets
-from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
+from scheduler.plugins.scorers.inflight import InflightTracker
+from scheduler.plugins.scorers.inflight_hooks import InflightHooks
+from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = ["DEFAULT_THRESHOLD", "TokenLoadParams", "TokenLoadScorer", "factory"]
 
@@ -55,7 +55,7 @@ class TokenLoadParams:
         return self.queue_threshold_tokens or self.threshold or DEFAULT_THRESHOLD
 
 
-class TokenLoadScorer(PluginBase):
+class TokenLoadScorer(InflightHooks, PluginBase):
     plugin_type = "token-load-scorer"
 
     def __init__(self, name: str, clock: Callable[[], float], params: TokenLoadParams | None = None) -> None:
@@ -72,26 +72,12 @@ class TokenLoadScorer(PluginBase):
         inv = 1.0 / threshold
         return [1.0 - min(tokens.get(e.address, 0), threshold) * inv for e in endpoints]
 
-    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
-        targets = dispatch_targets(result, every_profile=False)
-        self.tracker.dispatch(request.request_id, targets, request.token_estimate)
-
-    def on_response_headers(
-        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
-    ) -> None:
-        served = headers.get(SERVED_ENDPOINT_HEADER)
-        if served:
-            self.tracker.move(request.request_id, served)
+    def dispatch_tokens(self, request: LLMRequest) -> int:
+        return request.token_estimate
 
     def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
         if request.stream:
             self.tracker.add_tokens(request.request_id, chunk.count(_SSE_EVENT))
-
-    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
-        self.tracker.complete(request.request_id)
-
-    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
-        self.tracker.forget(addresses)
 
 
 factory = factory_with_params(
