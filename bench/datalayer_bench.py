@@ -347,6 +347,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "serve":
-        asyncio.run(serve_fleet(int(sys.argv[2])))
+        _run_loop(serve_fleet(int(sys.argv[2])), "uvloop")
     else:
         raise SystemExit(main())
