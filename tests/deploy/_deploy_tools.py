@@ -1,4 +1,5 @@
-"""Shared helpers of the deploy tests: the Python 3.12 interpreter, free ports, bounded process stops.
+"""Shared helpers of the deploy tests: the Python 3.12 interpreter, free ports, bounded process stops,
+a fake model server.
 
 ``python312()`` finds CPython 3.12 (what the image's ``python:3.12-slim`` base and helm-sdkpy need): the
 ``PYEPP_PYTHON312`` environment variable, else ``$(pyenv root)/versions/3.12.*/bin/python3``. The pyenv
@@ -7,14 +8,28 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-__all__ = ["free_port", "python312", "stop"]
+__all__ = ["ModelServer", "free_port", "model_server", "python312", "stop"]
+
+METRICS = b"""# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m"} 0
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m"} 0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="m"} 0.1
+"""
+MODELS = b'{"object":"list","data":[{"id":"m","object":"model","root":"m","parent":null}]}'
 
 
 def python312() -> Path:
@@ -51,3 +66,64 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
             proc.kill()
             proc.wait(timeout=timeout)
     return int(proc.returncode)
+
+
+class ModelServer:
+    """A vLLM stand-in on 127.0.0.1: ``GET /metrics``, ``GET /v1/models`` and ``POST /v1/completions``
+    (answers a fixed completion naming ``name``); ``completions`` counts the POSTs it served."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.completions = 0
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _send(self, status: int, body: bytes, ctype: str) -> None:
+                self.send_response(status)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                routes = {"/metrics": (METRICS, "text/plain"), "/v1/models": (MODELS, "application/json")}
+                body, ctype = routes.get(self.path, (b"not found", "text/plain"))
+                self._send(200 if self.path in routes else 404, body, ctype)
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                with outer._lock:
+                    outer.completions += 1
+                body = {
+                    "object": "text_completion",
+                    "model": "m",
+                    "choices": [{"index": 0, "text": outer.name, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+                }
+                self._send(200, json.dumps(body).encode(), "application/json")
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self._server.server_address[1])
+
+    def start(self) -> None:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@contextmanager
+def model_server(name: str = "model-server") -> Iterator[ModelServer]:
+    server = ModelServer(name)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -22,27 +22,16 @@ import re
 import shlex
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from _deploy_dockerfile import Stage, docker_ignored, parse_dockerfile, read_dockerignore
-from _deploy_tools import free_port, python312, stop
+from _deploy_tools import free_port, model_server, python312, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-
-METRICS = b"""# TYPE vllm:num_requests_waiting gauge
-vllm:num_requests_waiting{model_name="m"} 0
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{model_name="m"} 0
-# TYPE vllm:kv_cache_usage_perc gauge
-vllm:kv_cache_usage_perc{model_name="m"} 0.1
-"""
-MODELS = b'{"object":"list","data":[{"id":"m","object":"model","root":"m","parent":null}]}'
 
 
 def _env_of(stage: Stage, base: dict[str, str], paths: dict[str, Path]) -> dict[str, str]:
@@ -120,28 +109,9 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
 
 
 @pytest.fixture
-def model_server() -> Iterator[int]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            routes = {"/metrics": (METRICS, "text/plain"), "/v1/models": (MODELS, "application/json")}
-            body, ctype = routes.get(self.path, (b"not found", "text/plain"))
-            self.send_response(200 if self.path in routes else 404)
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+def model_server_port() -> Iterator[int]:
+    with model_server() as server:
+        yield server.port
 
 
 def test_installed_tree_has_no_compiler_and_only_runtime_packages(image: Image) -> None:
@@ -175,7 +145,7 @@ def _snapshot(tree: Path) -> dict[str, tuple[int, float]]:
 
 
 def test_picker_serves_grpc_health_from_the_installed_tree(
-    image: Image, model_server: int, tmp_path: Path
+    image: Image, model_server_port: int, tmp_path: Path
 ) -> None:
     pytest.importorskip("epp.app", reason="the picker's server (epp.app) has not landed yet")
     venv, env, final = image
@@ -188,7 +158,7 @@ def test_picker_serves_grpc_health_from_the_installed_tree(
     proc = subprocess.Popen(
         [
             str(venv / "bin" / "epp"),
-            f"--endpoints=127.0.0.1:{model_server}",
+            f"--endpoints=127.0.0.1:{model_server_port}",
             "--secure-serving=false",
             "--host=127.0.0.1",
             f"--grpc-port={ports['grpc']}",
