@@ -37,6 +37,7 @@ __all__ = [
     "ExplainingFilter",
     "Filter",
     "Handle",
+    "PDDecider",
     "Picker",
     "Plugin",
     "PluginFactory",
@@ -44,6 +45,7 @@ __all__ = [
     "ProfileHandler",
     "ResponseChunkHook",
     "ResponseHeadersHook",
+    "ResponseHeadersProvider",
     "SaturationDetector",
     "Scorer",
 ]
@@ -178,6 +180,32 @@ class CompletionHook(Plugin, Protocol):
 class EndpointRemovalHook(Plugin, Protocol):
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         """These endpoints left the pool: drop any state kept for them."""
+        ...
+
+
+@runtime_checkable
+class ResponseHeadersProvider(Plugin, Protocol):
+    def response_headers(
+        self, request: LLMRequest, result: SchedulingResult, served: str | None
+    ) -> Mapping[str, str]:
+        """Headers to add to the response sent back to the client (e.g. a session-affinity token).
+
+        Called once per dispatch when the model server's response headers arrive; ``served`` is the
+        ``ip:port`` the proxy reported as having served the request (a fallback may have), None when
+        it reported none. Pure and cheap: no I/O, no mutation of ``request`` or ``result``. Header
+        names are lower-case. An exception is reported and the response goes on without the headers.
+        """
+        ...
+
+
+@runtime_checkable
+class PDDecider(Plugin, Protocol):
+    def should_disaggregate(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> bool:
+        """True when a separate prefill step should run for ``request`` routed to ``decode``.
+
+        Called by a P/D profile handler once per request, after the decode profile chose
+        ``decode``. Pure: may read ``cycle`` (e.g. the prefix match), must not write it; no I/O.
+        """
         ...
 
 

@@ -29,10 +29,9 @@ from typing import Any
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError, NoEndpointError
-from scheduler.interfaces import Handle, Plugin
+from scheduler.interfaces import Handle, PDDecider, Plugin
 from scheduler.params import parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
-from scheduler.plugins.handlers.disagg_deciders import PDDecider
 from scheduler.plugins.handlers.disagg_params import DisaggParams
 from scheduler.profile import SchedulerProfile
 from scheduler.types import Endpoint, EndpointView, LLMRequest, ProfileResult, SchedulingResult

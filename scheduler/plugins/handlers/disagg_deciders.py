@@ -1,8 +1,8 @@
 """P/D deciders: whether a request should run a separate prefill step (``disagg-profile-handler``).
 
-A decider is a plugin implementing :class:`PDDecider`, referenced by name from the handler's
-``deciders.prefill`` (or ``prefillDeciderPluginName``). It is called once per request, after the
-decode profile chose its endpoint, and must be pure.
+A decider is a plugin implementing :class:`~scheduler.interfaces.PDDecider` (re-exported here),
+referenced by name from the handler's ``deciders.prefill`` (or ``prefillDeciderPluginName``). It is
+called once per request, after the decode profile chose its endpoint, and must be pure.
 
 * ``always-disagg-pd-decider``: always true. Parameters: none.
 * ``prefix-based-pd-decider`` (llm-d): disaggregate when the prompt tokens the decode endpoint does
@@ -24,10 +24,9 @@ decode profile chose its endpoint, and must be pure.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Plugin
+from scheduler.interfaces import PDDecider
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params, factory_without_params
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
@@ -42,13 +41,6 @@ __all__ = [
     "always_factory",
     "prefix_based_factory",
 ]
-
-
-@runtime_checkable
-class PDDecider(Plugin, Protocol):
-    def should_disaggregate(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> bool:
-        """True when the prefill profile should run for ``request`` routed to ``decode``. Pure."""
-        ...
 
 
 class AlwaysDisaggDecider(PluginBase):

@@ -8,12 +8,12 @@ Score: 1.0 for the endpoint whose address the token decodes to, 0.0 for every ot
 0.0 when the header is absent or not a valid token (never an error: a stale or forged token only
 loses its affinity).
 
-Setting the token: this plugin implements :class:`ResponseHeadersProvider`. After the model
-server's response headers arrive, the EPP calls ``response_headers(request, result, served)`` and
-adds the returned headers to the response sent to the client: ``headerName`` = the token of the
-endpoint that served (the proxy-reported one when known, else the primary), or, with
-``profileName`` set (e.g. ``prefill`` in P/D, usually with ``headerName: x-session-token-prefill``),
-of the first target of that profile's result.
+Setting the token: this plugin implements :class:`~scheduler.interfaces.ResponseHeadersProvider`
+(re-exported here). After the model server's response headers arrive, the EPP calls
+``response_headers(request, result, served)`` and adds the returned headers to the response sent to
+the client: ``headerName`` = the token of the endpoint that served (the proxy-reported one when
+known, else the primary), or, with ``profileName`` set (e.g. ``prefill`` in P/D, usually with
+``headerName: x-session-token-prefill``), of the first target of that profile's result.
 
 Parameters (llm-d names): ``headerName`` (default ``x-session-token``), ``profileName`` (default
 none = the routed endpoint), ``algorithm`` (only ``encoded_endpoint_header``, the default; llm-d's
@@ -27,9 +27,9 @@ import base64
 import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from scheduler.cycle_state import CycleState
+from scheduler.interfaces import ResponseHeadersProvider
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
@@ -45,17 +45,6 @@ __all__ = [
 ]
 
 SESSION_TOKEN_HEADER = "x-session-token"
-
-
-@runtime_checkable
-class ResponseHeadersProvider(Protocol):
-    """A plugin that adds headers to the response sent back to the client."""
-
-    def response_headers(
-        self, request: LLMRequest, result: SchedulingResult, served: str | None
-    ) -> Mapping[str, str]:
-        """Headers to add to the client response; ``served`` is the proxy-reported endpoint, if any."""
-        ...
 
 
 def encode_token(address: str) -> str:
