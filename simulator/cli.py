@@ -32,6 +32,7 @@ from simulator.config import (
     apply_profile,
     validate,
 )
+from simulator.config_file import apply_config_file
 from simulator.server import SimServer
 from simulator.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
@@ -196,6 +197,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="load DIR/tokenizer.json with the 'tokenizers' package (default: offline tokenizer)",
     )
+    a("--config", metavar="FILE", help="YAML file of flag: value pairs; command-line flags win")
     a("--log-format", choices=("json", "console"), default="console", help="log format (default console)")
     a(
         "--log-level",
@@ -210,7 +212,12 @@ _CONFIG_FIELDS = {f.name for f in fields(SimConfig)}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return _parser().parse_args(argv)
+    """Parse the command line, then fill unset flags from ``--config`` (raises :class:`ConfigError`)."""
+    parser = _parser()
+    ns = parser.parse_args(argv)
+    if ns.config:
+        apply_config_file(parser, ns, ns.config)
+    return ns
 
 
 def build_configs(ns: argparse.Namespace) -> list[SimConfig]:
@@ -273,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     ns = parser.parse_args(argv)
     try:
+        if ns.config:
+            apply_config_file(parser, ns, ns.config)
         configs = build_configs(ns)
         tokenizer = load_tokenizer(ns.tokenizer)
     except (ConfigError, TokenizerError) as exc:

@@ -149,3 +149,41 @@ def test_python_m_simulator_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_config_file_sets_flags_and_the_command_line_wins(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "sim.yaml"
+    cfg_file.write_text(
+        "profile: 8b-h100\nmax-num-seqs: 8\ninter_token_latency: 20\nprefill-overhead: 40ms\n"
+        "served-model-name: [a, b]\nlora-modules:\n  - {name: sql-lora, path: /adapters/sql}\n  - t=/p/t\n"
+    )
+    (cfg,) = build_configs(parse_args(["--config", str(cfg_file), "--max-num-seqs", "4"]))
+    assert cfg.max_num_seqs == 4  # command line wins
+    assert cfg.inter_token_latency == pytest.approx(0.020)  # bare number: milliseconds, as on the CLI
+    assert cfg.prefill_overhead == pytest.approx(0.040)
+    assert cfg.prefill_time_per_token == pytest.approx(0.00025)  # from the profile named in the file
+    assert cfg.served_model_names == ("a", "b")
+    assert cfg.lora_modules == (LoraModule("sql-lora", "/adapters/sql"), LoraModule("t", "/p/t"))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("max-num-seqz: 3\n", "max-num-seqz: unknown flag"),
+        ("inter-token-latency: soon\n", "inter-token-latency: expected a duration"),
+        ("profile: 70b\n", "profile: expected one of"),
+        ("- a\n- b\n", "must hold a mapping"),
+        ("max-num-seqs: [1, 2]\n", "expected a single value"),
+        ("key: [unclosed\n", "not valid YAML"),
+    ],
+)
+def test_bad_config_file_exits_2_naming_file_and_key(
+    tmp_path: Path, content: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg_file = tmp_path / "bad.yaml"
+    cfg_file.write_text(content)
+    with pytest.raises(SystemExit) as exc:
+        main(["--config", str(cfg_file)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "bad.yaml" in err
