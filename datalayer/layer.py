@@ -180,6 +180,9 @@ class DataLayer:
                 except Exception:
                     log.exception("endpoint removal callback failed", callback=repr(callback))
 
+    def current(self) -> Mapping[str, EndpointSpec]:
+        return dict(self._specs)
+
     def mark_synced(self) -> None:
         if not self._synced.is_set():
             log.info("endpoint discovery synced", endpoints=len(self._store))

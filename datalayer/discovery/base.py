@@ -26,6 +26,10 @@ class DiscoverySink(Protocol):
         """The first complete listing has been applied. Idempotent."""
         ...
 
+    def current(self) -> Mapping[str, EndpointSpec]:
+        """The endpoint set the sink holds now (a source restarted after a crash diffs against it)."""
+        ...
+
 
 @runtime_checkable
 class Discovery(Protocol):
@@ -59,10 +63,14 @@ def make_spec(address: str, name: str = "", labels: Mapping[str, str] | None = N
 
 
 class SpecTracker:
-    """Remembers the last endpoint set and turns a new full set into the events that lead to it."""
+    """Remembers the last endpoint set and turns a new full set into the events that lead to it.
 
-    def __init__(self) -> None:
-        self._current: dict[str, EndpointSpec] = {}
+    Seed it with the sink's current set (``SpecTracker(sink.current())``) so that a source restarted
+    after a crash also removes endpoints that vanished meanwhile.
+    """
+
+    def __init__(self, initial: Mapping[str, EndpointSpec] | None = None) -> None:
+        self._current: dict[str, EndpointSpec] = dict(initial or {})
 
     @property
     def current(self) -> Mapping[str, EndpointSpec]:

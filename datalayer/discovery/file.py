@@ -137,7 +137,7 @@ class FileDiscovery:
         sink.mark_synced()
 
     async def run(self, sink: DiscoverySink) -> None:
-        tracker = SpecTracker()
+        tracker = SpecTracker(sink.current())
         while True:
             self.check(tracker, sink)
             await self._sleep(self.poll_interval)

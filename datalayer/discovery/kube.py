@@ -136,7 +136,7 @@ class KubeSelectorDiscovery:
         self.ports = tuple(ports)
 
     async def run(self, sink: DiscoverySink) -> None:
-        tracker = SpecTracker()
+        tracker = SpecTracker(sink.current())
 
         def changed() -> None:
             events = tracker.update(_specs(watch.reflector.objects.values(), self.ports))
@@ -172,7 +172,7 @@ class KubePoolDiscovery:
         self._problem: str | None = None
 
     async def run(self, sink: DiscoverySink) -> None:
-        tracker = SpecTracker()
+        tracker = SpecTracker(sink.current())
         custom = k8s.CustomObjectsApi(self.api_client)
         call = partial(
             custom.list_namespaced_custom_object,

@@ -44,6 +44,6 @@ class StaticDiscovery:
         return cls([make_spec(a, labels=labels) for a in addresses])
 
     async def run(self, sink: DiscoverySink) -> None:
-        sink.apply(SpecTracker().update(self.specs))
+        sink.apply(SpecTracker(sink.current()).update(self.specs))
         sink.mark_synced()
         await asyncio.Event().wait()

@@ -16,7 +16,7 @@ from datalayer.discovery.file import (
     load_endpoints_file,
     parse_endpoints_document,
 )
-from datalayer.records import DiscoveryEvent, EventKind
+from datalayer.records import DiscoveryEvent, EndpointSpec, EventKind
 
 
 class Sink:
@@ -26,6 +26,9 @@ class Sink:
 
     def apply(self, events: Sequence[DiscoveryEvent]) -> None:
         self.batches.append([(e.kind, e.spec.address, e.spec.name, dict(e.spec.labels)) for e in events])
+
+    def current(self) -> dict[str, EndpointSpec]:
+        return {}
 
     def mark_synced(self) -> None:
         self.synced += 1

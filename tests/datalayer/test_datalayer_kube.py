@@ -33,6 +33,9 @@ class Sink:
             else:
                 self.endpoints[e.spec.address] = e.spec
 
+    def current(self) -> dict[str, EndpointSpec]:
+        return dict(self.endpoints)
+
     def mark_synced(self) -> None:
         self.synced = True
 

@@ -341,3 +341,33 @@ def test_remove_and_re_add_in_one_batch_keeps_the_endpoint() -> None:
     record = layer.get(A)
     assert record is not None and record.name == "again" and layer._specs[A].name == "again"
     assert removed == []
+
+
+async def test_crashed_discovery_restarts_and_reconciles() -> None:
+    from datalayer.discovery import DiscoverySink
+
+    class Flaky:
+        runs = 0
+
+        async def run(self, sink: DiscoverySink) -> None:
+            Flaky.runs += 1
+            if Flaky.runs == 1:
+                sink.apply(SpecTracker(sink.current()).update([make_spec(A), make_spec(B)]))
+                raise RuntimeError("discovery bug")
+            sink.apply(SpecTracker(sink.current()).update([make_spec(A)]))
+            sink.mark_synced()
+            await asyncio.Event().wait()
+
+    async def quick_sleep(seconds: float) -> None:
+        await asyncio.sleep(min(seconds, 0.01))
+
+    removed: list[frozenset[str]] = []
+    layer = DataLayer(Flaky(), http=FakeHttp(), sources=[], sleep=quick_sleep)
+    layer.on_endpoints_removed(removed.append)
+    await layer.start()
+    try:
+        await asyncio.wait_for(layer.wait_synced(), 2)
+        assert [r.address for r in layer.snapshot()] == [A] and removed == [frozenset({B})]
+        assert Flaky.runs == 2
+    finally:
+        await layer.stop()
