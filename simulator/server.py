@@ -110,7 +110,12 @@ class SimServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.config.host}:{self._port}"
+        host = self.config.host
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif ":" in host:
+            host = "[::1]" if host == "::" else f"[{host}]"
+        return f"http://{host}:{self._port}"
 
     @property
     def ready(self) -> bool:
@@ -151,16 +156,28 @@ class SimServer:
             self._pod = f"epp-sim-{self._port}"
         self._ready_at = self._monotonic() + self.config.startup_duration
         if self.config.kv_events_endpoint:
-            endpoint = expand_endpoint(self.config.kv_events_endpoint, self._port)
-            mode = self.config.kv_events_mode
-            bind = None if mode == "auto" else mode == "bind"
-            self.kv_publisher = ZmqKVEventPublisher(
-                endpoint, self.kv_events_topic, wall_clock=self._wall, bind=bind
-            )
-            self.driver.publish = self.kv_publisher.publish
-            if restarted:
-                self.kv_publisher.publish([AllBlocksCleared()])
+            try:
+                self._open_publisher(restarted)
+            except BaseException:
+                self._runner = None
+                await runner.cleanup()
+                raise
         _log.info("sim_server_started", url=self.url, model=self.config.metric_model_name)
+
+    def _open_publisher(self, restarted: bool) -> None:
+        endpoint = expand_endpoint(self.config.kv_events_endpoint, self._port)
+        mode = self.config.kv_events_mode
+        bind = None if mode == "auto" else mode == "bind"
+        try:
+            publisher = ZmqKVEventPublisher(endpoint, self.kv_events_topic, wall_clock=self._wall, bind=bind)
+        except ImportError as exc:
+            raise OSError(f"--kv-events-endpoint needs pyzmq and msgpack installed: {exc}") from exc
+        except Exception as exc:  # zmq.ZMQError: address in use, bad endpoint
+            raise OSError(f"--kv-events-endpoint {endpoint}: {exc}") from exc
+        self.kv_publisher = publisher
+        self.driver.publish = publisher.publish
+        if restarted:
+            publisher.publish([AllBlocksCleared()])
 
     async def stop(self) -> None:
         """Graceful shutdown (open streams are cancelled)."""

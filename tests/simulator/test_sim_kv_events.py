@@ -123,3 +123,14 @@ async def test_server_publishes_vllm_frames_to_a_subscriber() -> None:
     tokens = OfflineTokenizer().encode("one two three four five six seven eight nine")
     expected: list[Any] = ["BlockStored", block_hashes(tokens, BS), None, tokens[:8], BS, None, "GPU", None]
     assert events == [expected]
+
+
+async def test_unusable_endpoint_fails_start_cleanly() -> None:
+    pytest.importorskip("zmq")
+    cfg = sim_config(kv_events_endpoint="tcp://not a host:1", kv_events_mode="bind")
+    srv = SimServer(cfg, OfflineTokenizer())
+    with pytest.raises(OSError, match="--kv-events-endpoint"):
+        await srv.start()
+    await srv.stop()  # nothing left running
+    with socket.socket() as s:  # and the HTTP port was released: it can be bound again
+        s.bind(("127.0.0.1", srv.port))
