@@ -1,4 +1,5 @@
 import pytest
+from plugin_builders import DONE, endpoints, req, routed, routed_pd
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
@@ -9,27 +10,9 @@ from scheduler.plugins.scorers.active_request import (
     ActiveRequestScorer,
     factory,
 )
-from scheduler.types import (
-    Completion,
-    Endpoint,
-    LLMRequest,
-    Outcome,
-    ProfileResult,
-    SchedulingResult,
-    ScoredEndpoint,
-)
+from scheduler.types import Completion, Outcome
 
-EPS = [Endpoint(f"10.0.0.{i}:8000") for i in range(4)]
-DONE = Completion(Outcome.OK)
-
-
-def req(i: int) -> LLMRequest:
-    return LLMRequest(request_id=f"r{i}", model="m", target_model="m")
-
-
-def routed(*endpoints: Endpoint) -> SchedulingResult:
-    targets = tuple(ScoredEndpoint(e, 1.0) for e in endpoints)
-    return SchedulingResult("default", endpoints, {"default": ProfileResult("default", targets)})
+EPS = endpoints(4)
 
 
 def scorer() -> ActiveRequestScorer:
@@ -77,15 +60,7 @@ def test_fallback_served_moves_count() -> None:
 def test_counts_every_routed_profile() -> None:
     s = scorer()
     d, p = EPS[0], EPS[1]
-    result = SchedulingResult(
-        "decode",
-        (d,),
-        {
-            "decode": ProfileResult("decode", (ScoredEndpoint(d, 1),)),
-            "prefill": ProfileResult("prefill", (ScoredEndpoint(p, 1),)),
-        },
-    )
-    s.on_dispatched(req(1), result)
+    s.on_dispatched(req(1), routed_pd(d, p))
     assert s.tracker.request_counts == {d.address: 1, p.address: 1}
     s.on_endpoints_removed(frozenset({p.address}))
     assert s.tracker.request_counts == {d.address: 1}

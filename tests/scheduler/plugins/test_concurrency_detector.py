@@ -1,30 +1,13 @@
 import pytest
+from plugin_builders import DONE, endpoints, req, routed
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
 from scheduler.interfaces import SaturationDetector
 from scheduler.plugins.saturation.concurrency import ConcurrencyDetector, ConcurrencyParams, factory
-from scheduler.types import (
-    Completion,
-    Endpoint,
-    LLMRequest,
-    Outcome,
-    ProfileResult,
-    SchedulingResult,
-    ScoredEndpoint,
-)
 
-EPS = [Endpoint(f"10.0.0.{i}:8000") for i in range(3)]
-DONE = Completion(Outcome.OK)
-
-
-def req(i: int, tokens: int = 0) -> LLMRequest:
-    return LLMRequest(request_id=f"r{i}", model="m", target_model="m", token_estimate=tokens)
-
-
-def routed(endpoint: Endpoint) -> SchedulingResult:
-    return SchedulingResult("d", (endpoint,), {"d": ProfileResult("d", (ScoredEndpoint(endpoint, 1),))})
+EPS = endpoints(3)
 
 
 @pytest.mark.parametrize(

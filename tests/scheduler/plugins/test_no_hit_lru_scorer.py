@@ -1,15 +1,12 @@
 import pytest
+from plugin_builders import req, routed_pd
 
 from scheduler.cycle_state import CycleState
 from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
 from scheduler.plugins.scorers.no_hit_lru import NoHitLruParams, NoHitLruScorer
-from scheduler.types import Endpoint, LLMRequest, ProfileResult, SchedulingResult, ScoredEndpoint
+from scheduler.types import Endpoint, SchedulingResult
 
 A, B, C, D = (Endpoint(f"10.0.0.{i}:8000") for i in range(4))
-
-
-def req(i: int) -> LLMRequest:
-    return LLMRequest(request_id=f"r{i}", model="m", target_model="m")
 
 
 def cycle(matched: dict[str, int] | None) -> CycleState:
@@ -17,13 +14,6 @@ def cycle(matched: dict[str, int] | None) -> CycleState:
     if matched is not None:
         c.write(PREFIX_MATCH, PrefixMatch((1, 2, 3), matched, 16, "prefix-cache-scorer"))
     return c
-
-
-def routed(primary: Endpoint, prefill: Endpoint | None = None) -> SchedulingResult:
-    results = {"decode": ProfileResult("decode", (ScoredEndpoint(primary, 1),))}
-    if prefill is not None:
-        results["prefill"] = ProfileResult("prefill", (ScoredEndpoint(prefill, 1),))
-    return SchedulingResult("decode", (primary,), results)
 
 
 def send_cold(s: NoHitLruScorer, n: int, result: SchedulingResult) -> None:
@@ -47,21 +37,21 @@ def send_cold(s: NoHitLruScorer, n: int, result: SchedulingResult) -> None:
 def test_scores(history: list[Endpoint], matched: dict[str, int] | None, expected: list[float]) -> None:
     s = NoHitLruScorer("n")
     for n, e in enumerate(history):
-        send_cold(s, n, routed(e))
+        send_cold(s, n, routed_pd(e))
     assert s.score(cycle(matched), req(99), [A, B, C, D]) == pytest.approx(expected)
 
 
 def test_warm_requests_do_not_touch_lru() -> None:
     s = NoHitLruScorer("n")
     s.score(cycle({A.address: 2}), req(1), [A, B])
-    s.on_dispatched(req(1), routed(A))
-    s.on_dispatched(req(2), routed(B))  # never scored: unknown, not counted
+    s.on_dispatched(req(1), routed_pd(A))
+    s.on_dispatched(req(2), routed_pd(B))  # never scored: unknown, not counted
     assert s.score(cycle(None), req(3), [A, B]) == [1.0, 0.0]
 
 
 def test_prefill_endpoint_counts_and_removal() -> None:
     s = NoHitLruScorer("n")
-    send_cold(s, 1, routed(A, prefill=B))  # A, then B, most recent
+    send_cold(s, 1, routed_pd(A, prefill=B))  # A, then B, most recent
     assert s.score(cycle(None), req(2), [A, B, C]) == pytest.approx([0.5, 0.0, 1.0])
     s.on_endpoints_removed(frozenset({A.address, B.address}))
     assert s.score(cycle(None), req(3), [A, B, C]) == pytest.approx([1.0, 0.5, 0.0])
@@ -70,7 +60,7 @@ def test_prefill_endpoint_counts_and_removal() -> None:
 def test_lru_size_bounds_memory() -> None:
     s = NoHitLruScorer("n", NoHitLruParams(lru_size=2))
     for n, e in enumerate([A, B, C]):
-        send_cold(s, n, routed(e))
+        send_cold(s, n, routed_pd(e))
     assert list(s._last_used) == [B.address, C.address]
 
 

@@ -1,6 +1,7 @@
 import random
 
 import pytest
+from plugin_builders import req
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
@@ -11,10 +12,6 @@ from scheduler.types import Endpoint, LLMRequest
 
 A, B, C = (Endpoint(f"10.0.0.{i}:8000") for i in range(3))
 NO_EXPLORE = PrefixAffinityParams(exploration_probability=0.0)
-
-
-def req(i: int = 0) -> LLMRequest:
-    return LLMRequest(request_id=f"r{i}", model="m", target_model="m")
 
 
 def cycle(matched: dict[str, int] | None, total: int = 10) -> CycleState:

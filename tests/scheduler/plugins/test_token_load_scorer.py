@@ -1,30 +1,14 @@
 import pytest
+from plugin_builders import endpoints, req, routed
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
-from scheduler.plugins.scorers.active_request import SERVED_ENDPOINT_HEADER
+from scheduler.plugins.scorers.inflight_hooks import SERVED_ENDPOINT_HEADER
 from scheduler.plugins.scorers.token_load import TokenLoadParams, TokenLoadScorer, factory
-from scheduler.types import (
-    Completion,
-    Endpoint,
-    LLMRequest,
-    Outcome,
-    ProfileResult,
-    SchedulingResult,
-    ScoredEndpoint,
-)
+from scheduler.types import Completion, Outcome
 
-EPS = [Endpoint(f"10.0.0.{i}:8000") for i in range(3)]
-
-
-def req(i: int, tokens: int, stream: bool = False) -> LLMRequest:
-    return LLMRequest(request_id=f"r{i}", model="m", target_model="m", token_estimate=tokens, stream=stream)
-
-
-def routed(*endpoints: Endpoint) -> SchedulingResult:
-    targets = tuple(ScoredEndpoint(e, 1.0) for e in endpoints)
-    return SchedulingResult("default", endpoints, {"default": ProfileResult("default", targets)})
+EPS = endpoints(3)
 
 
 def scorer(threshold: int = 100) -> TokenLoadScorer:
