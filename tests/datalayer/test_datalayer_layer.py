@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 
 import pytest
@@ -371,3 +372,50 @@ async def test_crashed_discovery_restarts_and_reconciles() -> None:
         assert Flaky.runs == 2
     finally:
         await layer.stop()
+
+
+async def test_poller_keeps_a_fixed_grid_and_skips_missed_ticks() -> None:
+    clock = ManualClock(now=0.0)
+    http = FakeHttp()
+    times: list[float] = []
+    slow_at = {3}
+
+    def answer() -> object:
+        times.append(round(clock.now, 3))
+        if len(times) in slow_at:
+            clock.advance(0.35)  # this poll takes 3.5 intervals
+        return ok(vllm_text())
+
+    http.set(f"http://{A}/metrics", answer)  # type: ignore[arg-type]
+
+    async def fake_sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    layer = DataLayer(
+        StaticDiscovery.from_addresses([A]), http=http, sources=[MetricsDataSource()], clock=clock
+    )
+    layer.apply(_added(A))
+    poller = SourcePoller(
+        A,
+        layer.sources[0],
+        layer._store,
+        layer._specs,
+        http,
+        PollSettings(0.1, 1.0, 1 << 20),
+        clock,
+        fake_sleep,
+    )
+    task = asyncio.create_task(poller.run())
+    while len(times) < 8:
+        await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    offset = times[1]  # the per-address offset within the first interval
+    assert 0 <= offset < 0.1 and times[0] == 0.0
+    grid = [round(t - offset, 3) for t in times[1:]]
+    # polls on the grid offset + k * 0.1; the slow poll at 0.1 overran to 0.45: ticks 0.2 to 0.4 skipped
+    assert grid == [0.0, 0.1, 0.5, 0.6, 0.7, 0.8, 0.9]
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(times[1:])]
+    assert all(g >= 0.1 - 1e-9 for g in gaps)
+    assert sum(1 for g in gaps if g > 0.1 + 1e-9) == 1  # exactly one gap where ticks were skipped
