@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from datalayer.http import AiohttpClient, FetchError, HttpClient
 from datalayer.rawhttp import RawHttpClient
@@ -199,3 +201,88 @@ async def test_raw_retries_a_stale_keepalive_connection() -> None:
     finally:
         server.close()
         await client.aclose()
+
+
+class _FakeTransport:
+    def __init__(self) -> None:
+        self.written = b""
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def _feed(reply: bytes, cuts: list[int], max_bytes: int = CAP) -> tuple[Any, Any]:
+    from datalayer.rawhttp import _Conn
+
+    async def run() -> tuple[Any, Any]:
+        conn = _Conn()
+        transport = _FakeTransport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        future = conn.request(b"GET / HTTP/1.1\r\n\r\n", max_bytes)
+        pos = 0
+        for cut in [*sorted(set(cuts)), len(reply)]:
+            if cut > pos and not future.done():
+                conn.data_received(reply[pos:cut])
+                pos = cut
+        if not future.done():
+            conn.connection_lost(None)
+        return future, conn
+
+    return asyncio.run(run())
+
+
+def _chunked_reply(body: bytes, sizes: list[int]) -> bytes:
+    out, pos = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", 0
+    for size in sizes:
+        part = body[pos : pos + size]
+        if not part:
+            break
+        out += f"{len(part):x};ext=1\r\n".encode() + part + b"\r\n"
+        pos += len(part)
+    if pos < len(body):
+        out += f"{len(body) - pos:X}\r\n".encode() + body[pos:] + b"\r\n"
+    return out + b"0\r\nX-Trailer: t\r\n\r\n"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    body=st.binary(max_size=3000),
+    sizes=st.lists(st.integers(1, 700), max_size=8),
+    cuts=st.lists(st.integers(0, 4000), max_size=12),
+    chunked=st.booleans(),
+)
+def test_raw_client_reassembles_any_segmentation(
+    body: bytes, sizes: list[int], cuts: list[int], chunked: bool
+) -> None:
+    if chunked:
+        reply = _chunked_reply(body, sizes)
+    else:
+        reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    future, conn = _feed(reply, cuts)
+    assert future.result().body == body and future.result().status == 200
+    assert conn.reusable
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    body=st.binary(min_size=1, max_size=2000),
+    drop=st.integers(1, 50),
+    cuts=st.lists(st.integers(0, 2500), max_size=6),
+)
+def test_raw_client_detects_truncation(body: bytes, drop: int, cuts: list[int]) -> None:
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    future, conn = _feed(reply[: max(0, len(reply) - drop)], cuts)
+    with pytest.raises(FetchError):
+        future.result()
+    assert not conn.reusable
+
+
+def test_raw_client_caps_chunked_bodies() -> None:
+    future, conn = _feed(_chunked_reply(b"z" * 5000, [1000] * 5), [], max_bytes=3000)
+    with pytest.raises(FetchError, match="larger than"):
+        future.result()
+    assert conn.closed
