@@ -33,7 +33,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("datalayer", "bench.datalayer_bench", ("--seconds", "2"), "metrics polling and parsing"),
     Benchmark("extproc", "bench.extproc_core_bench", ("--quick",), "ext_proc protocol core"),
     Benchmark("extproc-envoy", "bench.extproc_bench", ("--quick",), "picker cost behind the real Envoy"),
-    Benchmark("routing", "bench.routing_bench", ("--quick",), "end-to-end routing quality vs peers"),
+    Benchmark("routing", "bench.routing", ("--quick",), "end-to-end routing quality vs peers"),
     Benchmark("inference-perf", "bench.inference_perf", ("--quick",), "external harness (own venv)"),
 )
 

@@ -83,6 +83,11 @@ def _usage_into(res: RequestResult, usage: dict[str, Any] | None) -> None:
     res.cached_tokens = int(details.get("cached_tokens") or 0)
 
 
+def _headers(opts: LoadOptions) -> dict[str, str]:
+    # vllm-router (like vLLM) rejects a JSON body without this content type (415).
+    return {"content-type": "application/json", **dict(opts.headers)}
+
+
 async def _one(
     session: aiohttp.ClientSession, opts: LoadOptions, spec: RequestSpec, t0: float
 ) -> RequestResult:
@@ -92,7 +97,7 @@ async def _one(
     last = start
     try:
         async with session.post(
-            opts.base_url + spec.path, data=orjson.dumps(spec.body), headers=dict(opts.headers)
+            opts.base_url + spec.path, data=orjson.dumps(spec.body), headers=_headers(opts)
         ) as resp:
             res.status = resp.status
             res.server = resp.headers.get("x-inference-port", "")

@@ -1,0 +1,212 @@
+"""The routers the benchmark compares, and how each is started in front of a fresh simulated fleet.
+
+A :class:`RouterSpec` names one router: ``envoy`` with a load-balancing policy (``ROUND_ROBIN``,
+``LEAST_REQUEST``; Envoy's config is the repository's ``round-robin`` variant with ``lb_policy``
+replaced), ``vllm-router`` with a ``--policy``, or ``picker`` (our EPP behind Envoy's GIE fail-closed
+config) with an ``EndpointPickerConfig`` text (``""`` = the built-in default). :func:`running_router`
+starts the fleet (:class:`epp.stack.Stack`, every server a fresh ``epp-sim`` process with cold caches),
+then the router, waits until a request gets through, yields a :class:`RunningRouter` and stops
+everything on exit (also on errors and interrupts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import yaml
+
+from epp.envoy_config import envoy_binary, render
+from epp.stack import ManagedProcess, Stack, StackError, StackSpec, free_ports
+
+__all__ = [
+    "LOAD_ONLY_CONFIG",
+    "PREFIX_ONLY_CONFIG",
+    "ROUTERS",
+    "RouterSpec",
+    "RunningRouter",
+    "running_router",
+    "vllm_router_binary",
+]
+
+_HEAD = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+
+LOAD_ONLY_CONFIG = (
+    _HEAD
+    + """\
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 2}
+  - {pluginRef: kv-cache-utilization-scorer, weight: 2}
+  - {pluginRef: max-score-picker}
+"""
+)
+
+PREFIX_ONLY_CONFIG = (
+    _HEAD
+    + """\
+plugins:
+- type: prefix-cache-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: prefix-cache-scorer, weight: 1}
+  - {pluginRef: max-score-picker}
+"""
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSpec:
+    """One router line of the report. ``option`` is the Envoy lb_policy or the vllm-router policy;
+    ``config`` the picker's EndpointPickerConfig text (``""``: built-in default)."""
+
+    name: str
+    kind: str  # envoy | vllm-router | picker
+    option: str = ""
+    config: str = ""
+    extra_args: tuple[str, ...] = ()
+
+
+ROUTERS: dict[str, RouterSpec] = {
+    r.name: r
+    for r in (
+        RouterSpec("envoy-round-robin", "envoy", "ROUND_ROBIN"),
+        RouterSpec("envoy-least-request", "envoy", "LEAST_REQUEST"),
+        RouterSpec("vllm-router-round-robin", "vllm-router", "round_robin"),
+        RouterSpec("vllm-router-cache-aware", "vllm-router", "cache_aware"),
+        RouterSpec("vllm-router-power-of-two", "vllm-router", "power_of_two"),
+        RouterSpec("picker-default", "picker"),
+        RouterSpec("picker-load-only", "picker", config=LOAD_ONLY_CONFIG),
+        RouterSpec("picker-prefix-only", "picker", config=PREFIX_ONLY_CONFIG),
+    )
+}
+
+
+@dataclass(slots=True)
+class RunningRouter:
+    """Addresses of a started router and its fleet."""
+
+    spec: RouterSpec
+    base_url: str
+    server_urls: list[str]
+    server_labels: list[str]  # the x-inference-port value each server answers with
+    picker_pid: int | None = None
+    picker_metrics_url: str = ""
+    processes: list[ManagedProcess] = field(default_factory=list)
+
+
+def vllm_router_binary(python: str) -> Path:
+    return Path(python).with_name("vllm-router")
+
+
+def _envoy_config(stack: Stack, policy: str, path: Path) -> Path:
+    doc = render("round-robin", stack.envoy_params())
+    for cluster in doc["static_resources"]["clusters"]:
+        if cluster["name"] == "model_servers":
+            cluster["lb_policy"] = policy
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _wait_ready(proc: ManagedProcess, probe: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not proc.running():
+            raise proc.fail("exited before it was ready")
+        if probe():
+            return
+        time.sleep(0.1)
+    raise proc.fail(f"not ready after {timeout_s:.0f}s")
+
+
+def _probe(url: str, model: str) -> Callable[[], bool]:
+    body = {"model": model, "prompt": "ready", "max_tokens": 1}
+
+    def ok() -> bool:
+        try:
+            return httpx.post(url + "/v1/completions", json=body, timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return ok
+
+
+@contextlib.contextmanager
+def running_router(
+    spec: RouterSpec,
+    *,
+    servers: int,
+    sim_args: Sequence[str],
+    model: str,
+    workdir: Path,
+    picker_args: Sequence[str] = (),
+    progress: Callable[[str], None] = lambda _m: None,
+    ready_timeout_s: float = 60.0,
+) -> Iterator[RunningRouter]:
+    """Start a fresh fleet and ``spec``'s router; stop both on exit."""
+    if spec.kind not in ("envoy", "vllm-router", "picker"):
+        raise ValueError(
+            f"router {spec.name!r}: kind must be envoy, vllm-router or picker, got {spec.kind!r}"
+        )
+    args = [*picker_args, *spec.extra_args]
+    if spec.config:
+        args += ["--config-text", spec.config]
+    stack_spec = StackSpec(
+        servers=servers,
+        sim_args=tuple(sim_args),
+        picker=spec.kind == "picker",
+        picker_args=tuple(args),
+        envoy_variant="gie-fail-closed" if spec.kind == "picker" else None,
+        ready_timeout_s=ready_timeout_s,
+    )
+    workdir.mkdir(parents=True, exist_ok=True)
+    stack = Stack(stack_spec, workdir=workdir, progress=progress)
+    extra: list[ManagedProcess] = []
+    try:
+        stack.start()
+        base_url = stack.base_url
+        if spec.kind == "envoy":
+            config = _envoy_config(stack, spec.option, workdir / f"envoy-{spec.option.lower()}.yaml")
+            argv = [str(envoy_binary()), "-c", str(config), "--concurrency", "1", "--log-level", "warn",
+                    "--disable-hot-restart"]  # fmt: skip
+            extra.append(ManagedProcess("envoy-lb", argv, workdir / "envoy-lb.log"))
+        elif spec.kind == "vllm-router":
+            port, prom = free_ports(2)
+            base_url = f"http://127.0.0.1:{port}"
+            argv = [str(vllm_router_binary(stack.python)), "--host", "127.0.0.1", "--port", str(port),
+                    "--policy", spec.option, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prom),
+                    "--log-level", "warning", "--worker-urls",
+                    *[stack.server_url(i) for i in range(servers)]]  # fmt: skip
+            extra.append(ManagedProcess(f"vllm-router-{spec.option}", argv, workdir / "vllm-router.log"))
+        for proc in extra:
+            progress(f"starting {proc.name}")
+            proc.start()
+            _wait_ready(proc, _probe(base_url, model), ready_timeout_s)
+        if spec.kind == "picker":
+            if stack.picker is None:
+                raise StackError("the picker did not start")
+            _wait_ready(stack.picker, _probe(base_url, model), ready_timeout_s)
+        yield RunningRouter(
+            spec=spec,
+            base_url=base_url,
+            server_urls=[stack.server_url(i) for i in range(servers)],
+            server_labels=[str(p) for p in stack.ports.servers],
+            picker_pid=stack.picker.pid if spec.kind == "picker" and stack.picker else None,
+            picker_metrics_url=stack.metrics_url if spec.kind == "picker" else "",
+            processes=[*stack.servers, *extra],
+        )
+    finally:
+        for proc in extra:
+            proc.stop()
+        stack.stop()

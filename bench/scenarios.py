@@ -1,0 +1,145 @@
+"""Routing benchmark scenarios: a workload, the fleet that serves it, and how it is driven.
+
+The engine is the simulator's ``8b-h100`` profile (16 running sequences, 30 ms + 250 µs per uncached
+prompt token of prefill, 12 ms per output token, 1024 KV blocks of 16 tokens) with
+``--prefill-slots 1``: a server prefills one prompt at a time, as a GPU whose prefill is compute-bound,
+so uncached prompt tokens cost throughput and not only latency. ``time_scale`` runs the engine that
+many times faster than real time; workload rates are given in *simulated* requests per second and
+converted (``rate × time_scale`` real requests per second), so the engine sees the same load at any
+scale and only the wall-clock time and the CPU use change.
+
+Sizing (shared-prefix, 4 servers): 16 groups × a 3,000-token system prompt = 188 blocks per group,
+3,008 blocks in all: more than one server's 1,024 blocks, less than the fleet's 4,096. A router that
+keeps each group on one server needs about 4 groups (752 blocks) per server and hits its cache; one
+that spreads every group over every server thrashes it and pays 0.8 s of serial prefill per miss. The
+rate (12 simulated req/s) is above what round-robin can prefill (about 7 req/s for the fleet) and well
+below what a cache-hitting fleet can (more than 40 req/s), so queueing decides the tail.
+
+``smoke`` scales a scenario down (fewer requests, faster clock) for the end-to-end test;
+``quick`` is what ``make bench`` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from bench.workloads import WorkloadParams
+
+__all__ = ["MODEL", "QUICK", "SCENARIOS", "Scenario", "sim_args", "smoke"]
+
+MODEL = "sim-model"
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One benchmark scenario. ``rate`` is in simulated req/s (see the module docstring)."""
+
+    name: str
+    workload: str
+    params: WorkloadParams
+    servers: int = 4
+    time_scale: float = 2.0
+    mode: str = "arrival"  # arrival | concurrency
+    concurrency: int = 32
+    time_limit_s: float = 120.0
+    extra_sim_args: tuple[str, ...] = ()
+    routers: tuple[str, ...] = ()  # () = every router
+    sweep_rates: tuple[float, ...] = ()  # simulated req/s for the throughput-vs-load plot
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def real_params(self, rate: float | None = None) -> WorkloadParams:
+        """Workload parameters with the rate converted to real requests per second."""
+        return replace(self.params, rate=(rate if rate is not None else self.params.rate) * self.time_scale)
+
+
+def sim_args(scenario: Scenario) -> list[str]:
+    return [
+        "--model",
+        MODEL,
+        "--profile",
+        "8b-h100",
+        "--prefill-slots",
+        "1",
+        "--time-scale",
+        str(scenario.time_scale),
+        *scenario.extra_sim_args,
+    ]
+
+
+_SHARED = WorkloadParams(
+    model=MODEL,
+    groups=16,
+    prompts_per_group=20,
+    system_tokens=3000,
+    question_tokens=100,
+    output_tokens=16,
+    rate=12.0,
+    arrival="poisson",
+)
+
+_LOAD_ROUTERS = ("envoy-round-robin", "envoy-least-request", "vllm-router-power-of-two", "picker-load-only")
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("shared-prefix", "shared-prefix", _SHARED, sweep_rates=(4.0, 8.0, 16.0)),
+        Scenario(
+            "few-prefixes",
+            "few-prefixes",
+            replace(_SHARED, groups=3, prompts_per_group=80, rate=16.0),
+        ),
+        Scenario("no-sharing", "no-sharing", replace(_SHARED, requests=160, system_tokens=900, rate=4.0)),
+        Scenario(
+            "bursty",
+            "shared-prefix",
+            replace(
+                _SHARED, arrival="bursts", rate=6.0, burst_factor=6.0, burst_every_s=6.0, burst_len_s=1.0
+            ),
+        ),
+        Scenario(
+            "multi-turn",
+            "multi-turn",
+            replace(_SHARED, sessions=24, turns=5, system_tokens=1600, question_tokens=150),
+            mode="concurrency",
+            concurrency=24,
+        ),
+        Scenario(
+            "lora-mix",
+            "lora-mix",
+            replace(_SHARED, requests=240, system_tokens=1200, rate=8.0),
+            extra_sim_args=(
+                "--max-loras",
+                "2",
+                "--lora-load-time",
+                "300ms",
+                "--lora-modules",
+                *(f"{a}=/adapters/{a}" for a in _SHARED.adapters),
+            ),
+        ),
+        Scenario(
+            "large-prompts",
+            "large-prompts",
+            replace(_SHARED, requests=48, output_tokens=8),
+            mode="concurrency",
+            concurrency=16,
+            extra_sim_args=(
+                "--kv-cache-size",
+                "16384",
+                "--prefill-time-per-token",
+                "10us",
+                "--prefill-slots",
+                "0",
+            ),
+            routers=("envoy-round-robin", "picker-default", "picker-load-only"),
+        ),
+    )
+}
+
+QUICK = ("shared-prefix", "no-sharing", "few-prefixes", "bursty")
+
+
+def smoke(scenario: Scenario) -> Scenario:
+    """A scaled-down scenario for the end-to-end test: 8 groups x 6 prompts, 256 KV blocks, a 4x clock."""
+    p = replace(scenario.params, groups=8, prompts_per_group=6, system_tokens=1200, rate=6.0)
+    kv = ("--kv-cache-size", "256")  # 8 groups x 75 blocks: more than one server holds, less than four
+    return replace(scenario, params=p, time_scale=4.0, time_limit_s=40.0, sweep_rates=(), extra_sim_args=kv)
