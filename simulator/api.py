@@ -7,13 +7,15 @@ through its :class:`~simulator.driver.EngineDriver`, and answers in vLLM's shape
 2. parse and resolve the model (base model or a registered LoRA adapter, else 404);
 3. output length: ``max_tokens``/``max_completion_tokens`` (default ``min(default_max_tokens,
    max_model_len - prompt)``); ``ignore_eos`` -> exactly that, else a seeded draw in ``[1, max]``;
-4. admit through the engine (429 when the waiting queue is full), wait until the first token, then stream
-   frames as tokens fall due (or wait the whole decode for a non-streamed answer);
+4. submit to the engine (429 when the waiting queue is full); a stream sends its headers at once, as
+   vLLM does; wait for admission and the first token, then stream frames as tokens fall due (or wait
+   the whole decode for a non-streamed answer);
 5. every admitted request ends in ``finish`` or (on disconnect/error) ``abort``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 import uuid
@@ -131,12 +133,13 @@ class SimApi:
         request_id, counter = self._next_id("chatcmpl" if chat else "cmpl")
         job = _Job(req, request_id, counter, n_out, "length" if n_out >= limit else "stop")
         try:
-            seq = await driver.admit(job.request_id, req.prompt_ids, n_out, lora)
+            seq, admitted = driver.submit(job.request_id, req.prompt_ids, n_out, lora)
         except EngineError as exc:
             raise ApiError(exc.status, str(exc), exc.error_type) from exc
         try:
             if req.stream:
-                return await self._stream(request, job, seq)
+                return await self._stream(request, job, seq, admitted)
+            await admitted
             return await self._whole(job, seq)
         finally:
             if seq.state is not SeqState.FINISHED:  # cancelled, disconnected or failed
@@ -159,13 +162,17 @@ class SimApi:
         driver.finish(seq, job.reason, job.n_out)
         return web.Response(body=body, content_type=_JSON)
 
-    async def _stream(self, request: web.Request, job: _Job, seq: Seq) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, job: _Job, seq: Seq, admitted: asyncio.Future[None]
+    ) -> web.StreamResponse:
+        """Headers go out at once (as vLLM's streaming response does), frames once admitted."""
         driver, req = self.s.driver, job.req
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         renderer = StreamRenderer(chat=req.chat, request_id=job.request_id, created=int(time.time()),
                                   model=req.model, offset=job.counter)  # fmt: skip
         try:
             await resp.prepare(request)
+            await admitted
             head = renderer.first()
             async for count in driver.pace(seq):
                 frames = renderer.tokens(job.emitted, count, job.n_out, job.reason)

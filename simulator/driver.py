@@ -4,7 +4,8 @@ Simulated time is ``(clock() - origin) * time_scale``; a wait of ``d`` simulated
 ``d / time_scale`` seconds, so latency a client measures is the model's latency divided by the scale.
 
 :meth:`EngineDriver.admit` queues a request and returns once the engine has admitted it (cancellation
-aborts it). :meth:`EngineDriver.pace` then yields how many tokens became due at each wake-up: normally
+aborts it); :meth:`EngineDriver.submit` is its first half, for callers that answer before admission.
+:meth:`EngineDriver.pace` then yields how many tokens became due at each wake-up: normally
 one per inter-token gap, several when the process fell behind (the caller writes them in one go, so an
 overloaded process batches writes instead of drifting). Every admitted sequence must end with
 :meth:`EngineDriver.finish` or :meth:`EngineDriver.abort`; both reschedule the queue. After every
@@ -63,10 +64,10 @@ class EngineDriver:
         if events and self.publish is not None:
             self.publish(events)
 
-    async def admit(
+    def submit(
         self, request_id: str, prompt_ids: Sequence[int], output_tokens: int, lora: str | None
-    ) -> Seq:
-        """Submit and wait until admitted; raises the engine's errors (queue full, too large)."""
+    ) -> tuple[Seq, asyncio.Future[None]]:
+        """Queue a request now; the future resolves on admission. Raises the engine's refusals."""
         seq = self.engine.submit(request_id, prompt_ids, output_tokens, self.clock.now(), lora)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -76,9 +77,16 @@ class EngineDriver:
 
         seq.on_admit = on_admit
         self.inflight.add(seq)
+        self._kick()
+        return seq, fut
+
+    async def admit(
+        self, request_id: str, prompt_ids: Sequence[int], output_tokens: int, lora: str | None
+    ) -> Seq:
+        """Submit and wait until admitted; raises the engine's errors (queue full, too large)."""
+        seq, admitted = self.submit(request_id, prompt_ids, output_tokens, lora)
         try:
-            self._kick()
-            await fut
+            await admitted
         except BaseException:
             self.abort(seq)
             raise

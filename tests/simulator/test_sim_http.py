@@ -333,3 +333,21 @@ async def test_health_ready_load_and_startup_delay(http: aiohttp.ClientSession) 
                 assert await r.json() == {"server_load": 0}
     finally:
         await srv.stop()
+
+
+async def test_queued_stream_gets_headers_before_admission(http: aiohttp.ClientSession) -> None:
+    srv = SimServer(sim_config(max_num_seqs=1, time_scale=1.0), OfflineTokenizer())
+    await srv.start()
+    try:
+        busy = {"model": MODEL, "prompt": "busy", "max_tokens": 1000, "ignore_eos": True}  # ~10 s
+        first = asyncio.create_task(post(http, srv, "/v1/completions", busy))
+        await wait_for(lambda: srv.engine.num_running == 1, "the first request to run")
+        body = {"model": MODEL, "prompt": "queued", "max_tokens": 2, "stream": True}
+        async with http.post(srv.url + "/v1/completions", data=orjson.dumps(body)) as resp:
+            assert resp.status == 200 and resp.headers["x-inference-port"] == str(srv.port)
+            assert srv.engine.num_waiting == 1  # headers arrived while the request still waits
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+        await wait_for(lambda: srv.engine.num_running + srv.engine.num_waiting == 0, "the aborts")
+    finally:
+        await srv.stop()
