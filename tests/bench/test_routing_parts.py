@@ -1,0 +1,103 @@
+"""Unit tests of the routing benchmark's pure parts: metric parsing, CPU time, oracle, targets."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from bench.metrics_scrape import bucket_delta, histogram_buckets, parse_server, proc_cpu_seconds
+from bench.oracle import workload_oracle
+from bench.report import Summary
+from bench.routers import ROUTERS
+from bench.scenarios import SCENARIOS, sim_args, smoke
+from bench.targets import check
+from bench.workloads import RequestSpec
+
+SERVER = """\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m"} 3.0
+vllm:num_requests_waiting{model_name="m"} 2.0
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{model_name="m"} 160.0
+vllm:prefix_cache_hits_total{model_name="lora"} 32.0
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{model_name="m"} 400.0
+"""
+
+PICKER = """\
+# TYPE inference_extension_scheduler_e2e_duration_seconds histogram
+inference_extension_scheduler_e2e_duration_seconds_bucket{le="0.0001"} 1.0
+inference_extension_scheduler_e2e_duration_seconds_bucket{le="0.001"} 5.0
+inference_extension_scheduler_e2e_duration_seconds_bucket{le="+Inf"} 6.0
+inference_extension_scheduler_e2e_duration_seconds_count 6.0
+inference_extension_scheduler_e2e_duration_seconds_sum 0.004
+"""
+
+
+def test_parse_server_sums_label_sets() -> None:
+    c = parse_server(SERVER)
+    assert (c.prefix_hits, c.prefix_queries, c.load) == (192.0, 400.0, 5)
+
+
+def test_histogram_buckets_and_delta() -> None:
+    after = histogram_buckets(PICKER)
+    assert after == [(0.0001, 1.0), (0.001, 5.0), (math.inf, 6.0)]
+    assert bucket_delta([(0.0001, 1.0), (0.001, 2.0), (math.inf, 2.0)], after) == [
+        (0.0001, 0.0),
+        (0.001, 3.0),
+        (math.inf, 4.0),
+    ]
+
+
+def test_proc_cpu_seconds_reads_utime_and_stime_after_the_command_name() -> None:
+    ticks = os.sysconf("SC_CLK_TCK")
+    fields = ["S"] + ["0"] * 10 + [str(3 * ticks), str(ticks)] + ["0"] * 30
+    stat = "123 (python -m (epp)) " + " ".join(fields)
+    assert proc_cpu_seconds(123, read=lambda _path: stat) == pytest.approx(4.0)
+    assert proc_cpu_seconds(os.getpid()) >= 0.0
+
+
+def _spec(i: int, prompt: str, model: str = "base") -> RequestSpec:
+    return RequestSpec(index=i, at=0.0, path="/v1/completions", body={"model": model, "prompt": prompt})
+
+
+def test_oracle_uses_the_simulator_tokenizer_and_salts_adapters() -> None:
+    text = " ".join(f"w{i}" for i in range(32))  # 32 tokens: two blocks of 16
+    assert workload_oracle([_spec(0, text), _spec(1, text)], 16, "base") == pytest.approx(0.5)
+    assert workload_oracle([_spec(0, text), _spec(1, text, "lora")], 16, "base") == 0.0
+
+
+def _summary(router: str, **kw: float) -> Summary:
+    base = dict.fromkeys(Summary.__slots__, math.nan)
+    base.update(router=router, requests=100, errors=0)
+    base.update(kw)
+    return Summary(**base)  # type: ignore[arg-type]
+
+
+def test_shared_prefix_targets_pass_and_miss() -> None:
+    good = _summary("picker-default", ttft_p90=0.1, output_tps=300, hit_rate=0.9, hit_vs_oracle=0.95)
+    rr = _summary("envoy-round-robin", ttft_p90=2.0, output_tps=150, hit_rate=0.3)
+    ca = _summary("vllm-router-cache-aware", ttft_p90=0.05, output_tps=300, hit_rate=0.92)
+    lines = check("shared-prefix", {s.router: s for s in (good, rr, ca)})
+    assert [line.split()[0] for line in lines] == ["PASS", "PASS", "PASS", "MISS", "MISS"]
+    assert check("shared-prefix", {"picker-default": good})[0].startswith("SKIP")
+
+
+def test_balance_and_no_sharing_targets() -> None:
+    hot = _summary("picker-default", share_max_vs_mean=1.8, share_max_min=4.0)
+    assert check("few-prefixes", {"picker-default": hot})[0].startswith("MISS")
+    pick = _summary("picker-default", output_tps=95, ttft_p90=1.05)
+    lr = _summary("envoy-least-request", output_tps=100, ttft_p90=1.0)
+    assert [x.split()[0] for x in check("no-sharing", {s.router: s for s in (pick, lr)})] == ["PASS", "PASS"]
+    assert check("multi-turn", {"picker-default": pick}) == []
+
+
+def test_scenarios_name_known_routers_and_smoke_shrinks() -> None:
+    for s in SCENARIOS.values():
+        assert set(s.routers) <= set(ROUTERS)
+        assert sim_args(s)[:2] == ["--model", "sim-model"]
+    small = smoke(SCENARIOS["shared-prefix"])
+    assert small.params.groups * small.params.prompts_per_group < 100
+    assert small.time_scale > SCENARIOS["shared-prefix"].time_scale
