@@ -20,7 +20,30 @@ from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.filters.selector import check_key
 from scheduler.types import EndpointView, LLMRequest
 
-__all__ = ["ByLabelFilter", "ByLabelParams", "factory"]
+__all__ = ["ByLabelFilter", "ByLabelParams", "factory", "keep_by_label", "label_mismatch"]
+
+
+def keep_by_label(
+    endpoints: Sequence[EndpointView], key: str, values: frozenset[str], allow_missing: bool
+) -> list[EndpointView]:
+    """The endpoints whose label ``key`` has a value in ``values`` (or is absent, with ``allow_missing``).
+
+    Order kept; shared with the role filters (:mod:`scheduler.plugins.filters.roles`).
+    """
+    out = []
+    for e in endpoints:
+        value = e.labels.get(key)
+        if (value is None and allow_missing) or value in values:
+            out.append(e)
+    return out
+
+
+def label_mismatch(endpoint: EndpointView, key: str, values: frozenset[str]) -> str:
+    """Why :func:`keep_by_label` dropped ``endpoint`` (for decision records)."""
+    value = endpoint.labels.get(key)
+    if value is None:
+        return f"no {key} label"
+    return f"{key}={value} is not one of {', '.join(sorted(values)) or '(none)'}"
 
 
 def _label_key(raw: object) -> str:
@@ -47,19 +70,10 @@ class ByLabelFilter(PluginBase):
     def filter(
         self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
     ) -> Sequence[EndpointView]:
-        key, values, allow_missing = self._key, self._values, self._allow_missing
-        out = []
-        for e in endpoints:
-            value = e.labels.get(key)
-            if (value is None and allow_missing) or value in values:
-                out.append(e)
-        return out
+        return keep_by_label(endpoints, self._key, self._values, self._allow_missing)
 
     def reason(self, cycle: CycleState, request: LLMRequest, endpoint: EndpointView) -> str:
-        value = endpoint.labels.get(self._key)
-        if value is None:
-            return f"no {self._key} label"
-        return f"{self._key}={value} is not one of {', '.join(sorted(self._values)) or '(none)'}"
+        return label_mismatch(endpoint, self._key, self._values)
 
 
 factory = factory_with_params(

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from scheduler.cycle_state import CycleState
 from scheduler.plugins.base import PluginBase, factory_without_params
+from scheduler.plugins.filters.by_label import keep_by_label, label_mismatch
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = [
@@ -54,19 +55,10 @@ class _RoleFilter(PluginBase):
     def filter(
         self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
     ) -> Sequence[EndpointView]:
-        roles, keep_unlabeled = self.roles, self.keep_unlabeled
-        out = []
-        for e in endpoints:
-            role = e.labels.get(ROLE_LABEL)
-            if (role is None and keep_unlabeled) or role in roles:
-                out.append(e)
-        return out
+        return keep_by_label(endpoints, ROLE_LABEL, self.roles, self.keep_unlabeled)
 
     def reason(self, cycle: CycleState, request: LLMRequest, endpoint: EndpointView) -> str:
-        role = endpoint.labels.get(ROLE_LABEL)
-        if role is None:
-            return f"no {ROLE_LABEL} label"
-        return f"{ROLE_LABEL}={role} is not one of {', '.join(sorted(self.roles))}"
+        return label_mismatch(endpoint, ROLE_LABEL, self.roles)
 
 
 class PrefillFilter(_RoleFilter):

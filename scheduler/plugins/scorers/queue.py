@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Handle
 from scheduler.plugins.base import PluginBase, factory_without_params
+from scheduler.plugins.scorers.normalize import lower_is_better
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["QueueScorer", "factory"]
@@ -23,14 +24,7 @@ class QueueScorer(PluginBase):
     plugin_type = "queue-scorer"
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        queues = [e.metrics.waiting_queue_size for e in endpoints]
-        if not queues:
-            return []
-        low, high = min(queues), max(queues)
-        if high == low:
-            return [1.0] * len(queues)
-        span = float(high - low)
-        return [(high - q) / span for q in queues]
+        return lower_is_better([e.metrics.waiting_queue_size for e in endpoints])
 
 
 def _build(name: str, handle: Handle) -> QueueScorer:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from scheduler.cycle_state import CycleState
 from scheduler.plugins.base import PluginBase, factory_without_params
+from scheduler.plugins.scorers.normalize import lower_is_better
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["RunningRequestsSizeScorer", "factory"]
@@ -23,14 +24,7 @@ class RunningRequestsSizeScorer(PluginBase):
     plugin_type = "running-requests-size-scorer"
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        running = [e.metrics.running_requests for e in endpoints]
-        if not running:
-            return []
-        lo, hi = min(running), max(running)
-        if hi == lo:
-            return [1.0] * len(running)
-        span = float(hi - lo)
-        return [(hi - r) / span for r in running]
+        return lower_is_better([e.metrics.running_requests for e in endpoints])
 
 
 factory = factory_without_params(
