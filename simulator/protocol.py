@@ -20,6 +20,7 @@ from simulator.tokenizer import Tokenizer, render_chat
 __all__ = [
     "ApiError",
     "GenerationRequest",
+    "chat_token_ids",
     "error_body",
     "parse_generation",
     "parse_json",
