@@ -14,6 +14,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plugin_builders import req, routed
 
 from scheduler.cycle_state import CycleState
 from scheduler.handle import PluginHandle
@@ -23,7 +24,7 @@ from scheduler.plugins.filters.roles import ROLE_LABEL
 from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
 from scheduler.plugins.scorers.session_affinity import SESSION_TOKEN_HEADER, encode_token
 from scheduler.registry import Registry
-from scheduler.types import Endpoint, LLMRequest, Metrics, ProfileResult, SchedulingResult, ScoredEndpoint
+from scheduler.types import Endpoint, LLMRequest, Metrics
 
 NOW = 1000.0
 ADAPTERS = ["a", "b", "c", "d"]
@@ -143,15 +144,23 @@ def cycles(draw: st.DrawFn, eps: list[Endpoint]) -> Callable[[], CycleState]:
     return make
 
 
+Scenario = tuple[list[Endpoint], LLMRequest, Callable[[], CycleState]]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    """Endpoints, a request routed among them and a cycle-state factory."""
+    eps = draw(endpoints())
+    return eps, draw(requests(eps)), draw(cycles(eps))
+
+
 def build(plugin_type: str, parameters: dict[str, Any], eps: list[Endpoint], load: list[int]) -> Any:
     """A fresh plugin; stateful ones first see ``load`` dispatches (indices into ``eps``)."""
     plugin = _registry.create(plugin_type, "p", parameters, PluginHandle(clock=lambda: NOW))
     if hasattr(plugin, "on_dispatched") and eps:
         for n, i in enumerate(load):
             e = eps[i % len(eps)]
-            request = LLMRequest(request_id=f"bg{n}", model="m", target_model="m", token_estimate=100 * n)
-            result = SchedulingResult("d", (e,), {"d": ProfileResult("d", (ScoredEndpoint(e, 1.0),))})
-            plugin.on_dispatched(request, result)
+            plugin.on_dispatched(req(n, tokens=100 * n), routed(e))
     return plugin
 
 
@@ -174,11 +183,9 @@ common = settings(max_examples=60, deadline=None, suppress_health_check=[HealthC
 
 
 @common
-@given(data=st.data(), load=st.lists(st.integers(0, 20), max_size=8))
-def test_scorers(data: st.DataObject, load: list[int]) -> None:
-    eps = data.draw(endpoints())
-    request = data.draw(requests(eps))
-    cycle = data.draw(cycles(eps))
+@given(scenario=scenarios(), load=st.lists(st.integers(0, 20), max_size=8))
+def test_scorers(scenario: Scenario, load: list[int]) -> None:
+    eps, request, cycle = scenario
     for plugin_type, parameters in SCORERS.items():
         scorer = build(plugin_type, parameters, eps, load)
         scores = check_pure(lambda s=scorer: s.score(cycle(), request, eps), eps, request)
@@ -187,11 +194,9 @@ def test_scorers(data: st.DataObject, load: list[int]) -> None:
 
 
 @common
-@given(data=st.data(), load=st.lists(st.integers(0, 20), max_size=8))
-def test_filters(data: st.DataObject, load: list[int]) -> None:
-    eps = data.draw(endpoints())
-    request = data.draw(requests(eps))
-    cycle = data.draw(cycles(eps))
+@given(scenario=scenarios(), load=st.lists(st.integers(0, 20), max_size=8))
+def test_filters(scenario: Scenario, load: list[int]) -> None:
+    eps, request, cycle = scenario
     for plugin_type, parameters in FILTERS.items():
         f = build(plugin_type, parameters, eps, load)
         kept = check_pure(lambda f=f: f.filter(cycle(), request, eps), eps, request)
