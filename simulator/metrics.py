@@ -4,7 +4,8 @@ The picker scrapes ``/metrics`` every 50 ms per server, so :func:`render_metrics
 gauges, counters and histograms straight into text (``# HELP``/``# TYPE`` lines, then samples), which
 ``prometheus_client.parser`` accepts. Every sample carries ``model_name``. Metric names and label sets
 are vLLM's; ``vllm:lora_requests_info``'s value is the Unix time of the last change of its labels, and
-``vllm:kv_cache_usage_perc`` is a fraction in [0, 1] like vLLM's.
+``vllm:kv_cache_usage_perc`` is a fraction in [0, 1] like vLLM's (also exposed under its pre-v1 name
+``vllm:gpu_cache_usage_perc``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def render_metrics(engine: Engine) -> bytes:
         ("vllm:num_requests_running", "Number of requests in model execution batches.", engine.num_running),
         ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", engine.num_waiting),
         ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", engine.kv.usage),
+        # the pre-v1 name, still the default of older picker configurations (vLLM <= 0.10 exposed both)
+        ("vllm:gpu_cache_usage_perc", "GPU KV-cache usage (deprecated alias).", engine.kv.usage),
     )
     for name, help_, value in gauges:
         _header(out, name, "gauge", help_)

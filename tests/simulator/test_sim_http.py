@@ -286,6 +286,7 @@ async def _metrics_parse_and_move(server: SimServer, http: aiohttp.ClientSession
         await resp.read()
     assert during[("vllm:num_requests_running", ())] == 1.0
     assert during[("vllm:kv_cache_usage_perc", ())] == pytest.approx(27 / 256)  # ceil((8 + 100) / 4)
+    assert during[("vllm:gpu_cache_usage_perc", ())] == during[("vllm:kv_cache_usage_perc", ())]
     lora_info = [k for k in during if k[0] == "vllm:lora_requests_info"]
     assert lora_info == [
         (
