@@ -45,7 +45,7 @@ from epp.server.metrics import RequestMetrics, SchedulerMetrics, register_info
 from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import hit_ratio_observer, index_size_reader
 from epp.server.server import EppServer, ServerSettings
-from epp.server.tls import TlsError, server_credentials
+from epp.server.tls import TlsError, load_certificate, server_credentials
 from scheduler.config.resolved import ResolvedConfig
 from scheduler.errors import ConfigError
 
@@ -93,12 +93,18 @@ def _config_view(options: Options, config: ResolvedConfig) -> Callable[[], Mappi
 
 def _server_settings(options: Options) -> ServerSettings:
     """Ports, TLS material (generated or read now), token, diagnostics. Raises StartupError."""
-    credentials, certificate = None, None
+    credentials, certificate, reload_from = None, None, None
     if options.secure_serving:
+        hosts = [socket.gethostname()]
         try:
-            credentials, certificate = server_credentials(
-                cert_path=options.cert_path, reload=options.enable_cert_reload, hosts=[socket.gethostname()]
-            )
+            if options.grpc_engine == "h2":
+                certificate, reload_from = load_certificate(
+                    cert_path=options.cert_path, reload=options.enable_cert_reload, hosts=hosts
+                )
+            else:
+                credentials, certificate = server_credentials(
+                    cert_path=options.cert_path, reload=options.enable_cert_reload, hosts=hosts
+                )
         except TlsError as exc:
             raise StartupError(f"--cert-path: {exc}") from None
     return ServerSettings(
@@ -108,6 +114,8 @@ def _server_settings(options: Options) -> ServerSettings:
         metrics_port=options.metrics_port,
         credentials=credentials,
         certificate=certificate,
+        reload_from=reload_from,
+        engine=options.grpc_engine,
         max_body_bytes=options.max_body_bytes,
         health_on_ext_proc_port=options.health_checking,
         leader_election=options.ha_enable_leader_election,

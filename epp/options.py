@@ -39,6 +39,7 @@ class Options:
     cert_path: str | None = None
     enable_cert_reload: bool = False
     health_checking: bool = False
+    grpc_engine: str = "grpcio"
     shutdown_grace_period: float = 25.0
     max_body_bytes: int = 16 * 1024 * 1024
     # discovery
@@ -117,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cert-path", help="directory holding tls.crt and tls.key (default: self-signed)")
     s.add_argument("--enable-cert-reload", action=b, help="reload --cert-path files when they change")
     s.add_argument("--health-checking", action=b, help="also serve grpc.health.v1 on the ext_proc port")
+    s.add_argument(
+        "--grpc-engine", choices=("grpcio", "h2"), default="grpcio",
+        help=f"{_OURS} ext_proc server: grpcio (grpc.aio) or h2 (lean HTTP/2, ~3x less CPU per request)",
+    )  # fmt: skip
     s.add_argument(
         "--shutdown-grace-period",
         type=parse_duration,
@@ -217,6 +222,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         cert_path=ns.cert_path,
         enable_cert_reload=ns.enable_cert_reload,
         health_checking=ns.health_checking,
+        grpc_engine=ns.grpc_engine,
         shutdown_grace_period=ns.shutdown_grace_period,
         max_body_bytes=ns.max_body_bytes,
         pool_name=ns.pool_name,
@@ -304,6 +310,8 @@ def _check(ns: argparse.Namespace) -> None:
         raise UsageError("--enable-cert-reload needs --cert-path (a generated certificate never changes)")
     if ns.cert_path and not ns.secure_serving:
         raise UsageError("--cert-path was given but --secure-serving=false turns TLS off")
+    if ns.grpc_engine == "h2" and ns.health_checking:
+        raise UsageError("--health-checking needs --grpc-engine=grpcio (the h2 engine serves only ext_proc)")
     if ns.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes: expected a positive size, got {ns.max_body_bytes}")
     if ns.refresh_metrics_interval <= 0:

@@ -24,7 +24,8 @@ from prometheus_client import CollectorRegistry
 from epp.admission import Admitter
 from epp.protocol import SessionConfig
 from epp.server.decisions import DecisionLog
-from epp.server.grpc_server import GrpcServers, start_grpc_servers
+from epp.server.grpc_server import start_ext_proc_server, start_health_server
+from epp.server.h2 import H2Server
 from epp.server.health import HealthStatus
 from epp.server.http import make_http_app, start_http
 from epp.server.metrics import RequestMetrics
@@ -32,7 +33,7 @@ from epp.server.request_log import RequestLog
 from epp.server.routing import EndpointSource, RequestScheduler, Router
 from epp.server.servicer import ExtProcServicer
 from epp.server.stream import StreamCore
-from epp.server.tls import CertPair
+from epp.server.tls import CertDir, CertPair
 from scheduler.types import SchedulingResult
 
 __all__ = ["EppServer", "ServerSettings"]
@@ -46,8 +47,10 @@ class ServerSettings:
     grpc_port: int = 9002
     grpc_health_port: int = 9003
     metrics_port: int = 9090
-    credentials: grpc.ServerCredentials | None = None  # None = plaintext
-    certificate: CertPair | None = None
+    credentials: grpc.ServerCredentials | None = None  # grpcio engine: None = plaintext
+    certificate: CertPair | None = None  # h2 engine: None = plaintext (grpcio: for information)
+    reload_from: CertDir | None = None  # h2 engine: re-read on change (grpcio reloads via credentials)
+    engine: str = "grpcio"  # "grpcio" (grpc.aio) or "h2" (epp.server.h2)
     max_body_bytes: int = 16 * 1024 * 1024
     health_on_ext_proc_port: bool = False
     leader_election: bool = False
@@ -94,39 +97,43 @@ class EppServer:
             token=settings.metrics_token,
             clock=monotonic,
         )
-        self._grpc: GrpcServers | None = None
+        self._ext_proc: grpc.aio.Server | H2Server | None = None
+        self._health_server: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
+        self.grpc_port = 0
+        self.grpc_health_port = 0
         self.metrics_port = 0
 
-    @property
-    def grpc_port(self) -> int:
-        assert self._grpc is not None, "server not started"
-        return self._grpc.port
-
-    @property
-    def grpc_health_port(self) -> int:
-        assert self._grpc is not None, "server not started"
-        return self._grpc.health_port
-
     async def start(self) -> None:
+        """Bind every port (ports given as 0 are resolved into the attributes); health: not ready."""
         s = self.settings
         await self.health.start()
         self._http, self.metrics_port = await start_http(self._http_app, s.host, s.metrics_port)
         try:
-            self._grpc = await start_grpc_servers(
-                self.servicer,
-                self.health,
-                host=s.host,
-                port=s.grpc_port,
-                health_port=s.grpc_health_port,
-                credentials=s.credentials,
-                certificate=s.certificate,
-                max_body_bytes=s.max_body_bytes,
-                health_on_ext_proc_port=s.health_on_ext_proc_port,
-                reuse_port=s.reuse_port,
+            self._health_server, self.grpc_health_port = await start_health_server(
+                self.health, host=s.host, port=s.grpc_health_port
             )
+            if s.engine == "h2":
+                h2 = H2Server(
+                    self.core,
+                    max_message_bytes=s.max_body_bytes + 1024 * 1024,
+                    certificate=s.certificate,
+                    reload_from=s.reload_from,
+                )
+                self._ext_proc = h2
+                self.grpc_port = await h2.start(s.host, s.grpc_port)
+            else:
+                self._ext_proc, self.grpc_port = await start_ext_proc_server(
+                    self.servicer,
+                    self.health if s.health_on_ext_proc_port else None,
+                    host=s.host,
+                    port=s.grpc_port,
+                    credentials=s.credentials,
+                    max_body_bytes=s.max_body_bytes,
+                    reuse_port=s.reuse_port,
+                )
         except BaseException:
-            await self._http.cleanup()
+            await self.shutdown(grace=0)
             raise
 
     async def set_synced(self, synced: bool) -> None:
@@ -138,10 +145,14 @@ class EppServer:
     async def shutdown(self, grace: float | None = None) -> None:
         """Graceful stop (idempotent); ``grace`` defaults to the settings' ``shutdown_grace``."""
         await self.health.shutting_down()
-        if self._grpc is not None:
-            servers, self._grpc = self._grpc, None
+        grace = self.settings.shutdown_grace if grace is None else grace
+        if self._health_server is not None:
+            health, self._health_server = self._health_server, None
+            await health.stop(None)
+        if self._ext_proc is not None:
+            ext_proc, self._ext_proc = self._ext_proc, None
             self.servicer.shutting_down = True
-            await servers.stop(self.settings.shutdown_grace if grace is None else grace)
+            await ext_proc.stop(grace)
         if self._http is not None:
             runner, self._http = self._http, None
             await runner.cleanup()

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-__all__ = ["CertDir", "CertPair", "TlsError", "self_signed", "server_credentials"]
+__all__ = ["CertDir", "CertPair", "TlsError", "load_certificate", "self_signed", "server_credentials"]
 
 _log = logging.getLogger("epp.tls")
 
@@ -146,16 +146,22 @@ def _config(pair: CertPair) -> grpc.ServerCertificateConfiguration:
     return grpc.ssl_server_certificate_configuration([(pair.key_pem, pair.cert_pem)])
 
 
+def load_certificate(
+    *, cert_path: str | None, reload: bool, hosts: Sequence[str] = ()
+) -> tuple[CertPair, CertDir | None]:
+    """The pair to serve (generated, or read from ``cert_path``) and, with ``reload``, its source."""
+    if cert_path is None:
+        return self_signed(hosts), None
+    source = CertDir(cert_path)
+    return source.load(), source if reload else None
+
+
 def server_credentials(
     *, cert_path: str | None, reload: bool, hosts: Sequence[str] = ()
 ) -> tuple[grpc.ServerCredentials, CertPair]:
-    """Credentials for the ext_proc port and the initial pair (tests trust its certificate)."""
-    if cert_path is None:
-        pair = self_signed(hosts)
-        return grpc.ssl_server_credentials([(pair.key_pem, pair.cert_pem)]), pair
-    source = CertDir(cert_path)
-    pair = source.load()
-    if not reload:
+    """grpc.aio credentials for the ext_proc port and the initial pair (tests trust its certificate)."""
+    pair, source = load_certificate(cert_path=cert_path, reload=reload, hosts=hosts)
+    if source is None:
         return grpc.ssl_server_credentials([(pair.key_pem, pair.cert_pem)]), pair
 
     def fetch() -> grpc.ServerCertificateConfiguration | None:

@@ -157,8 +157,12 @@ def test_check_config_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "bad.yaml" in err and "featureGates[0]" in err and "not implemented yet" in err
 
 
-async def test_sigterm_drains_in_flight_streams_then_exits(model_servers: list[str]) -> None:
-    flags = _flags(model_servers, "--secure-serving=false", "-v", "2", "--shutdown-grace-period", "300ms")
+@pytest.mark.parametrize("engine", ["grpcio", "h2"])
+async def test_sigterm_drains_in_flight_streams_then_exits(model_servers: list[str], engine: str) -> None:
+    flags = _flags(
+        model_servers, "--secure-serving=false", "-v", "2", "--shutdown-grace-period", "300ms",
+        "--grpc-engine", engine,
+    )  # fmt: skip
     grpc_port, health_port = (
         int(flags[flags.index("--grpc-port") + 1]),
         int(flags[flags.index("--grpc-health-port") + 1]),

@@ -41,9 +41,15 @@ async def sched() -> FakeScheduler:
     return FakeScheduler()
 
 
+@pytest.fixture(params=["grpcio", "h2"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """Every test runs on both gRPC engines."""
+    return str(request.param)
+
+
 @pytest.fixture
-async def server(sched: FakeScheduler) -> AsyncIterator[EppServer]:
-    srv = make_server(sched)
+async def server(sched: FakeScheduler, engine: str) -> AsyncIterator[EppServer]:
+    srv = make_server(sched, engine=engine)
     await srv.start()
     try:
         yield srv
@@ -134,8 +140,8 @@ async def test_bad_bodies_get_json_errors(
     assert value == 1.0
 
 
-async def test_no_endpoints_is_503_and_scheduler_bug_is_500(sched: FakeScheduler) -> None:
-    srv = make_server(sched, source=StaticSource(()))
+async def test_no_endpoints_is_503_and_scheduler_bug_is_500(sched: FakeScheduler, engine: str) -> None:
+    srv = make_server(sched, source=StaticSource(()), engine=engine)
     await srv.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{srv.grpc_port}") as ch:

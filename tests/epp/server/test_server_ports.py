@@ -25,7 +25,7 @@ from srv_helpers import (
 
 from epp.server.metrics import SchedulerMetrics, register_info
 from epp.server.pool_metrics import PoolCollector
-from epp.server.tls import CertDir, TlsError, self_signed, server_credentials
+from epp.server.tls import CertDir, TlsError, load_certificate, self_signed, server_credentials
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -216,3 +216,26 @@ async def test_metrics_and_debug_endpoints() -> None:
     assert [e["address"] for e in endpoints] == ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"]
     assert endpoints[0]["metrics"]["waiting_queue_size"] == 0
     assert decisions[0]["request_id"] == "dbg" and decisions[0]["endpoints"] == ["10.0.0.1:8000"]
+
+
+async def test_h2_engine_tls_and_cert_reload(tmp_path: Path) -> None:
+    first = _write_pair(tmp_path)
+    pair, source = load_certificate(cert_path=str(tmp_path), reload=True)
+    srv = make_server(engine="h2", certificate=pair, reload_from=source)
+    await srv.start()
+    try:
+        assert await _route_over_tls(srv.grpc_port, first) == "request_headers"
+        second = _write_pair(tmp_path)
+        os.utime(tmp_path / "tls.crt", ns=(1, 1))
+        for _ in range(100):  # the reload task checks every second
+            try:
+                if await asyncio.wait_for(_route_over_tls(srv.grpc_port, second), 5) == "request_headers":
+                    break
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the new certificate was never served")
+        with pytest.raises(grpc.aio.AioRpcError):
+            await asyncio.wait_for(_route_over_tls(srv.grpc_port, first), 5)
+    finally:
+        await srv.shutdown(grace=0)
