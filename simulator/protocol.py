@@ -130,6 +130,8 @@ def parse_generation(body: Mapping[str, Any], tokenizer: Tokenizer, chat: bool) 
         if "prompt" not in body:
             raise ApiError(400, "'prompt' is required", param="prompt")
         prompt_ids = [t for ids in prompt_token_lists(body["prompt"], tokenizer) for t in ids]
+        if not prompt_ids:
+            raise ApiError(400, "The prompt cannot be empty.", param="prompt")
         max_tokens = _optional_int(body, "max_tokens")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):

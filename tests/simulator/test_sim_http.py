@@ -144,6 +144,8 @@ async def test_errors_have_vllm_shape(server: SimServer, http: aiohttp.ClientSes
     assert status == 400 and resp["error"]["param"] == "prompt"
     status, resp = await post(http, server, "/v1/chat/completions", {"model": MODEL, "messages": []})
     assert status == 400
+    status, resp = await post(http, server, "/v1/completions", {"model": MODEL, "prompt": ""})
+    assert status == 400 and "empty" in resp["error"]["message"]
     status, resp = await post(
         http, server, "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 0}
     )
