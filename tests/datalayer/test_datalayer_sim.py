@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from datalayer import (
@@ -42,8 +43,9 @@ def _free_port() -> int:
 
 
 def _start(port: int) -> subprocess.Popen[bytes]:
+    # 10 ms per output token: a 300-token request runs for about 3 s, long enough to be scraped.
     return subprocess.Popen(
-        [str(SIM), "--port", str(port), "--time-scale", "20", "--log-level", "warning"],
+        [str(SIM), "--port", str(port), "--inter-token-latency", "10ms", "--log-level", "warning"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -109,7 +111,27 @@ async def test_stale_dead_and_restarted_servers(
         await _until(layer, b, healthy, 10)
         record = layer.get(b)
         assert record is not None and record.metrics.block_size and record.metrics.num_gpu_blocks
-        assert "meta-llama/Llama-3.1-8B-Instruct" in record.attributes.get("models", ())
+        # /v1/models is polled every 5 s: a first poll during the simulator's start-up may have failed
+        model = "meta-llama/Llama-3.1-8B-Instruct"
+        await _until(layer, b, lambda r: model in r.attributes.get("models", ()), 12)
+
+        # Load on A shows up in its scraped metrics within a few polls.
+        async with aiohttp.ClientSession() as session:
+            body = {
+                "model": "meta-llama/Llama-3.1-8B-Instruct",
+                "prompt": "hello " * 50,
+                "max_tokens": 300,
+                "ignore_eos": True,
+            }
+            url = f"http://{a}/v1/completions"
+            requests = [asyncio.create_task(session.post(url, json=body)) for _ in range(3)]
+            await _until(
+                layer, a, lambda r: r.metrics.running_requests + r.metrics.waiting_queue_size >= 3, 5
+            )
+            await _until(layer, a, lambda r: r.metrics.kv_cache_usage > 0, 5)
+            for task in requests:
+                task.cancel()
+            await asyncio.gather(*requests, return_exceptions=True)
 
         proc_b = sims["b"][1][-1]
         os.kill(proc_b.pid, signal.SIGSTOP)  # hangs: no answers, connections stay open
