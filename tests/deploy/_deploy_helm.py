@@ -4,7 +4,11 @@
 Python >= 3.12; the project runs on 3.11). It is created on first use under an exclusive file lock (two
 test runs never build it at once); a stamp file written after the install marks it complete, so an
 interrupted creation is redone by the next run. ``run_helm(python, *args)`` runs ``_helm_render.py``
-there (``render ...`` or ``lint CHART``) and returns its JSON answer.
+there (``render-many JOBS_FILE`` or ``lint CHART``) and returns its JSON answer.
+
+:class:`HelmRenderer` renders charts and caches the objects per (chart, values, release).
+``prefetch(jobs)`` renders many at once in one Helm process (concurrently: a Helm install spends most
+of its second waiting), so a test module renders everything it needs up front.
 """
 
 from __future__ import annotations
@@ -16,16 +20,18 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from _deploy_tools import python312
 
 __all__ = [
     "HELM_REQUIREMENT",
     "NAMESPACE",
     "HelmRenderError",
+    "HelmRenderer",
     "Renderer",
     "ensure_helm_venv",
     "run_helm",
@@ -36,8 +42,6 @@ HELM_VENV = ROOT / ".venv-helm"
 HELM_REQUIREMENT = "helm-sdkpy>=0.1.32,<0.2"
 RENDER_SCRIPT = Path(__file__).with_name("_helm_render.py")
 NAMESPACE = "inference"
-
-Renderer = Callable[..., list[dict[str, Any]]]
 
 
 class HelmRenderError(Exception):
@@ -61,7 +65,7 @@ def ensure_helm_venv() -> Path:
     return python
 
 
-def run_helm(python: Path, *args: str) -> dict[str, Any]:
+def run_helm(python: Path, *args: str) -> Any:
     proc = subprocess.run(
         [str(python), str(RENDER_SCRIPT), *args],
         capture_output=True,
@@ -70,5 +74,48 @@ def run_helm(python: Path, *args: str) -> dict[str, Any]:
         env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"HELM_DRIVER": "memory"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result: dict[str, Any] = json.loads(proc.stdout)
-    return result
+    return json.loads(proc.stdout)
+
+
+Job = tuple[Path, dict[str, Any], str]  # chart, values, release
+
+
+class HelmRenderer:
+    def __init__(self, python: Path, workdir: Path) -> None:
+        self._python = python
+        self._workdir = workdir
+        self._cache: dict[str, list[dict[str, Any]] | str] = {}
+
+    @staticmethod
+    def _key(chart: Path, values: dict[str, Any], release: str) -> str:
+        return json.dumps([str(chart), values, release], sort_keys=True)
+
+    def prefetch(self, jobs: Iterable[Job]) -> None:
+        todo = {self._key(*job): job for job in jobs if self._key(*job) not in self._cache}
+        if not todo:
+            return
+        payload = [
+            {"chart": str(chart), "release": release, "namespace": NAMESPACE, "values": values}
+            for chart, values, release in todo.values()
+        ]
+        jobs_file = self._workdir / f"jobs-{len(self._cache)}.json"
+        jobs_file.write_text(json.dumps(payload))
+        results = run_helm(self._python, "render-many", str(jobs_file))
+        for key, out in zip(todo, results, strict=True):
+            if "error" in out:
+                self._cache[key] = str(out["error"])
+            else:
+                self._cache[key] = [doc for doc in yaml.safe_load_all(out["manifest"]) if doc]
+
+    def __call__(self, chart: Path, values: dict[str, Any], release: str = "pool") -> list[dict[str, Any]]:
+        """The rendered objects; HelmRenderError with Helm's message when Helm refuses."""
+        key = self._key(chart, values, release)
+        if key not in self._cache:
+            self.prefetch([(chart, values, release)])
+        found = self._cache[key]
+        if isinstance(found, str):
+            raise HelmRenderError(found)
+        return found
+
+
+Renderer = HelmRenderer

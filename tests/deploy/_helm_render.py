@@ -4,6 +4,7 @@ Runs under CPython 3.12 in ``.venv-helm`` (helm-sdkpy needs Python >= 3.12), as 
 pytest side::
 
     .venv-helm/bin/python tests/deploy/_helm_render.py render CHART RELEASE NAMESPACE VALUES_JSON_FILE
+    .venv-helm/bin/python tests/deploy/_helm_render.py render-many JOBS_JSON_FILE
     .venv-helm/bin/python tests/deploy/_helm_render.py lint CHART
 
 helm-sdkpy has no template/dry-run call, so this installs the chart with ``wait=False`` into a fake
@@ -13,6 +14,8 @@ kind the charts emit, 404 to every GET of an object and echoes every POST (201).
 fully rendered manifest (hooks and NOTES excluded), or the template error with its full text. Output
 on stdout, one JSON object:
 ``{"manifest": "..."}`` or ``{"error": "..."}``; exit status 0 either way (1 only for bad usage).
+``render-many`` reads a JSON list of ``{chart, release, namespace, values}`` and renders them
+concurrently (each install spends most of its second waiting inside Helm), printing the list of results.
 
 ``lint`` runs Helm's linter (offline; it takes no values and its messages carry no text in
 helm-sdkpy, only a severity) and prints ``{"lint": <helm's result>}``.
@@ -117,36 +120,45 @@ class FakeApi(BaseHTTPRequestHandler):
         return
 
 
-def render(chart: str, release: str, namespace: str, values: dict[str, Any]) -> dict[str, str]:
+async def _install(kubeconfig: str, job: dict[str, Any]) -> dict[str, str]:
+    import helm_sdkpy
+
+    try:
+        config = helm_sdkpy.Configuration(namespace=job["namespace"], kubeconfig=kubeconfig)
+        install = helm_sdkpy.Install(config)
+        result = await install.run(job["release"], job["chart"], values=job["values"], wait=False, timeout=60)
+    except helm_sdkpy.HelmError as exc:
+        return {"error": str(exc)}
+    return {"manifest": str(result.get("manifest", ""))}
+
+
+def render_many(jobs: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Render every job ``{chart, release, namespace, values}`` concurrently (one release store each)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeApi)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    context = {"cluster": "fake", "user": "fake", "namespace": namespace}
     kubeconfig_text = json.dumps(
         {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": url}}],
             "users": [{"name": "fake", "user": {"token": "fake"}}],
-            "contexts": [{"name": "fake", "context": context}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
             "current-context": "fake",
         }
     )
-    import helm_sdkpy
-
     fd, kubeconfig = tempfile.mkstemp(suffix=".kubeconfig")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(kubeconfig_text)  # JSON is YAML
-        config = helm_sdkpy.Configuration(namespace=namespace, kubeconfig=kubeconfig)
-        install = helm_sdkpy.Install(config)
-        result = asyncio.run(install.run(release, chart, values=values, wait=False, timeout=60))
-    except helm_sdkpy.HelmError as exc:
-        return {"error": str(exc)}
+
+        async def all_jobs() -> list[dict[str, str]]:
+            return list(await asyncio.gather(*(_install(kubeconfig, job) for job in jobs)))
+
+        return asyncio.run(all_jobs())
     finally:
         server.shutdown()
         os.unlink(kubeconfig)
-    return {"manifest": str(result.get("manifest", ""))}
 
 
 def lint(chart: str) -> dict[str, Any]:
@@ -165,7 +177,12 @@ def main(argv: list[str]) -> int:
         _, chart, release, namespace, values_file = argv
         with open(values_file, encoding="utf-8") as fh:
             values = json.load(fh)
-        print(json.dumps(render(chart, release, namespace, values)))
+        job = {"chart": chart, "release": release, "namespace": namespace, "values": values}
+        print(json.dumps(render_many([job])[0]))
+        return 0
+    if len(argv) == 2 and argv[0] == "render-many":
+        with open(argv[1], encoding="utf-8") as fh:
+            print(json.dumps(render_many(json.load(fh))))
         return 0
     if len(argv) == 2 and argv[0] == "lint":
         print(json.dumps(lint(argv[1])))

@@ -1,20 +1,19 @@
 """Fixtures of the deploy tests (helpers in ``_deploy_helm``).
 
-``helm_python``: ``.venv-helm/bin/python``, created on first use. ``render(chart, values, release=)``
-returns the objects of the manifest Helm renders (cached per session), or raises
-:class:`HelmRenderError` with Helm's full message. ``helm_lint(chart)`` returns Helm's lint result.
+``helm_python``: ``.venv-helm/bin/python``, created on first use. ``render``: a session-wide
+:class:`HelmRenderer` (``render(chart, values, release=)`` returns the rendered objects or raises
+:class:`HelmRenderError` with Helm's full message; ``render.prefetch(jobs)`` renders many at once).
+``helm_lint(chart)`` returns Helm's lint result.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from _deploy_helm import NAMESPACE, HelmRenderError, Renderer, ensure_helm_venv, run_helm
+from _deploy_helm import HelmRenderer, ensure_helm_venv, run_helm
 
 
 @pytest.fixture(scope="session")
@@ -23,22 +22,8 @@ def helm_python() -> Path:
 
 
 @pytest.fixture(scope="session")
-def render(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Renderer:
-    cache: dict[str, list[dict[str, Any]]] = {}
-    workdir = tmp_path_factory.mktemp("helm")
-
-    def _render(chart: Path, values: dict[str, Any], release: str = "pool") -> list[dict[str, Any]]:
-        key = json.dumps([str(chart), values, release], sort_keys=True)
-        if key not in cache:
-            values_file = workdir / f"values-{len(cache)}.json"
-            values_file.write_text(json.dumps(values))
-            out = run_helm(helm_python, "render", str(chart), release, NAMESPACE, str(values_file))
-            if "error" in out:
-                raise HelmRenderError(out["error"])
-            cache[key] = [doc for doc in yaml.safe_load_all(out["manifest"]) if doc]
-        return cache[key]
-
-    return _render
+def render(helm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> HelmRenderer:
+    return HelmRenderer(helm_python, tmp_path_factory.mktemp("helm"))
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from _deploy_manifests import by_kind, one, validate_object
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "deploy" / "examples"
+README = EXAMPLES / "README.md"
 MANIFESTS = sorted(p for p in EXAMPLES.glob("*.yaml") if not p.name.endswith("-values.yaml"))
 
 
@@ -57,6 +58,11 @@ def helm_installs(readme: str) -> list[tuple[str, Path, dict[str, Any]]]:
     return installs
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _render_everything_up_front(render: Renderer) -> None:
+    render.prefetch((chart, values, release) for release, chart, values in helm_installs(README.read_text()))
+
+
 def test_example_manifests_are_valid() -> None:
     objects = manifest_objects()
     assert {o["kind"] for o in objects} == {"Deployment", "Gateway", "HTTPRoute"}
@@ -72,13 +78,11 @@ def test_vllm_pods_request_gpus() -> None:
 
 
 def test_readme_has_the_helm_installs() -> None:
-    charts = [chart.name for _, chart, _ in helm_installs((EXAMPLES / "README.md").read_text())]
+    charts = [chart.name for _, chart, _ in helm_installs(README.read_text())]
     assert charts.count("inferencepool") >= 2 and "standalone" in charts
 
 
-@pytest.mark.parametrize(
-    "install", helm_installs((EXAMPLES / "README.md").read_text()), ids=lambda i: f"{i[1].name}-{i[0]}"
-)
+@pytest.mark.parametrize("install", helm_installs(README.read_text()), ids=lambda i: f"{i[1].name}-{i[0]}")
 def test_readme_helm_install(install: tuple[str, Path, dict[str, Any]], render: Renderer) -> None:
     release, chart, values = install
     rendered = render(chart, values, release=release)

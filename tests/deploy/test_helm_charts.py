@@ -293,25 +293,32 @@ def with_pool(pool: dict[str, Any] | None = None, **others: Any) -> dict[str, An
 
 
 EIGHT_PLUS_ONE = [{"number": p} for p in range(8000, 8009)]
+BAD_VALUES = [
+    (POOL, {}, "inferencePool.modelServers.matchLabels is required"),
+    (POOL, with_pool({"targetPorts": EIGHT_PLUS_ONE}), "expected 1 to 8 entries"),
+    (POOL, with_pool({"targetPorts": [{"number": 70000}]}), "inferencePool.targetPorts"),
+    (POOL, with_pool(inferenceExtension={"failureMode": "Open"}), "inferenceExtension.failureMode"),
+    (POOL, with_pool({"modelServerType": "tgi"}), "inferencePool.modelServerType"),
+    (POOL, with_pool(provider={"name": "gke"}), "provider.name"),
+    (POOL, with_pool(inferenceExtension={"pluginsConfigFile": "x"}), "Extension.pluginsConfigFile: .x."),
+    (POOL, with_pool(inferenceExtension={"replicas": 0}), "inferenceExtension.replicas"),
+    (POOL, with_pool({"targetPortNumber": 8000}), "use inferencePool.targetPorts: .{number: 8000}"),
+    (POOL, with_pool(inferenceExtension={"image": {"hub": "r.example"}}), "image.hub/name"),
+    (STANDALONE, {}, "inferencePool.modelServers.matchLabels is required"),
+    (STANDALONE, with_pool(inferenceExtension={"failureMode": "FailOpen"}), "envoy.fallbackService"),
+]
 
 
-@pytest.mark.parametrize(
-    ("chart", "values", "message"),
-    [
-        (POOL, {}, "inferencePool.modelServers.matchLabels is required"),
-        (POOL, with_pool({"targetPorts": EIGHT_PLUS_ONE}), "expected 1 to 8 entries"),
-        (POOL, with_pool({"targetPorts": [{"number": 70000}]}), "inferencePool.targetPorts"),
-        (POOL, with_pool(inferenceExtension={"failureMode": "Open"}), "inferenceExtension.failureMode"),
-        (POOL, with_pool({"modelServerType": "tgi"}), "inferencePool.modelServerType"),
-        (POOL, with_pool(provider={"name": "gke"}), "provider.name"),
-        (POOL, with_pool(inferenceExtension={"pluginsConfigFile": "x"}), "Extension.pluginsConfigFile: .x."),
-        (POOL, with_pool(inferenceExtension={"replicas": 0}), "inferenceExtension.replicas"),
-        (POOL, with_pool({"targetPortNumber": 8000}), "use inferencePool.targetPorts: .{number: 8000}"),
-        (POOL, with_pool(inferenceExtension={"image": {"hub": "r.example"}}), "image.hub/name"),
-        (STANDALONE, {}, "inferencePool.modelServers.matchLabels is required"),
-        (STANDALONE, with_pool(inferenceExtension={"failureMode": "FailOpen"}), "envoy.fallbackService"),
-    ],
-)
+@pytest.fixture(scope="module", autouse=True)
+def _render_everything_up_front(render: Renderer) -> None:
+    """One concurrent Helm run for all the renders of this module (the tests then hit the cache)."""
+    jobs = [(values_file.parent.parent, load(values_file), "pool") for values_file in VALUES]
+    jobs.append((POOL, load(POOL / "ci" / "istio-monitoring-values.yaml"), "triton-pool"))
+    jobs += [(chart, values, "pool") for chart, values, _ in BAD_VALUES]
+    render.prefetch(jobs)
+
+
+@pytest.mark.parametrize(("chart", "values", "message"), BAD_VALUES)
 def test_bad_values_fail_with_a_message_naming_the_value(
     chart: Path, values: dict[str, Any], message: str, render: Renderer
 ) -> None:
