@@ -4,6 +4,8 @@
   (``inference.networking.k8s.io/v1``, ``spec.selector.matchLabels``, ``spec.targetPorts``) and the pods
   of its namespace matching its selector; a selector change restarts the pod watch. A deleted pool
   (or one with an invalid spec) yields no endpoints / keeps the last good ones respectively.
+  ``--pool-group inference.networking.x-k8s.io`` watches the older ``v1alpha2`` pools (``spec.selector``
+  map, ``spec.targetPortNumber``).
 * :class:`KubeSelectorDiscovery` (``--endpoint-selector`` + ``--endpoint-target-ports``): pods only.
 
 A pod is an endpoint while it has a pod IP, its ``Ready`` condition is ``True`` and it has no
@@ -40,6 +42,7 @@ __all__ = [
 log = structlog.get_logger("datalayer")
 
 ACTIVE_PORTS_ANNOTATION = "inference.networking.k8s.io/active-ports"
+_GROUP_VERSIONS = {"inference.networking.k8s.io": "v1", "inference.networking.x-k8s.io": "v1alpha2"}
 
 
 def parse_selector(text: str) -> dict[str, str]:
@@ -85,12 +88,27 @@ def pod_endpoints(pod: Mapping[str, Any], ports: Sequence[int]) -> list[Endpoint
     ]
 
 
-def _pool_target(pool: Mapping[str, Any]) -> tuple[dict[str, str], tuple[int, ...]]:
-    """(matchLabels, target ports) of an InferencePool; ValueError naming the field when invalid."""
-    spec = pool.get("spec") or {}
-    labels = (spec.get("selector") or {}).get("matchLabels")
+def _pool_labels(spec: Mapping[str, Any]) -> dict[str, str]:
+    selector = spec.get("selector")
+    labels = (
+        selector.get("matchLabels") if isinstance(selector, dict) and "matchLabels" in selector else selector
+    )
+    where = (
+        "spec.selector.matchLabels"
+        if isinstance(selector, dict) and "matchLabels" in selector
+        else "spec.selector"
+    )
     if not isinstance(labels, dict) or not labels or not all(isinstance(v, str) for v in labels.values()):
-        raise ValueError("spec.selector.matchLabels: expected a non-empty mapping of strings")
+        raise ValueError(f"{where}: expected a non-empty mapping of strings")
+    return labels
+
+
+def _pool_ports(spec: Mapping[str, Any]) -> tuple[int, ...]:
+    if "targetPorts" not in spec and "targetPortNumber" in spec:  # v1alpha2
+        number = spec["targetPortNumber"]
+        if not isinstance(number, int) or not 0 < number < 65536:
+            raise ValueError(f"spec.targetPortNumber: expected a port number, got {number!r}")
+        return (number,)
     raw_ports = spec.get("targetPorts")
     if not isinstance(raw_ports, list) or not 1 <= len(raw_ports) <= 8:
         raise ValueError("spec.targetPorts: expected 1 to 8 ports")
@@ -100,7 +118,17 @@ def _pool_target(pool: Mapping[str, Any]) -> tuple[dict[str, str], tuple[int, ..
         if not isinstance(number, int) or not 0 < number < 65536:
             raise ValueError(f"spec.targetPorts[{i}].number: expected a port number, got {number!r}")
         ports.append(number)
-    return labels, tuple(ports)
+    return tuple(ports)
+
+
+def _pool_target(pool: Mapping[str, Any]) -> tuple[dict[str, str], tuple[int, ...]]:
+    """(selector labels, target ports) of an InferencePool; ValueError naming the field when invalid.
+
+    ``v1``: ``spec.selector.matchLabels`` and ``spec.targetPorts[].number``; the older ``v1alpha2``
+    (group ``inference.networking.x-k8s.io``): ``spec.selector`` (a plain map) and ``spec.targetPortNumber``.
+    """
+    spec = pool.get("spec") or {}
+    return _pool_labels(spec), _pool_ports(spec)
 
 
 class _PodsWatch:
@@ -160,13 +188,13 @@ class KubePoolDiscovery:
         pool_name: str,
         *,
         group: str = "inference.networking.k8s.io",
-        version: str = "v1",
+        version: str | None = None,
     ) -> None:
         self.api_client = api_client
         self.namespace = namespace
         self.pool_name = pool_name
         self.group = group
-        self.version = version
+        self.version = version or _GROUP_VERSIONS.get(group, "v1")
         self._pods: _PodsWatch | None = None
         self._ports: tuple[int, ...] = ()
         self._problem: str | None = None

@@ -231,3 +231,56 @@ async def test_fakekube_crud_conflicts_and_watch_json(kube: tuple[FakeKubeServer
     with pytest.raises(ApiException) as err:
         await k8s.CustomObjectsApi(api).list_namespaced_custom_object("x.io", "v1", NS, "things")
     assert err.value.status == 404
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (
+            {"selector": {"matchLabels": {"app": "x"}}, "targetPorts": [{"number": 8000}, {"number": 8001}]},
+            ({"app": "x"}, (8000, 8001)),
+        ),
+        ({"selector": {"app": "x"}, "targetPortNumber": 9000}, ({"app": "x"}, (9000,))),
+    ],
+)
+def test_pool_spec_shapes(spec: dict[str, Any], expected: tuple[dict[str, str], tuple[int, ...]]) -> None:
+    from datalayer.discovery.kube import _pool_target
+
+    assert _pool_target({"spec": spec}) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"selector": {"matchLabels": {}}, "targetPorts": [{"number": 1}]}, "spec.selector.matchLabels"),
+        ({"selector": {"app": 3}, "targetPortNumber": 1}, "spec.selector"),
+        ({"selector": {"app": "x"}, "targetPorts": []}, "spec.targetPorts"),
+        ({"selector": {"app": "x"}, "targetPorts": [{"number": 1}] * 9}, "spec.targetPorts"),
+        ({"selector": {"app": "x"}, "targetPorts": [{"number": 70000}]}, "spec.targetPorts[0].number"),
+        ({"selector": {"app": "x"}, "targetPortNumber": "80"}, "spec.targetPortNumber"),
+    ],
+)
+def test_pool_spec_errors_name_the_field(spec: dict[str, Any], field: str) -> None:
+    from datalayer.discovery.kube import _pool_target
+
+    with pytest.raises(ValueError) as err:
+        _pool_target({"spec": spec})
+    assert str(err.value).startswith(field + ":")
+
+
+async def test_v1alpha2_pool_group(kube: tuple[FakeKubeServer, Any]) -> None:
+    server, api = kube
+    store, pods = server.store, _pods(server)
+    pools = store.register("inference.networking.x-k8s.io", "v1alpha2", "inferencepools", "InferencePool")
+    store.apply(pods, NS, objects.pod("v1", "10.0.0.1", {"app": "vllm"}))
+    store.apply(
+        pools,
+        NS,
+        {"metadata": {"name": "old"}, "spec": {"selector": {"app": "vllm"}, "targetPortNumber": 8000}},
+    )
+    sink = Sink()
+    task = await _run(KubePoolDiscovery(api, NS, "old", group="inference.networking.x-k8s.io"), sink)
+    try:
+        await until(lambda: sink.names() == {"10.0.0.1:8000": "v1-rank-0"})
+    finally:
+        await _stop(task)

@@ -419,3 +419,18 @@ async def test_poller_keeps_a_fixed_grid_and_skips_missed_ticks() -> None:
     gaps = [round(b - a, 3) for a, b in itertools.pairwise(times[1:])]
     assert all(g >= 0.1 - 1e-9 for g in gaps)
     assert sum(1 for g in gaps if g > 0.1 + 1e-9) == 1  # exactly one gap where ticks were skipped
+
+
+@pytest.mark.parametrize(
+    ("address", "metrics_port", "source", "url"),
+    [
+        ("10.0.0.1:8000", 0, MetricsDataSource(), "http://10.0.0.1:8000/metrics"),
+        ("10.0.0.1:8000", 9100, MetricsDataSource(path="/prom"), "http://10.0.0.1:9100/prom"),
+        ("10.0.0.1:8000", 9100, ModelsDataSource(), "http://10.0.0.1:8000/v1/models"),
+        ("[fd00::1]:8000", 0, MetricsDataSource(), "http://[fd00::1]:8000/metrics"),
+    ],
+)
+def test_poller_urls(address: str, metrics_port: int, source: object, url: str) -> None:
+    settings = PollSettings(0.05, 1.0, 1024, "http", metrics_port)
+    poller = SourcePoller(address, source, None, {}, FakeHttp(), settings, ManualClock(), asyncio.sleep)  # type: ignore[arg-type]
+    assert poller.url == url
