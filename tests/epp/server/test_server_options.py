@@ -145,3 +145,14 @@ def test_older_gie_chart_invocation() -> None:
     assert parse_options(["--pool-name", "p", "--log-level", "info", "-v", "3"], env={}).verbosity == 3
     with pytest.raises(UsageError, match="disagree"):
         parse_options(["--pool-name", "p", "--zap-encoder", "json", "--log-format", "console"], env={})
+
+
+def test_grpc_engine_flag_and_environment() -> None:
+    assert parse_options(["--endpoints", "a:1"], env={}).grpc_engine == "grpcio"
+    assert parse_options(["--endpoints", "a:1"], env={"EPP_GRPC_ENGINE": "h2"}).grpc_engine == "h2"
+    flag = parse_options(["--endpoints", "a:1", "--grpc-engine", "grpcio"], env={"EPP_GRPC_ENGINE": "h2"})
+    assert flag.grpc_engine == "grpcio"
+    with pytest.raises(UsageError, match="EPP_GRPC_ENGINE"):
+        parse_options(["--endpoints", "a:1"], env={"EPP_GRPC_ENGINE": "fast"})
+    with pytest.raises(UsageError, match="--health-checking"):
+        parse_options(["--endpoints", "a:1", "--grpc-engine=h2", "--health-checking"], env={})
