@@ -9,6 +9,7 @@ the measured difference). This client does only what scraping needs, correctly:
 * one idle-connection pool per ``host:port``; a connection is reused only after a complete response
   without ``Connection: close``; a reused connection that the server had already closed is retried
   once on a fresh connection (nothing was received, so the GET is safely repeated);
+* interim ``1xx`` responses are skipped; ``204`` / ``304`` have no body;
 * bodies delimited by ``Content-Length``, ``Transfer-Encoding: chunked`` (trailers skipped) or by
   connection close (HTTP/1.0 style); a body that ends early is an error (truncation is detected);
 * ``max_bytes`` caps the body: a larger ``Content-Length`` fails before reading, a larger chunked or
@@ -127,15 +128,21 @@ class _Conn(asyncio.Protocol):
                 self._keep_alive = token != b"close" and (self._keep_alive or token == b"keep-alive")
         if self._chunked:
             self._length = None
-        elif self._length is None:
+        elif self._length is None and self._status not in (204, 304) and not 100 <= self._status < 200:
             self._keep_alive = False  # close-delimited body
         self._body_start = end + 4
         return True
 
     def _parse(self) -> HttpResponse | None:
-        if self._body_start < 0 and not self._parse_head():
-            return None
+        while self._body_start < 0:
+            if not self._parse_head():
+                return None
+            if 100 <= self._status < 200:  # interim response: drop it, read the final one
+                del self._buf[: self._body_start]
+                self._body_start = -1
         start = self._body_start
+        if self._status in (204, 304):  # never carry a body
+            return HttpResponse(self._status, b"")
         if self._length is not None:
             if len(self._buf) - start < self._length:
                 return None

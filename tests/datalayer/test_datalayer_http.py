@@ -286,3 +286,17 @@ def test_raw_client_caps_chunked_bodies() -> None:
     with pytest.raises(FetchError, match="larger than"):
         future.result()
     assert conn.closed
+
+
+@pytest.mark.parametrize(
+    ("reply", "status", "body"),
+    [
+        (b"HTTP/1.1 204 No Content\r\n\r\n", 204, b""),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 200, b"ok"),
+        (b"HTTP/1.1 200 OK\r\nCONTENT-LENGTH: 3\r\nConnection: keep-alive\r\n\r\nabc", 200, b"abc"),
+    ],
+)
+def test_raw_client_status_without_body_and_interim_responses(reply: bytes, status: int, body: bytes) -> None:
+    future, conn = _feed(reply, [len(reply) // 2])
+    assert (future.result().status, future.result().body) == (status, body)
+    assert conn.reusable
