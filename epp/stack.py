@@ -149,9 +149,12 @@ class Stack:
     envoy: ManagedProcess | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        self._allocate_ports()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+
+    def _allocate_ports(self) -> None:
         p = free_ports(self.spec.servers + 5)
         self.ports = _Ports(p[: self.spec.servers], *p[self.spec.servers :])
-        self.workdir.mkdir(parents=True, exist_ok=True)
 
     # ---- addresses
     @property
@@ -184,15 +187,27 @@ class Stack:
         self.stop()
 
     def start(self) -> None:
-        try:
-            self.start_servers()
-            if self.spec.picker:
-                self.start_picker()
-            if self.spec.envoy_variant is not None:
-                self.start_envoy(self.spec.envoy_variant)
-        except BaseException:
-            self.stop()
-            raise
+        """Start everything; retried once on fresh ports if a port was taken between choosing it and
+        binding it (another program may grab a free port in that window)."""
+        for attempt in (1, 2):
+            try:
+                self._start_all()
+                return
+            except StackError as exc:
+                self.stop()
+                if attempt == 2 or "in use" not in str(exc).lower():
+                    raise
+                self._allocate_ports()
+            except BaseException:
+                self.stop()
+                raise
+
+    def _start_all(self) -> None:
+        self.start_servers()
+        if self.spec.picker:
+            self.start_picker()
+        if self.spec.envoy_variant is not None:
+            self.start_envoy(self.spec.envoy_variant)
 
     def stop(self) -> None:
         for proc in [self.envoy, self.picker, *self.servers]:
