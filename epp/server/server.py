@@ -50,7 +50,7 @@ class ServerSettings:
     credentials: grpc.ServerCredentials | None = None  # grpcio engine: None = plaintext
     certificate: CertPair | None = None  # h2 engine: None = plaintext (grpcio: for information)
     reload_from: CertDir | None = None  # h2 engine: re-read on change (grpcio reloads via credentials)
-    engine: str = "grpcio"  # "grpcio" (grpc.aio) or "h2" (epp.server.h2)
+    engine: str = "grpcio"  # "grpcio" (grpc.aio) or "h2" (epp.server.h2); the CLI defaults to h2
     max_body_bytes: int = 16 * 1024 * 1024
     health_on_ext_proc_port: bool = False
     leader_election: bool = False

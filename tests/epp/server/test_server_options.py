@@ -148,7 +148,9 @@ def test_older_gie_chart_invocation() -> None:
 
 
 def test_grpc_engine_flag_and_environment() -> None:
-    assert parse_options(["--endpoints", "a:1"], env={}).grpc_engine == "grpcio"
+    assert parse_options(["--endpoints", "a:1"], env={}).grpc_engine == "h2"
+    assert parse_options(["--endpoints", "a:1", "--health-checking"], env={}).grpc_engine == "grpcio"
+    assert parse_options(["--endpoints", "a:1"], env={"EPP_GRPC_ENGINE": "grpcio"}).grpc_engine == "grpcio"
     assert parse_options(["--endpoints", "a:1"], env={"EPP_GRPC_ENGINE": "h2"}).grpc_engine == "h2"
     flag = parse_options(["--endpoints", "a:1", "--grpc-engine", "grpcio"], env={"EPP_GRPC_ENGINE": "h2"})
     assert flag.grpc_engine == "grpcio"
