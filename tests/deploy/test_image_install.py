@@ -127,6 +127,11 @@ def test_installed_tree_has_no_compiler_and_only_runtime_packages(image: Image) 
     names = {p["name"].lower() for p in json.loads(listed.stdout)}
     assert {"pyepp", "grpcio", "grpcio-health-checking", "xds-protos"} <= names
     assert not names & {"pytest", "ruff", "mypy", "setuptools", "wheel", "cython"}, names
+    # Byte code is compiled at install time: on a read-only root filesystem nothing could write it later.
+    (site,) = venv.glob("lib/python3*/site-packages")
+    sources = list((site / "epp").rglob("*.py"))
+    compiled = {p.name.split(".")[0] for p in (site / "epp").rglob("__pycache__/*.pyc")}
+    assert sources and {p.stem for p in sources} <= compiled
 
 
 def test_epp_help_runs_from_the_installed_tree(image: Image) -> None:
