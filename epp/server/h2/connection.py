@@ -124,12 +124,19 @@ class H2Connection(asyncio.Protocol):
             self._frames(self._buf + data if self._buf else data, out)
         except _ConnectionError as exc:
             _log.warning("HTTP/2 connection error", error=str(exc), code=exc.code)
-            out.append(f.goaway(self._last_stream, exc.code, str(exc).encode()[:256]))
-            self._write(out)
-            if self._transport is not None:
-                self._transport.close()
+            self._close_with(out, exc.code, str(exc))
+            return
+        except Exception:  # a bug: end this connection cleanly, never the server
+            _log.exception("HTTP/2 connection failed")
+            self._close_with(out, f.ErrorCode.INTERNAL_ERROR, "internal error")
             return
         self._write(out)
+
+    def _close_with(self, out: list[bytes], code: int, message: str) -> None:
+        out.append(f.goaway(self._last_stream, code, message.encode()[:256]))
+        self._write(out)
+        if self._transport is not None:
+            self._transport.close()
 
     # -- shutdown ----------------------------------------------------------------------------------
 
