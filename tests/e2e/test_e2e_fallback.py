@@ -64,6 +64,17 @@ def test_primary_serves_and_fallback_is_listed(stack: Stack) -> None:
         assert chosen[0] == f"127.0.0.1:{served_by(r)}"
 
 
+def test_original_dst_cannot_route_a_list(stack: Stack) -> None:
+    """Envoy 1.40: the GIE-style ORIGINAL_DST cluster rejects `ip:port,ip:port` (documented limitation)."""
+    stack.start_envoy("gie-fail-closed")
+    try:
+        r = completion(stack, "two endpoints in the header")
+        assert r.status_code == 503
+        assert "no healthy upstream" in r.text
+    finally:
+        stack.start_envoy("override-host")
+
+
 def test_stopping_a_server_fails_no_request(stack: Stack) -> None:
     """Runs last: stops server 0. Requests the picker still routes there are retried on the fallback."""
     stack.stop_server(0)
