@@ -10,7 +10,9 @@ free health and metrics ports, binding 127.0.0.1. Then:
 * the chart's readiness and liveness probe services report SERVING on the health port;
 * with 3 replicas, the picker holds the pool's Lease (holder = its POD_NAME);
 * an ext_proc exchange over TLS (the chart leaves ``--secure-serving`` on) returns the pod's
-  ``127.0.0.1:<port>`` in ``x-gateway-destination-endpoint``.
+  ``127.0.0.1:<port>`` in ``x-gateway-destination-endpoint``;
+* ``/metrics`` is open without the ServiceMonitor and requires the mounted token (here a local file in
+  place of the service-account-token Secret) with it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import pytest
 from _deploy_helm import NAMESPACE, Renderer
 from _deploy_manifests import by_kind, one
@@ -42,6 +45,7 @@ POOL = ROOT / "deploy" / "helm" / "inferencepool"
 EPP = Path(sys.executable).with_name("epp")
 OBJECTIVES = ("inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives", "InferenceObjective")
 POD_NAME = "e2e-epp-5d8f9c7b6-x2x9q"
+TOKEN = "metrics-reader-token"
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
@@ -101,6 +105,9 @@ def local_args(args: list[str], files: Path, health_port: int, metrics_port: int
         name, _, value = arg.partition("=")
         if value.startswith("/config/"):
             arg = f"{name}={files / value.removeprefix('/config/')}"
+        elif name == "--metrics-bearer-token-file":  # the mounted service-account token
+            (files / "token").write_text(TOKEN)
+            arg = f"{name}={files / 'token'}"
         elif name == "--grpc-health-port":
             arg = f"{name}={health_port}"
         elif name == "--metrics-port":
@@ -154,13 +161,20 @@ async def running_picker(
         await _stop(proc)
 
 
-@pytest.mark.parametrize("replicas", [1, 3])
-async def test_pool_chart_picker_serves_the_pool(replicas: int, render: Renderer, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("replicas", "prometheus"), [(1, False), (3, False), (1, True)])
+async def test_pool_chart_picker_serves_the_pool(
+    replicas: int, prometheus: bool, render: Renderer, tmp_path: Path
+) -> None:
     ports = {"grpc": free_port(), "health": free_port(), "metrics": free_port()}
     labels = {"app": "vllm-e2e"}
+    monitoring = {"prometheus": {"enabled": prometheus}}
     with model_server("vllm-0") as server:
         values = {
-            "inferenceExtension": {"replicas": replicas, "extProcPort": ports["grpc"]},
+            "inferenceExtension": {
+                "replicas": replicas,
+                "extProcPort": ports["grpc"],
+                "monitoring": monitoring,
+            },
             "inferencePool": {
                 "modelServers": {"matchLabels": labels},
                 "targetPorts": [{"number": server.port}],
@@ -195,4 +209,12 @@ async def test_pool_chart_picker_serves_the_pool(replicas: int, render: Renderer
                     ]
                     assert len(holders) == 1 and holders[0].startswith(POD_NAME), holders
                 assert await pick(ports["grpc"]) == f"127.0.0.1:{server.port}"
-    assert not by_kind(rendered, "ServiceMonitor")
+                metrics = f"http://127.0.0.1:{ports['metrics']}/metrics"
+                async with httpx.AsyncClient(timeout=5) as client:
+                    anonymous = await client.get(metrics)
+                    authorised = await client.get(metrics, headers={"Authorization": f"Bearer {TOKEN}"})
+                assert authorised.status_code == 200
+                assert "inference_extension_info" in authorised.text
+                # The chart protects /metrics exactly when its ServiceMonitor presents the token.
+                assert anonymous.status_code == (401 if prometheus else 200)
+                assert bool(by_kind(rendered, "ServiceMonitor")) == prometheus
