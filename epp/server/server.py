@@ -3,7 +3,11 @@
 :class:`EppServer` is assembled from finished parts (endpoint source, admitter, scheduler, session
 config), so the CLI (:mod:`epp.app`) and the tests build it the same way, the tests with fakes.
 
-Lifecycle: ``await start()`` binds every port (health reports live, not ready); ``await
+The ext_proc port is served by one of two engines (``ServerSettings.engine``): ``"grpcio"`` (grpc.aio,
+:mod:`epp.server.servicer`) or ``"h2"`` (:mod:`epp.server.h2`); both drive the same
+:class:`~epp.server.stream.ExtProcStream`. Health is always a grpc.aio server on its own port.
+
+Lifecycle: ``await start()`` binds every port (health: not ready until synced); ``await
 set_synced(True)`` once the data layer has its first complete view (ready); ``await shutdown()``
 turns health NOT_SERVING, stops accepting streams, lets in-flight streams finish for up to
 ``shutdown_grace`` seconds, then cancels the rest (their completions carry outcome SHUTDOWN), and
