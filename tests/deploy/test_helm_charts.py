@@ -160,6 +160,7 @@ def test_pool_ha_enables_leader_election(render: Renderer) -> None:
     assert one(objects, "Deployment")["spec"]["replicas"] == 3
     assert one(objects, "Deployment")["spec"]["strategy"]["type"] == "Recreate"
     assert "--ha-enable-leader-election" in epp["args"]
+    assert {"name": "EXAMPLE_MAP_SETTING", "value": "1"} in epp["env"]
     assert parse_options(epp["args"], env={}).ha_enable_leader_election is True
     assert epp["livenessProbe"]["grpc"] == {"port": 9003, "service": "liveness"}
     assert epp["readinessProbe"]["grpc"] == {"port": 9003, "service": "readiness"}
