@@ -220,3 +220,41 @@ async def test_endpoints_file_mode_and_bad_file(tmp_path: Path, model_servers: l
     listing.write_text("endpoints:\n  - address: not-an-address\n")
     with pytest.raises(StartupError, match="--endpoints-file"):
         await build_app(options)
+
+
+async def test_leader_election_without_kubernetes_stays_live_but_not_ready(
+    model_servers: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    options = parse_options(_flags(model_servers, "--secure-serving=false", "--ha-enable-leader-election"))
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(options, stop))
+    try:
+        for _ in range(100):
+            try:
+                if (
+                    await _health_of(options.grpc_health_port, "liveness")
+                    == health_pb2.HealthCheckResponse.SERVING
+                ):
+                    break
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # synced by now; the election cannot run
+        assert (
+            await _health_of(options.grpc_health_port, "readiness")
+            == health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        assert (
+            await _health_of(options.grpc_health_port, "liveness") == health_pb2.HealthCheckResponse.SERVING
+        )
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
+
+
+async def _health_of(port: int, service: str) -> int:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        resp = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service))
+        return int(resp.status)
