@@ -213,7 +213,7 @@ async def build_app(options: Options) -> PickerApp:
         built = await build_discovery(options)
     except DiscoveryError as exc:
         raise StartupError(str(exc)) from None
-    http = AiohttpClient()
+    http = AiohttpClient(verify_tls=not options.model_server_metrics_https_insecure_skip_verify)
     layer = DataLayer(
         built.discovery,
         http=http,
