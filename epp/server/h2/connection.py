@@ -251,8 +251,10 @@ class H2Connection(asyncio.Protocol):
             self._continuation, self._continuation_ends = sid, bool(flags & f.END_STREAM)
         stream = self._streams.get(sid)
         if stream is None:
-            if sid % 2 == 0 or sid <= self._last_stream:
+            if sid % 2 == 0 or sid == 0:
                 raise _ConnectionError(f.ErrorCode.PROTOCOL_ERROR, f"invalid new stream id {sid}")
+            if sid <= self._last_stream:
+                return  # a stream we already closed (and reset): its frames are ignored (RFC 9113 5.1)
             self._last_stream = sid
             if self._goaway_sent or self.shutting_down:
                 out.append(f.rst_stream(sid, f.ErrorCode.REFUSED_STREAM))

@@ -198,3 +198,15 @@ def test_goaway_refuses_new_streams_and_abort_all_ends_open_ones(sched: FakeSche
     assert parse(t.data) == [(f.RST_STREAM, 0, 3, struct.pack(">I", f.ErrorCode.REFUSED_STREAM))]
     conn.abort_all()
     assert sched.completions() == [("completed", "s", Outcome.SHUTDOWN)] and t.closed
+
+
+def test_frames_on_streams_we_closed_are_ignored(sched: FakeScheduler) -> None:
+    conn, t = connect(sched)
+    open_stream(conn, 1)
+    conn.data_received(f.frame(f.DATA, 0, 1, grpc_message(request_body(b"{}"))))  # violation: stream ends
+    t.data.clear()
+    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, 1, b"\x82"))  # late trailers
+    conn.data_received(f.frame(f.DATA, 0, 1, b"late"))
+    assert parse(t.data) == [] and not t.closed
+    open_stream(conn, 5)
+    assert conn.open_streams == 1
