@@ -30,6 +30,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -46,7 +47,7 @@ from epp.stack import Stack, StackSpec
 __all__ = ["Point", "main", "parse_wrk", "picker_cpu_seconds"]
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-CONFIGS = ("envoy-only", "gie-fail-closed", "no-response-body", "observability")
+CONFIGS = ("envoy-only", "gie-fail-closed", "gie-fail-open", "no-response-body", "observability")
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -227,7 +228,7 @@ def run(args: argparse.Namespace) -> list[Point]:
         sim_args=sim_args,
         single_sim_process=True,
         envoy_variant=None,
-        picker_args=("-v", "0"),
+        picker_args=("-v", "0", *shlex.split(args.picker_args)),
     )
     points: list[Point] = []
     with Stack(spec, progress=lambda m: print(f"[extproc-envoy] {m}", flush=True)) as stack:
@@ -329,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--kinds", type=lambda s: s.split(","), default=["plain", "stream"])
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--itl", default="100us", help="simulated inter-token latency (default 100us)")
+    p.add_argument("--picker-args", default="", help="extra picker flags, e.g. '--grpc-engine=grpcio'")
     p.add_argument("--out", type=Path, default=Path("bench-results/extproc-envoy"))
     args = p.parse_args(argv)
     if args.quick:
