@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
+from datalayer.discovery import parse_endpoint_list as parse_addresses
 from epp.flags import BoolAction, normalise_argv, parse_duration, parse_port, parse_port_list
 
 __all__ = ["ENGINES", "Options", "UsageError", "build_parser", "parse_endpoint_list", "parse_options"]
@@ -190,19 +191,10 @@ def _long_flags(parser: argparse.ArgumentParser) -> tuple[frozenset[str], frozen
 
 def parse_endpoint_list(text: str) -> tuple[str, ...]:
     """``host:port,host:port`` (IPv6 as ``[::1]:8000``) -> addresses; raises UsageError."""
-    out: list[str] = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise UsageError(f"--endpoints: expected host:port, got {item!r}")
-        out.append(item)
-    if not out:
-        raise UsageError("--endpoints: expected at least one host:port")
-    if len(set(out)) != len(out):
-        raise UsageError(f"--endpoints: duplicate endpoint in {text!r}")
-    return tuple(out)
+    try:
+        return parse_addresses(text)
+    except ValueError as exc:
+        raise UsageError(f"--endpoints: {exc}") from None
 
 
 def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Options:

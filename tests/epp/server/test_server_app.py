@@ -67,16 +67,23 @@ def _flags(endpoints: list[str], *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-async def _health(port: int) -> int:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        resp = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""))
-        return int(resp.status)
+async def _wait_scraped(metrics_port: int, count: int, timeout: float = 10.0) -> None:
+    """Until ``count`` endpoints have metrics from a scrape (so routing by load is deterministic)."""
+    url = f"http://127.0.0.1:{metrics_port}/debug/endpoints"
+    async with aiohttp.ClientSession() as http:
+        for _ in range(int(timeout / 0.05)):
+            async with http.get(url) as r:
+                endpoints = orjson.loads(await r.read())
+            if sum(e["metrics"]["age_seconds"] is not None for e in endpoints) >= count:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError("endpoints never scraped")
 
 
 async def _wait_serving(port: int, timeout: float = 10.0) -> None:
     for _ in range(int(timeout / 0.05)):
         try:
-            if await _health(port) == health_pb2.HealthCheckResponse.SERVING:
+            if await _health_of(port, "") == health_pb2.HealthCheckResponse.SERVING:
                 return
         except grpc.aio.AioRpcError:
             pass
@@ -92,7 +99,7 @@ async def test_in_process_picker_routes_by_load(model_servers: list[str]) -> Non
     task = asyncio.create_task(run(options, stop))
     try:
         await _wait_serving(options.grpc_health_port)
-        await asyncio.sleep(0.2)  # a few scrapes
+        await _wait_scraped(options.metrics_port, 2)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{options.grpc_port}") as ch:
             for _ in range(3):
                 call = stub(ch).Process()

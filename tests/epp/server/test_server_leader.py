@@ -13,7 +13,7 @@ from epp.ha.leader import LeaseConflict, LeaseRecord
 from epp.leader import campaign
 from epp.server.health import HealthStatus
 
-FAST = {"lease_duration_s": 0.6, "renew_deadline_s": 0.4, "retry_period_s": 0.05}
+FAST = {"lease_duration_s": 3.0, "renew_deadline_s": 2.0, "retry_period_s": 0.05}
 
 
 class MemoryLeases:
