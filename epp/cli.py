@@ -19,10 +19,9 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "check-config":
-        from epp.config_sections import section_validators
-        from scheduler.config.cli import check_config_main
+        from epp.config_sections import check_config
 
-        return int(check_config_main(args[1:], sections=section_validators()))
+        return check_config(args[1:])
     try:
         options = parse_options(args)
     except UsageError as exc:

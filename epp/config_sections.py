@@ -17,11 +17,17 @@ the path in the document and what was expected.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
-from datalayer.config import DataLayerConfig, DataLayerConfigError, validate_datalayer_section
+from datalayer.config import (
+    DataLayerConfig,
+    DataLayerConfigError,
+    plugin_factories,
+    validate_datalayer_section,
+)
 from epp.request.config import ParserConfigError, validate_parser_section
 from epp.request.openai import OpenAIParser
 from epp.request.parser import RequestParser
@@ -29,8 +35,9 @@ from scheduler.config import DEFAULT_CONFIG_TEXT, ResolvedConfig, SectionValidat
 from scheduler.config.loader import DEFAULT_SOURCE
 from scheduler.config.yaml_io import TEXT_SOURCE, read_yaml_file, read_yaml_text
 from scheduler.errors import ConfigError
+from scheduler.registry import PluginRegistrationError, Registry, default_registry
 
-__all__ = ["LoadedConfig", "load_picker_config", "section_validators"]
+__all__ = ["LoadedConfig", "check_config", "load_picker_config", "picker_registry", "section_validators"]
 
 _NO_FLOW_CONTROL = (
     "flow control (request queueing with fairness and priority bands) is not implemented yet in pyepp; "
@@ -95,17 +102,53 @@ class LoadedConfig:
     data_layer: DataLayerConfig  # the dataLayer section (the default sources when absent)
 
 
-def load_picker_config(path: str | None, text: str | None, *, seed: int = 0) -> LoadedConfig:
+def picker_registry() -> Registry:
+    """The scheduler's plugins (in-tree and entry points) plus the data layer's plugin types, so
+    ``plugins`` entries such as ``metrics-data-source`` validate like every other plugin."""
+    registry = default_registry()
+    for plugin_type, factory in plugin_factories().items():
+        registry.register(plugin_type, factory, origin="datalayer")
+    return registry
+
+
+def load_picker_config(
+    path: str | None, text: str | None, *, seed: int = 0, source: str | None = None
+) -> LoadedConfig:
     """Load the file, the text, or (neither given) the default configuration."""
     if path is not None:
-        raw, source = read_yaml_file(path), path
+        raw, where = read_yaml_file(path), path
     elif text is not None:
-        raw, source = read_yaml_text(text), TEXT_SOURCE
+        where = source or TEXT_SOURCE
+        raw = read_yaml_text(text, where)
     else:
-        raw, source = read_yaml_text(DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE), DEFAULT_SOURCE
+        raw, where = read_yaml_text(DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE), DEFAULT_SOURCE
     plugins = raw.get("plugins") if isinstance(raw, Mapping) else None
     sections = section_validators(plugins if isinstance(plugins, list) else None)
-    config = resolve_document(raw, source, sections=sections, seed=seed)
+    config = resolve_document(raw, where, registry=picker_registry(), sections=sections, seed=seed)
     parser = config.sections.get("parser") or OpenAIParser()
     data_layer = config.sections.get("dataLayer") or config.sections.get("data")
     return LoadedConfig(config, parser, data_layer or validate_datalayer_section(None))
+
+
+def check_config(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """``epp check-config [FILE | -]``: validate exactly as the server does; print the resolved form.
+
+    0 and the effective configuration (YAML) on stdout; 2 and ``error: <file>: <location>: <message>``
+    on stderr for an invalid configuration or command line. No FILE: the default configuration.
+    """
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    if len(argv) > 1 or (argv and argv[0].startswith("-") and argv[0] != "-"):
+        print("usage: epp check-config [FILE | -]", file=err)
+        return 2
+    try:
+        if not argv:
+            loaded = load_picker_config(None, None)
+        elif argv[0] == "-":
+            loaded = load_picker_config(None, sys.stdin.read(), source="<stdin>")
+        else:
+            loaded = load_picker_config(argv[0], None)
+    except (ConfigError, PluginRegistrationError) as exc:
+        print(f"error: {exc}", file=err)
+        return 2
+    out.write(loaded.config.render())
+    return 0

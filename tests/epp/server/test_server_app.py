@@ -29,6 +29,7 @@ vllm:kv_cache_usage_perc{model_name="m1"} 0.25
 vllm:cache_config_info{block_size="16",num_gpu_blocks="1024"} 1
 """
 MODELS = orjson.dumps({"object": "list", "data": [{"id": "m1", "root": "m1", "parent": None}]})
+HEADER = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
 BODY = orjson.dumps({"model": "m1", "prompt": "tell me a story " * 20})
 
 
@@ -265,3 +266,42 @@ async def _health_of(port: int, service: str) -> int:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
         resp = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service))
         return int(resp.status)
+
+
+GIE_DATALAYER = (
+    HEADER
+    + """plugins:
+- type: queue-scorer
+- type: max-score-picker
+- name: metrics
+  type: metrics-data-source
+  parameters: {path: /metrics}
+- type: core-metrics-extractor
+dataLayer:
+  sources:
+  - pluginRef: metrics
+    extractors:
+    - pluginRef: core-metrics-extractor
+"""
+)
+
+
+async def test_gie_config_with_a_data_layer_section(
+    tmp_path: Path, model_servers: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "gie.yaml"
+    path.write_text(GIE_DATALAYER)
+    assert main(["check-config", str(path)]) == 0
+    assert "pluginRef: metrics" in capsys.readouterr().out
+    options = parse_options(_flags(model_servers, "--config-file", str(path), "--secure-serving=false"))
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(options, stop))
+    try:
+        await _wait_serving(options.grpc_health_port)
+        await _wait_scraped(options.metrics_port, 2)
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
+    path.write_text(GIE_DATALAYER.replace("pluginRef: metrics\n", "pluginRef: nope\n"))
+    assert main(["check-config", str(path)]) == 2
+    assert "dataLayer.sources[0]" in capsys.readouterr().err
