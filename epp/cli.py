@@ -1,9 +1,10 @@
 """The ``epp`` console script.
 
-``epp [flags]`` runs the endpoint picker until SIGTERM/SIGINT (see :mod:`epp.options` for the flags and
-:mod:`epp.app` for what runs). ``epp check-config FILE`` validates an EndpointPickerConfig file and exits
-(0 valid, 1 invalid, 2 usage). Exit status 2 for an invalid command line, 1 for a startup failure such
-as an invalid configuration file, 0 after a clean shutdown.
+``epp [flags]`` runs the endpoint picker until SIGTERM/SIGINT (see :mod:`epp.options` for the flags
+and :mod:`epp.app` for what runs): exit status 0 after a clean shutdown, 1 for a startup failure such
+as an invalid configuration file, 2 for an invalid command line. ``epp check-config [FILE | -]``
+validates an EndpointPickerConfig exactly as the server does and prints its resolved form (0 valid,
+2 invalid or bad usage).
 """
 
 from __future__ import annotations
