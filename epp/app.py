@@ -28,7 +28,14 @@ from typing import Any
 import structlog
 from prometheus_client import CollectorRegistry, disable_created_metrics
 
-from datalayer import AiohttpClient, DataLayer, DataLayerOptions, EngineConfigError, apply_metric_overrides
+from datalayer import (
+    DataLayer,
+    DataLayerOptions,
+    EngineConfigError,
+    HttpClient,
+    apply_metric_overrides,
+    default_http_client,
+)
 from datalayer.engines import BUILTIN_ENGINES
 from epp.admission import (
     Admitter,
@@ -72,8 +79,18 @@ def _read_token(options: Options) -> str | None:
     return token
 
 
-def _objectives(options: Options) -> ObjectivePriorities:
+def _objectives(options: Options) -> tuple[InMemoryObjectiveStore, ObjectivePriorities]:
+    """The objective store and the priority lookup over it.
+
+    Standalone modes read ``--objectives-file``; in InferencePool mode the store is fed by a watch of the
+    cluster's InferenceObjective objects (started with the app), so a file there is contradictory.
+    """
     store = InMemoryObjectiveStore()
+    if options.objectives_file is not None and options.discovery_mode == "pool":
+        raise StartupError(
+            "--objectives-file cannot be combined with --pool-name: in InferencePool mode the picker watches "
+            "the cluster's InferenceObjective objects"
+        )
     if options.objectives_file is not None:
         try:
             objectives = load_objectives_file(options.objectives_file, pool_name=options.pool_name)
@@ -81,7 +98,7 @@ def _objectives(options: Options) -> ObjectivePriorities:
             raise StartupError(f"--objectives-file: {exc}") from None
         for objective in objectives:
             store.upsert(objective)
-    return ObjectivePriorities(store)
+    return store, ObjectivePriorities(store)
 
 
 def _config_view(options: Options, config: ResolvedConfig) -> Callable[[], Mapping[str, Any]]:
@@ -134,9 +151,10 @@ class PickerApp:
         options: Options,
         config: ResolvedConfig,
         layer: DataLayer,
-        http: AiohttpClient,
+        http: HttpClient,
         server: EppServer,
         kube_client: Any = None,
+        objectives: InMemoryObjectiveStore | None = None,
     ) -> None:
         self.options = options
         self.config = config
@@ -144,6 +162,7 @@ class PickerApp:
         self.server = server
         self._http = http
         self._kube = kube_client
+        self.objectives = objectives
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -153,6 +172,11 @@ class PickerApp:
         if self.options.ha_enable_leader_election:
             self._tasks.append(asyncio.create_task(self._lead(), name="epp-leader-election"))
         o = self.options
+        if self._kube is not None and self.objectives is not None and o.pool_name:
+            from epp.objectives_watch import ObjectiveWatch
+
+            watch = ObjectiveWatch(self._kube, o.pool_namespace, o.pool_name, self.objectives)
+            self._tasks.append(asyncio.create_task(watch.run(), name="epp-objectives-watch"))
         _log.info(
             "endpoint picker started",
             grpc_port=self.server.grpc_port,
@@ -201,7 +225,7 @@ async def build_app(options: Options) -> PickerApp:
     except ConfigError as exc:
         raise StartupError(f"invalid configuration: {exc}") from None
     config = loaded.config
-    priorities = _objectives(options)
+    objectives, priorities = _objectives(options)
     settings = _server_settings(options)
     try:
         engines = apply_metric_overrides(
@@ -213,7 +237,10 @@ async def build_app(options: Options) -> PickerApp:
         built = await build_discovery(options)
     except DiscoveryError as exc:
         raise StartupError(str(exc)) from None
-    http = AiohttpClient(verify_tls=not options.model_server_metrics_https_insecure_skip_verify)
+    http = default_http_client(
+        options.model_server_metrics_scheme,
+        verify_tls=not options.model_server_metrics_https_insecure_skip_verify,
+    )
     layer = DataLayer(
         built.discovery,
         http=http,
@@ -262,7 +289,7 @@ async def build_app(options: Options) -> PickerApp:
         config_view=_config_view(options, config),
         on_result=hit_ratio_observer(plugins, scheduler_metrics.hit_ratio.observe),
     )
-    return PickerApp(options, config, layer, http, server, built.api_client)
+    return PickerApp(options, config, layer, http, server, built.api_client, objectives)
 
 
 async def run(options: Options, stop: asyncio.Event | None = None) -> int:

@@ -6,9 +6,14 @@ Both go through the real kubernetes-asyncio client and the list/watch/PUT JSON o
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
 from fakekube import objects, running_fake_kube
 
 from epp.admission.objectives import InMemoryObjectiveStore
@@ -100,3 +105,59 @@ async def test_objectives_follow_the_cluster() -> None:
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_picker_in_pool_mode_takes_priorities_from_the_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from epp.app import build_app
+    from epp.options import parse_options
+    from epp.stack import free_ports
+
+    async with running_fake_kube() as (server, _api):
+        kind = "InferenceObjective"
+        res = server.store.register(OBJECTIVE_GROUP, OBJECTIVE_VERSION, OBJECTIVE_PLURAL, kind)
+        server.store.register(*objects.INFERENCE_POOLS)
+        server.store.register(*objects.CORE_PODS)
+        server.store.apply(res, "ns", objective("critical", 10, pool="pool-a"))
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": server.url}}],
+                    "users": [{"name": "fake", "user": {"token": "fake"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                    "current-context": "fake",
+                }
+            )
+        )
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        for name in [n for n in os.environ if n.startswith("KUBERNETES_")]:
+            monkeypatch.delenv(name)
+        grpc_port, health_port, metrics_port = free_ports(3)
+        argv = ["--pool-name", "pool-a", "--pool-namespace", "ns", "--secure-serving=false",
+                "--host", "127.0.0.1", "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
+                "--metrics-port", str(metrics_port)]  # fmt: skip
+        app = await build_app(parse_options(argv))
+        await app.start()
+        try:
+            store = app.objectives
+            assert store is not None
+            await until(lambda: store.get("critical") is not None)
+            server.store.apply(res, "ns", objective("critical", -2, pool="pool-a"))
+            await until(lambda: (o := store.get("critical")) is not None and o.priority == -2)
+        finally:
+            await app.stop()
+
+
+def test_objectives_file_is_contradictory_in_pool_mode(tmp_path: Path) -> None:
+    from epp.app import StartupError, build_app
+    from epp.options import parse_options
+
+    path = tmp_path / "objectives.yaml"
+    path.write_text(yaml.safe_dump(objective("critical", 1)))
+    options = parse_options(["--pool-name", "pool-a", "--objectives-file", str(path)])
+    with pytest.raises(StartupError, match="cannot be combined with --pool-name"):
+        asyncio.run(build_app(options))
