@@ -6,7 +6,11 @@
 2. subset hint present (not None): keep only endpoints it names (:func:`select_subset`); none left
    (empty hint or no overlap) -> 503;
 3. sheddable request (priority < 0) and the saturation detector reports the pool (the whole snapshot)
-   saturated -> 429.
+   saturated -> 429;
+4. readiness: only endpoints the data layer reports ``ready`` (discovered ready and scraped healthy:
+   a stopped, crashed or unreachable server is not) are candidates. When none of the remaining
+   endpoints is ready (e.g. before the first scrape, or while scraping itself is broken) all of them
+   stay candidates rather than failing every request, as GIE's filters return all when none pass.
 
 It returns the candidate endpoints for the scheduler or raises :class:`~epp.request.errors.RequestError`
 (pass ``status``, ``error_type`` and ``message`` to ``Session.reject``). Pure apart from the injected
@@ -32,12 +36,13 @@ class Admitter:
     ``clock`` the monotonic clock shared with the data layer.
     """
 
-    __slots__ = ("_clock", "_detector", "shed_total")
+    __slots__ = ("_clock", "_detector", "none_ready_total", "shed_total")
 
     def __init__(self, detector: SaturationDetector | None, clock: Callable[[], float]) -> None:
         self._detector = detector
         self._clock = clock
         self.shed_total = 0
+        self.none_ready_total = 0
 
     def admit(
         self, request: LLMRequest, subset: frozenset[str] | None, endpoints: Sequence[EndpointView]
@@ -57,4 +62,8 @@ class Admitter:
             self.shed_total += 1
             message = f"pool saturated: sheddable request (priority {request.priority}) rejected"
             raise RequestError(429, RATE_LIMITED, message)
+        ready = [e for e in candidates if e.ready]
+        if ready:
+            return ready if len(ready) != len(candidates) else candidates
+        self.none_ready_total += 1
         return candidates

@@ -114,3 +114,25 @@ def test_objective_priorities() -> None:
     assert prio("nope") == 0 and prio.unknown_total == 2
     store.replace_all([InferenceObjective("only", 1)])
     assert len(store) == 1 and prio("critical") == 0
+
+
+def _pool(ready: list[bool]) -> list[Endpoint]:
+    return [Endpoint(f"10.0.1.{i}:8000", ready=r) for i, r in enumerate(ready)]
+
+
+@pytest.mark.parametrize(
+    "ready, subset, expected, none_ready",
+    [
+        ([True, False, True], None, ["10.0.1.0:8000", "10.0.1.2:8000"], 0),  # a dead server is skipped
+        ([True, True], None, ["10.0.1.0:8000", "10.0.1.1:8000"], 0),
+        ([False, False], None, ["10.0.1.0:8000", "10.0.1.1:8000"], 1),  # nothing known: keep all
+        ([True, False], frozenset({"10.0.1.1:8000"}), ["10.0.1.1:8000"], 1),  # hint names only a dead one
+        ([False, True, True], frozenset({"10.0.1.0", "10.0.1.1"}), ["10.0.1.1:8000"], 0),
+    ],
+)
+def test_only_ready_endpoints_are_candidates(
+    ready: list[bool], subset: frozenset[str] | None, expected: list[str], none_ready: int
+) -> None:
+    admitter = Admitter(None, lambda: 0.0)
+    assert [e.address for e in admitter.admit(req(), subset, _pool(ready))] == expected
+    assert admitter.none_ready_total == none_ready
