@@ -65,6 +65,7 @@ class Point:
     envoy_us_per_req: float
     msgs_per_req: float
     errors: int
+    think_ms: int = 0  # > 0: paced load (each connection waits this long between requests)
 
 
 def picker_cpu_seconds(pid: int) -> float:
@@ -112,7 +113,7 @@ def _body(size: str, kind: str, tokens: int) -> bytes:
 
 
 def _wrk(
-    url: str, body: bytes, concurrency: int, seconds: float, workdir: Path
+    url: str, body: bytes, concurrency: int, seconds: float, workdir: Path, think_ms: int = 0
 ) -> tuple[int, float, float, int]:
     payload = workdir / "body.json"
     payload.write_bytes(body)
@@ -120,6 +121,8 @@ def _wrk(
     script.write_text(
         'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
         f'local f = io.open("{payload}", "rb")\nwrk.body = f:read("*a")\nf:close()\n'
+        # uniform think time around the mean so connections do not fall into lockstep bursts
+        + (f"function delay()\n  return math.random(0, {2 * think_ms})\nend\n" if think_ms > 0 else "")
     )
     argv = [
         "wrk",
@@ -184,6 +187,7 @@ def measure(
     concurrency: int,
     seconds: float,
     idle_rate: float = 0.0,
+    think_ms: int = 0,
 ) -> Point:
     url = f"{stack.base_url}/v1/completions"
     use_wrk = shutil.which("wrk") is not None
@@ -191,7 +195,7 @@ def measure(
     cpu0 = picker_cpu_seconds(picker_pid) if picker_pid else 0.0
     env0, msgs0, t0 = _envoy_cpu(stack), _ext_proc_msgs(stack), time.perf_counter()
     if use_wrk:
-        n, p50, p99, errors = _wrk(url, body, concurrency, seconds, stack.workdir)
+        n, p50, p99, errors = _wrk(url, body, concurrency, seconds, stack.workdir, think_ms)
     else:
         n, p50, p99, errors = asyncio.run(_python_load(url, body, concurrency, seconds))
     elapsed = time.perf_counter() - t0
@@ -211,6 +215,7 @@ def measure(
         env / per * 1e6,
         msgs / per,
         errors,
+        think_ms,
     )
 
 
@@ -252,11 +257,51 @@ def run(args: argparse.Namespace) -> list[Point]:
                             f"msgs/req {p.msgs_per_req:5.1f} errors {p.errors}",
                             flush=True,
                         )
+        if shutil.which("wrk") and {"envoy-only", "gie-fail-closed"} <= set(args.configs):
+            points += half_load_points(stack, points, args.seconds, idle)
     return points
 
 
-def _key(p: Point) -> tuple[str, str, int]:
-    return (p.body, p.kind, p.concurrency)
+def half_load_points(stack: Stack, points: Sequence[Point], seconds: float, idle: float) -> list[Point]:
+    """The GIE config and Envoy alone at about half the GIE config's measured maximum (1 KB, plain).
+
+    Paced load: 16 connections, each waiting a uniformly random 0..2x``think_ms`` after every response
+    (random so that the connections do not synchronise into bursts), the mean chosen so that
+    16 / (think + the GIE config's p50 at concurrency 1) is half the maximum req/s; if the rate is off
+    by more than 10% of the maximum, the think time is corrected once with the latency measured.
+    """
+    gie = [p for p in points if p.config == "gie-fail-closed" and p.body == "1k" and p.kind == "plain"]
+    if not gie:
+        return []
+    peak = max(p.rps for p in gie)
+    low = min(gie, key=lambda p: p.concurrency)
+    conns = 16
+    think = max(1, round(conns / (peak / 2) * 1000 - low.p50_ms))
+    body = _body("1k", "plain", 1)
+    stack.start_envoy("gie-fail-closed")
+    for _ in range(2):  # one correction: the latency under this load replaces the unloaded p50
+        picked = measure(stack, "gie-fail-closed", body, "1k", "plain", conns, seconds, idle, think_ms=think)
+        _print_paced(picked)
+        if abs(picked.rps - peak / 2) <= 0.1 * peak:
+            break
+        think = max(1, round(conns / (peak / 2) * 1000 - picked.p50_ms))
+    stack.start_envoy("round-robin")
+    alone = measure(stack, "envoy-only", body, "1k", "plain", conns, seconds, idle, think_ms=picked.think_ms)
+    _print_paced(alone)
+    return [picked, alone]
+
+
+def _print_paced(p: Point) -> None:
+    line = f"{p.config:<17} paced (think {p.think_ms} ms) {p.rps:8.0f} req/s p50 {p.p50_ms:.2f} ms"
+    print(f"[extproc-envoy] {line}", flush=True)
+
+
+def _key(p: Point) -> tuple[str, str, int, int]:
+    return (p.body, p.kind, p.concurrency, p.think_ms)
+
+
+def _paced(p: Point) -> str:
+    return f" paced {p.think_ms} ms" if p.think_ms else ""
 
 
 def report(points: Sequence[Point]) -> str:
@@ -270,7 +315,8 @@ def report(points: Sequence[Point]) -> str:
         b = base.get(_key(p))
         added = p.p50_ms - b.p50_ms if b and p.config != "envoy-only" else math.nan
         lines.append(
-            f"| {p.config} | {p.body} | {p.kind} | {p.concurrency} | {p.rps:.0f} "
+            f"| {p.config} | {p.body} | {p.kind} | {p.concurrency}{_paced(p)} "
+            f"| {p.rps:.0f} "
             f"| {p.p50_ms:.2f} | {p.p99_ms:.2f} "
             f"| {added:.2f} | {p.picker_us_per_req:.0f} | {p.envoy_us_per_req:.0f} | {p.msgs_per_req:.1f} "
             f"| {p.errors} |"
@@ -307,12 +353,14 @@ def verdicts(points: Sequence[Point]) -> list[str]:
     plain_1k = sorted((p for p in gie if p.body == "1k" and p.kind == "plain"), key=lambda p: p.concurrency)
     if plain_1k:
         peak = max(p.rps for p in plain_1k)
-        half = min(plain_1k, key=lambda p: abs(p.rps - peak / 2))
+        paced = [p for p in plain_1k if p.think_ms]
+        half = paced[0] if paced else min(plain_1k, key=lambda p: abs(p.rps - peak / 2))
         b = base.get(_key(half))
         if b:
             added = half.p50_ms - b.p50_ms
             out.append(
-                f"{'PASS' if added <= 3 else 'MISS'} added p50 at c={half.concurrency} "
+                f"{'PASS' if added <= 3 else 'MISS'} added p50 at c={half.concurrency}"
+                f"{_paced(half)} "
                 f"({half.rps:.0f} req/s, "
                 f"max {peak:.0f}): {added:.2f} ms (target ≤ 3)"
             )

@@ -40,9 +40,16 @@ def test_short_run_writes_a_report_with_cpu_per_request(tmp_path: Path) -> None:
     argv += ["--configs", "envoy-only,gie-fail-closed", "--out", str(tmp_path)]
     assert main(argv) == 0
     points = json.loads((tmp_path / "points.json").read_text())
-    assert [p["config"] for p in points] == ["envoy-only", "gie-fail-closed"]
-    base, picker = points
+    assert [(p["config"], p["think_ms"] > 0) for p in points] == [
+        ("envoy-only", False),
+        ("gie-fail-closed", False),
+        ("gie-fail-closed", True),  # paced at about half the maximum
+        ("envoy-only", True),
+    ]
+    base, picker = points[:2]
     assert base["requests"] > 0 and picker["requests"] > 0
     assert base["msgs_per_req"] == 0 and picker["msgs_per_req"] >= 4  # headers + body, both ways
     assert picker["picker_us_per_req"] > 0
-    assert "picker CPU per 1k request" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "picker CPU per 1k request" in report
+    assert "added p50 at c=16 paced" in report
