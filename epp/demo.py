@@ -35,7 +35,7 @@ from bench.loadgen import LoadOptions, RequestResult, run_load
 from bench.workloads import Workload, WorkloadParams, build_workload, percentile
 from epp.stack import Stack, StackError, StackSpec
 
-__all__ = ["DemoSettings", "RunSummary", "format_table", "main", "run_demo"]
+__all__ = ["FULL", "QUICK", "DemoSettings", "RunSummary", "format_table", "main", "run_demo", "summarize"]
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -8,8 +8,12 @@ each group, then SIGKILL after ``stop_timeout_s``. Readiness: a simulated server
 ``GET /ready`` answers ``LIVE``. A process that exits or is not ready within ``ready_timeout_s``
 raises :class:`StackError` carrying the tail of its log.
 
-Ports come from the OS (bind port 0), never fixed, so several stacks can run side by side. Each model
-server runs as its own ``epp-sim`` process so a test can stop one (:meth:`Stack.stop_server`).
+Ports come from the OS (bind port 0), never fixed, so several stacks can run side by side; if another
+program takes one between choosing and binding, :meth:`Stack.start` retries once on fresh ports. Each
+model server runs as its own ``epp-sim`` process so a test can stop one (:meth:`Stack.stop_server`),
+or all in one process (``StackSpec.single_sim_process``, cheaper for the benchmark). Envoy is (re)started
+with any variant of :mod:`epp.envoy_config` (:meth:`Stack.start_envoy`), the picker can be stopped and
+started again (:meth:`Stack.stop_picker` / :meth:`Stack.start_picker`) to exercise failure modes.
 """
 
 from __future__ import annotations
