@@ -6,6 +6,11 @@ results of the load generator, counters read from the servers' ``/metrics`` befo
 is our picker, and a timeline of per-replica running+waiting requests sampled during the run.
 :func:`summarize` turns it into the figures of the report table; :func:`write_report` writes
 ``report.md`` and the plots.
+
+Per-replica shares count every replica of the fleet (``RouterRun.servers``), so one that got no
+request shows as a share of 0 (max/min = inf). "idle while queued" is the fraction of load samples in
+which some replica had nothing to do while another held more than ``max_num_seqs`` requests (so some
+were waiting): the herding/hot-spot symptom.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class RouterRun:
     picker_cpu_s: float | None = None
     timeline: list[tuple[float, dict[str, int]]] = field(default_factory=list)  # (t, port -> load)
     notes: list[str] = field(default_factory=list)
+    servers: list[str] = field(default_factory=list)  # every replica's label: those given no request count
+    max_num_seqs: int = 16  # load above this on a replica means requests wait in its queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +65,7 @@ class Summary:
     decision_p50: float
     decision_p99: float
     cpu_s_per_1k: float
+    idle_while_queued: float = math.nan  # fraction of load samples with one replica idle, another queueing
 
     def row(self) -> list[str]:
         def ms(v: float) -> str:
@@ -83,6 +91,7 @@ class Summary:
             num(self.decision_p50 * 1000, ".2f") if not math.isnan(self.decision_p50) else "–",
             num(self.decision_p99 * 1000, ".2f") if not math.isnan(self.decision_p99) else "–",
             num(self.cpu_s_per_1k, ".2f"),
+            "–" if math.isnan(self.idle_while_queued) else f"{self.idle_while_queued:.0%}",
         ]
 
 
@@ -103,6 +112,7 @@ HEADER = [
     "decide p50 ms",
     "decide p99 ms",
     "picker CPU s/1k req",
+    "idle while queued",
 ]
 
 
@@ -134,7 +144,7 @@ def summarize(run: RouterRun) -> Summary:
     e2e = [r.e2e for r in ok if r.e2e is not None]
     out_tokens = sum(r.output_tokens for r in ok)
     dur = run.duration_s if run.duration_s > 0 else math.nan
-    shares: dict[str, int] = {}
+    shares: dict[str, int] = dict.fromkeys(run.servers, 0)
     for r in ok:
         if r.server:
             shares[r.server] = shares.get(r.server, 0) + 1
@@ -163,7 +173,20 @@ def summarize(run: RouterRun) -> Summary:
         cpu_s_per_1k=(run.picker_cpu_s / len(run.results) * 1000)
         if run.picker_cpu_s is not None and run.results
         else math.nan,
+        idle_while_queued=_idle_while_queued(run),
     )
+
+
+def _idle_while_queued(run: RouterRun) -> float:
+    """Fraction of timeline samples where a replica had no request while another had some waiting."""
+    if not run.timeline:
+        return math.nan
+    labels = run.servers or sorted({p for _, loads in run.timeline for p in loads})
+    bad = 0
+    for _t, loads in run.timeline:
+        values = [loads.get(label, 0) for label in labels]
+        bad += min(values) == 0 and max(values) > run.max_num_seqs
+    return bad / len(run.timeline)
 
 
 def markdown_table(rows: Sequence[Sequence[str]], header: Sequence[str] = HEADER) -> str:

@@ -27,6 +27,7 @@ __all__ = [
     "LOAD_ONLY_CONFIG",
     "PREFIX_ONLY_CONFIG",
     "ROUTERS",
+    "TUNED_CONFIG",
     "RouterSpec",
     "RunningRouter",
     "running_router",
@@ -65,6 +66,32 @@ schedulingProfiles:
 """
 )
 
+# A proposal measured against the default (docs/bench.md): the picker's own in-flight count reacts to
+# a dispatch at once (the scraped queue and KV gauges lag by up to a scrape interval), and cold
+# requests (no prefix anywhere) are spread least-recently-used-first, so new prefixes start on
+# different replicas instead of wherever the stale gauges looked lightest.
+TUNED_CONFIG = (
+    _HEAD
+    + """\
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: active-request-scorer
+- type: no-hit-lru-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 2}
+  - {pluginRef: kv-cache-utilization-scorer, weight: 1}
+  - {pluginRef: prefix-cache-scorer, weight: 3}
+  - {pluginRef: active-request-scorer, weight: 1}
+  - {pluginRef: no-hit-lru-scorer, weight: 1}
+  - {pluginRef: max-score-picker}
+"""
+)
+
 
 @dataclass(frozen=True, slots=True)
 class RouterSpec:
@@ -89,6 +116,7 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-default", "picker"),
         RouterSpec("picker-load-only", "picker", config=LOAD_ONLY_CONFIG),
         RouterSpec("picker-prefix-only", "picker", config=PREFIX_ONLY_CONFIG),
+        RouterSpec("picker-tuned", "picker", config=TUNED_CONFIG),
     )
 }
 

@@ -95,6 +95,7 @@ async def _measure(
                 after[u].prefix_queries - before[u].prefix_queries for u in after if u in before
             ),
             timeline=timeline,
+            servers=list(running.server_labels),
         )
         if len(after) < len(urls):
             run.notes.append(f"only {len(after)} of {len(urls)} servers answered /metrics after the run")

@@ -15,6 +15,10 @@ that spreads every group over every server thrashes it and pays 0.8 s of serial 
 rate (12 simulated req/s) is above what round-robin can prefill (about 7 req/s for the fleet) and well
 below what a cache-hitting fleet can (more than 40 req/s), so queueing decides the tail.
 
+few-prefixes: 3 groups at 40 simulated req/s (real time: the clock is not sped up, to spare the CPU),
+more than three cache-hitting servers can prefill (about 12 req/s each), so sending each group only to
+the server that holds it leaves one server idle while the others queue.
+
 ``smoke`` scales a scenario down (fewer requests, faster clock) for the end-to-end test;
 ``quick`` is what ``make bench`` runs.
 """
@@ -86,7 +90,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "few-prefixes",
             "few-prefixes",
-            replace(_SHARED, groups=3, prompts_per_group=80, rate=16.0),
+            replace(_SHARED, groups=3, prompts_per_group=100, rate=40.0),
+            time_scale=1.0,
         ),
         Scenario("no-sharing", "no-sharing", replace(_SHARED, requests=160, system_tokens=900, rate=4.0)),
         Scenario(

@@ -5,8 +5,8 @@
   ``vllm-router-cache-aware``: TTFT p90 and hit rate at least as good.
 * no-sharing: ``picker-default`` output throughput within 10% of the best load-only router
   (:data:`LOAD_ONLY`) and TTFT p90 at most 1.1x of that router's.
-* few-prefixes and bursty: the busiest replica gets at most 1.5x the mean share of requests under
-  ``picker-default``.
+* few-prefixes and bursty, ``picker-default``: the busiest replica gets at most 1.5x the mean share
+  of requests, and in at most 5% of the load samples a replica sits idle while another queues.
 
 A target whose routers were not run is reported as ``SKIP`` with the reason; nothing is silently left
 out. Each line is ``PASS|MISS|SKIP <scenario>: <what> (<figures>)``.
@@ -127,7 +127,13 @@ def _balance(name: str, s: Mapping[str, Summary]) -> list[str]:
             name,
             "busiest replica at most 1.5x the mean share",
             f"{pick.share_max_vs_mean:.2f}x the mean, max/min {pick.share_max_min:.2f}",
-        )
+        ),
+        _line(
+            not pick.idle_while_queued > 0.05,
+            name,
+            "no replica idle while another queues (in at most 5% of load samples)",
+            f"{pick.idle_while_queued:.0%} of samples",
+        ),
     ]
 
 

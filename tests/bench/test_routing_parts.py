@@ -87,7 +87,7 @@ def test_shared_prefix_targets_pass_and_miss() -> None:
 
 def test_balance_and_no_sharing_targets() -> None:
     hot = _summary("picker-default", share_max_vs_mean=1.8, share_max_min=4.0)
-    assert check("few-prefixes", {"picker-default": hot})[0].startswith("MISS")
+    assert [x.split()[0] for x in check("few-prefixes", {"picker-default": hot})] == ["MISS", "PASS"]
     pick = _summary("picker-default", output_tps=95, ttft_p90=1.05)
     lr = _summary("envoy-least-request", output_tps=100, ttft_p90=1.0)
     assert [x.split()[0] for x in check("no-sharing", {s.router: s for s in (pick, lr)})] == ["PASS", "PASS"]
@@ -101,3 +101,17 @@ def test_scenarios_name_known_routers_and_smoke_shrinks() -> None:
     small = smoke(SCENARIOS["shared-prefix"])
     assert small.params.groups * small.params.prompts_per_group < 100
     assert small.time_scale > SCENARIOS["shared-prefix"].time_scale
+
+
+def test_shares_count_idle_replicas_and_idle_while_queued() -> None:
+    from bench.loadgen import RequestResult
+    from bench.report import RouterRun, summarize
+
+    results = [RequestResult(index=i, group="g", sent_at=0.0, status=200, ttft=0.1, e2e=0.2, server="a")
+               for i in range(4)]  # fmt: skip
+    run = RouterRun(router="r", scenario="s", results=results, duration_s=1.0, servers=["a", "b"],
+                    timeline=[(0.0, {"a": 20, "b": 0}), (0.5, {"a": 3, "b": 2})])  # fmt: skip
+    s = summarize(run)
+    assert s.share_max_min == math.inf
+    assert s.share_max_vs_mean == pytest.approx(2.0)
+    assert s.idle_while_queued == pytest.approx(0.5)
