@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import math
 import os
@@ -379,7 +380,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--itl", default="100us", help="simulated inter-token latency (default 100us)")
     p.add_argument("--picker-args", default="", help="extra picker flags, e.g. '--grpc-engine=grpcio'")
-    p.add_argument("--out", type=Path, default=Path("bench-results/extproc-envoy"))
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default bench/results/<UTC date>/extproc-envoy)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.seconds, args.concurrency = 2.0, [1, 16]
@@ -390,6 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"[extproc-envoy] load generator: {generator}")
     points = run(args)
     table, checks = report(points), verdicts(points)
+    if args.out is None:
+        day = dt.datetime.now(dt.UTC).date().isoformat()
+        args.out = Path(__file__).resolve().parents[1] / "bench" / "results" / day / "extproc-envoy"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "points.json").write_text(json.dumps([asdict(p) for p in points], indent=1))
     (args.out / "report.md").write_text(table + "\n\n" + "\n".join(f"- {c}" for c in checks) + "\n")
