@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from epp.server.histogram import FastHistogram as Histogram
 from scheduler.types import Completion, Outcome
 
 __all__ = ["RequestMetrics", "SchedulerMetrics", "register_info"]
