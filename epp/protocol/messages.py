@@ -15,13 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import orjson
-from envoy.config.core.v3.base_pb2 import HeaderValue, HeaderValueOption
+from envoy.config.core.v3.base_pb2 import HeaderValueOption
 from envoy.service.ext_proc.v3.external_processor_pb2 import (
     BodyMutation,
     BodyResponse,
     CommonResponse,
     HeaderMutation,
-    HeadersResponse,
     ImmediateResponse,
     ProcessingResponse,
     TrailersResponse,
@@ -47,13 +46,16 @@ _OVERWRITE = HeaderValueOption.HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD
 
 def header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> HeaderMutation:
     """Overwrite-or-add every header of ``set_headers`` (as raw values) and remove ``remove``."""
-    return HeaderMutation(
-        set_headers=[
-            HeaderValueOption(header=HeaderValue(key=k, raw_value=v.encode()), append_action=_OVERWRITE)
-            for k, v in set_headers.items()
-        ],
-        remove_headers=list(remove),
-    )
+    mutation = HeaderMutation()
+    add = mutation.set_headers.add  # filling fields in place is ~3x faster than nested constructors (upb)
+    for key, value in set_headers.items():
+        option = add()
+        header = option.header
+        header.key = key
+        header.raw_value = value.encode()
+        option.append_action = _OVERWRITE
+    mutation.remove_headers.extend(remove)
+    return mutation
 
 
 def routing_metadata(destination: str) -> Struct:
@@ -70,8 +72,16 @@ def headers_response(
     metadata: Struct | None = None,
 ) -> ProcessingResponse:
     """A HeadersResponse for ``phase`` (``"request_headers"`` or ``"response_headers"``)."""
-    common = CommonResponse(header_mutation=mutation, clear_route_cache=clear_route_cache)
-    return ProcessingResponse(**{phase: HeadersResponse(response=common)}, dynamic_metadata=metadata)
+    reply = ProcessingResponse()
+    common = getattr(reply, phase).response
+    common.SetInParent()  # an empty CommonResponse is still sent (as the nested constructors did)
+    if mutation is not None:
+        common.header_mutation.CopyFrom(mutation)
+    if clear_route_cache:
+        common.clear_route_cache = True
+    if metadata is not None:
+        reply.dynamic_metadata.CopyFrom(metadata)
+    return reply
 
 
 def body_response(
