@@ -1,7 +1,8 @@
 """A bounded ring of recent scheduling decisions, for ``/debug/decisions``.
 
-Appending is O(1) and allocation-light (the record objects are the scheduler's own immutable values,
-rendered to JSON only when the endpoint is read). Oldest entries fall off past ``capacity``.
+Appending is O(1) and allocation-light (one tuple of the scheduler's own immutable values; the
+:class:`DecisionEntry` and its JSON are built only when the endpoint is read). Oldest entries fall
+off past ``capacity``.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class DecisionLog:
     def __init__(self, capacity: int = 256, clock: Callable[[], float] = time.time) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self._ring: deque[DecisionEntry] = deque(maxlen=capacity)
+        self._ring: deque[tuple[float, LLMRequest, SchedulingResult, float]] = deque(maxlen=capacity)
         self._clock = clock
 
     @property
@@ -60,11 +61,11 @@ class DecisionLog:
         return self._ring.maxlen or 0
 
     def add(self, request: LLMRequest, result: SchedulingResult, schedule_seconds: float) -> None:
-        self._ring.append(DecisionEntry(self._clock(), request, result, schedule_seconds))
+        self._ring.append((self._clock(), request, result, schedule_seconds))
 
     def last(self, n: int) -> list[dict[str, Any]]:
         """The newest ``n`` decisions as JSON-ready dicts, newest first."""
         if n <= 0:
             return []
         ring = self._ring
-        return [ring[-1 - i].to_dict() for i in range(min(n, len(ring)))]
+        return [DecisionEntry(*ring[-1 - i]).to_dict() for i in range(min(n, len(ring)))]
