@@ -127,7 +127,7 @@ class SchedulerProfile:
                 totals = [t + weight * s for t, s in zip(totals, clamped, strict=True)]
             current = "pick"
             picker = plugin = self.picker
-            scored = [ScoredEndpoint(e, t) for e, t in zip(candidates, totals, strict=True)]
+            scored = list(map(ScoredEndpoint, candidates, totals))  # equal lengths: checked per scorer
             t0 = perf_counter()
             picked = tuple(picker.pick(cycle, request, scored))
             observer.observe_plugin("pick", picker.plugin_type, picker.name, perf_counter() - t0)
@@ -138,7 +138,8 @@ class SchedulerProfile:
             observer.plugin_error(current, ptype, pname, exc)
             reason = f'profile "{self.name}": {current} plugin {where} failed: {exc}'
             return None, self._failed(steps, reason)
-        decision = self._decision(steps, tuple(e.address for e in candidates), scores, tuple(totals), picked)
+        addresses = tuple([e.address for e in candidates])
+        decision = self._decision(steps, addresses, scores, tuple(totals), picked)
         return ProfileResult(self.name, picked, self.shadow), decision
 
     @staticmethod
@@ -174,7 +175,7 @@ class SchedulerProfile:
         totals: tuple[float, ...],
         picked: tuple[ScoredEndpoint, ...],
     ) -> ProfileDecision:
-        addresses = tuple(p.endpoint.address for p in picked)
+        addresses = tuple([p.endpoint.address for p in picked])
         return ProfileDecision(
             self.name, tuple(steps), candidates, scores, self._weights, totals, self.picker.name, addresses
         )
@@ -183,6 +184,11 @@ class SchedulerProfile:
 def _check_picked(picked: tuple[ScoredEndpoint, ...], candidates: Sequence[EndpointView]) -> None:
     if not picked:
         raise PluginContractError("picked no endpoint")
+    if len(picked) == 1:  # the common case: one candidate object picked
+        chosen = picked[0].endpoint
+        for e in candidates:
+            if e is chosen:
+                return
     addresses = [p.endpoint.address for p in picked]
     if len(set(addresses)) != len(addresses):
         raise PluginContractError(f"picked an endpoint twice: {addresses}")

@@ -151,7 +151,7 @@ class Scheduler:
                 results[name] = result
                 decisions.append(decision)
         shadow = self._shadow
-        routed = {n: r for n, r in results.items() if n not in shadow}
+        routed = {n: r for n, r in results.items() if n not in shadow} if shadow else results
         try:
             outcome: SchedulingResult = self._call_handler(
                 "process_results", handler.process_results, cycle, request, routed
@@ -163,7 +163,7 @@ class Scheduler:
             label = f'{handler.plugin_type} "{handler.name}"'
             raise SchedulingError(f"profile handler {label} returned a result without endpoints")
         shadow_run = tuple(n for n in results if n in shadow)
-        profile_results = dict(outcome.profile_results)
+        profile_results = dict(outcome.profile_results) if shadow_run else outcome.profile_results
         for name in shadow_run:
             shadow_result = results[name]
             if shadow_result is not None:
