@@ -163,11 +163,14 @@ class Scheduler:
             label = f'{handler.plugin_type} "{handler.name}"'
             raise SchedulingError(f"profile handler {label} returned a result without endpoints")
         shadow_run = tuple(n for n in results if n in shadow)
-        profile_results = dict(outcome.profile_results) if shadow_run else outcome.profile_results
-        for name in shadow_run:
-            shadow_result = results[name]
-            if shadow_result is not None:
-                profile_results[name] = shadow_result
+        profile_results: Mapping[str, ProfileResult] = outcome.profile_results
+        if shadow_run:
+            merged = dict(profile_results)
+            for name in shadow_run:
+                shadow_result = results[name]
+                if shadow_result is not None:
+                    merged[name] = shadow_result
+            profile_results = merged
         record = DecisionRecord(request.request_id, tuple(decisions), outcome.primary_profile, shadow_run)
         return SchedulingResult(
             outcome.primary_profile, outcome.endpoints, profile_results, outcome.headers, record
