@@ -16,6 +16,7 @@ from epp.protocol.actions import (
     Action,
     Completed,
     Dispatched,
+    Observed,
     ResponseChunk,
     ResponseStarted,
     Schedule,
@@ -24,6 +25,7 @@ from epp.protocol.actions import (
 from epp.protocol.config import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_BODY_BYTES, SessionConfig
 from epp.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from epp.protocol.headers import CONTROL_HEADERS, DESTINATION_HEADER, DESTINATION_METADATA_KEY, LB_NAMESPACE
+from epp.protocol.observer import ObserverSession, ObserverState, is_observer
 from epp.protocol.session import Session, State
 from epp.protocol.subset import subset_hint
 
@@ -38,6 +40,9 @@ __all__ = [
     "Completed",
     "Dispatched",
     "LocalProtocolError",
+    "Observed",
+    "ObserverSession",
+    "ObserverState",
     "ProtocolError",
     "RemoteProtocolError",
     "ResponseChunk",
@@ -47,5 +52,6 @@ __all__ = [
     "Session",
     "SessionConfig",
     "State",
+    "is_observer",
     "subset_hint",
 ]

@@ -14,6 +14,9 @@ All are frozen, slotted dataclasses. The loop handles each in the order returned
   with ``SessionConfig.response_chunks=True``): fire ``on_response_chunk``.
 * :class:`Completed`: the dispatched request ended: fire ``on_completed``. Exactly once per
   :class:`Dispatched`, whatever the path (end of response, trailers, error, ``abort``).
+* :class:`Observed`: an observer stream (see :mod:`epp.protocol.observer`) saw a complete response:
+  account its usage against the routed request with the same ``request_id``. Never emitted by
+  :class:`~epp.protocol.session.Session`.
 
 Ordering guarantee: in one batch, :class:`Dispatched` and :class:`Completed` come **before** the
 :class:`Send` actions of that batch. Envoy may close the stream as soon as it has the last response it
@@ -28,9 +31,18 @@ from dataclasses import dataclass
 
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
 
-from scheduler.types import Completion, LLMRequest, SchedulingResult
+from scheduler.types import Completion, LLMRequest, SchedulingResult, Usage
 
-__all__ = ["Action", "Completed", "Dispatched", "ResponseChunk", "ResponseStarted", "Schedule", "Send"]
+__all__ = [
+    "Action",
+    "Completed",
+    "Dispatched",
+    "Observed",
+    "ResponseChunk",
+    "ResponseStarted",
+    "Schedule",
+    "Send",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,4 +101,22 @@ class Completed:
     completion: Completion
 
 
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """An observed response ended: HTTP ``status``, ``streaming``, its ``usage`` and body size.
+
+    ``request_id`` is the ``x-request-id`` of the observer stream's request headers ("" when absent).
+    ``complete`` is False when the upstream ended the response with a non-zero ``grpc-status``
+    trailer; ``usage`` is zeros for non-2xx responses or when the model server reported none.
+    """
+
+    request_id: str
+    status: int
+    streaming: bool
+    usage: Usage
+    response_bytes: int
+    complete: bool
+
+
 Action = Send | Schedule | Dispatched | ResponseStarted | ResponseChunk | Completed
+"""What :class:`~epp.protocol.session.Session` returns (:class:`Observed` is not one of them)."""

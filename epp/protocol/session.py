@@ -157,6 +157,12 @@ class Session:
         """True between :meth:`scheduled` and the :class:`Completed` action."""
         return self.state in (State.DISPATCHED, State.RESPONDING)
 
+    @property
+    def sees_response_body(self) -> bool:
+        """False when the proxy's response body mode is NONE: the body (its size, its usage) is not
+        seen on this stream (in the ``observability`` variant an observer stream sees it instead)."""
+        return bool(self._response_mode != _NONE)
+
     def receive(self, msg: ProcessingRequest) -> list[Action]:
         """Process one message from the proxy; return the actions to perform, in order.
 

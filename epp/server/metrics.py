@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from epp.server.histogram import FastHistogram as Histogram
-from scheduler.types import Completion, Outcome
+from scheduler.types import Completion, Outcome, Usage
 
 __all__ = ["RequestMetrics", "SchedulerMetrics", "register_info"]
 
@@ -103,9 +103,13 @@ class RequestMetrics:
         self.errors.labels(model, target, error_code).inc()
 
     def completed(
-        self, model: str, target: str, completion: Completion, seconds: float, response_bytes: int
+        self, model: str, target: str, completion: Completion, seconds: float, response_bytes: int | None
     ) -> None:
-        """A dispatched request ended (any outcome); ``seconds`` since it was received."""
+        """A dispatched request ended (any outcome); ``seconds`` since it was received.
+
+        ``response_bytes`` None: the stream did not see the response body (its size and usage are
+        recorded by :meth:`observed` when an observer stream reports them).
+        """
         c = self._bound(model, target)
         c.running.dec()
         if completion.outcome is not Outcome.OK:
@@ -115,8 +119,16 @@ class RequestMetrics:
             self.failed(model, target, code)
             return
         c.duration.observe(seconds)
+        if response_bytes is not None:
+            self._usage(c, completion.usage, seconds, response_bytes)
+
+    def observed(self, model: str, target: str, usage: Usage, seconds: float, response_bytes: int) -> None:
+        """An observer stream saw a successful response end, ``seconds`` after the request was received."""
+        self._usage(self._bound(model, target), usage, seconds, response_bytes)
+
+    @staticmethod
+    def _usage(c: _Children, usage: Usage, seconds: float, response_bytes: int) -> None:
         c.resp_size.observe(response_bytes)
-        usage = completion.usage
         if usage.prompt_tokens:
             c.input.observe(usage.prompt_tokens)
             c.cached.observe(usage.cached_tokens)

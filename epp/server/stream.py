@@ -17,6 +17,16 @@ request log); :meth:`StreamCore.open` makes an :class:`ExtProcStream` per stream
 answered inline by the router (its actions join the batch), ``Dispatched`` / ``ResponseStarted`` /
 ``ResponseChunk`` / ``Completed`` fire the scheduler's hooks and the metrics synchronously, ``Send``
 responses are returned in order. Hook and metric failures are logged, never raised.
+
+Observer streams (``ProcessingRequest.observability_mode`` on the first message, the second ext_proc
+filter of the ``observability`` Envoy variant) are driven by an
+:class:`~epp.protocol.observer.ObserverSession` instead: never scheduled, never answered (Envoy ignores
+answers in that mode, so nothing is sent). A routing stream whose response body mode is NONE registers
+its request in :class:`~epp.server.awaiting.AwaitingUsage` at dispatch; the observer stream with the same
+``x-request-id`` takes it when its response ends and records the response size and usage metrics
+(tokens, NTPOT measured from the routing stream's start). The routing stream then records no response
+size or usage, so nothing is counted twice. Scheduler completion hooks fire only from the routing
+stream (exactly once per dispatch); observer streams feed metrics only.
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, 
 from epp.protocol import (
     Completed,
     Dispatched,
+    Observed,
+    ObserverSession,
     ResponseChunk,
     ResponseStarted,
     Schedule,
@@ -38,6 +50,7 @@ from epp.protocol import (
     SessionConfig,
     State,
 )
+from epp.server.awaiting import AwaitingUsage
 from epp.server.metrics import RequestMetrics
 from epp.server.request_log import RequestLog
 from epp.server.routing import Router
@@ -59,6 +72,7 @@ class StreamCore:
         metrics: RequestMetrics,
         request_log: RequestLog | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        awaiting: AwaitingUsage | None = None,
     ) -> None:
         self.config = config
         self.router = router
@@ -66,8 +80,11 @@ class StreamCore:
         self.metrics = metrics
         self.request_log = request_log
         self.clock = clock
+        self.awaiting = awaiting if awaiting is not None else AwaitingUsage(clock=clock)
         self.active_streams = 0
         self.completions = 0
+        self.observations = 0  # observer reports matched to a routed request
+        self.unmatched_observations = 0  # observer reports with no awaiting request
 
     def open(self) -> ExtProcStream:
         self.active_streams += 1
@@ -88,7 +105,25 @@ class StreamCore:
                 "lifecycle hook failed", request_id=request.request_id, action=type(action).__name__
             )
 
-    def completed(self, action: Completed, seconds: float, response_bytes: int) -> None:
+    def observed(self, action: Observed) -> None:
+        """An observer stream's response ended: record its usage against the awaiting request."""
+        entry = self.awaiting.take(action.request_id)
+        if entry is None:
+            self.unmatched_observations += 1
+            _log.debug("observed response of no awaiting request", request_id=action.request_id)
+            return
+        self.observations += 1
+        if not action.complete or not 200 <= action.status < 300:
+            return  # the routing stream's completion already counts the failure
+        try:
+            seconds = self.clock() - entry.started
+            self.metrics.observed(
+                entry.model, entry.target_model, action.usage, seconds, action.response_bytes
+            )
+        except Exception:
+            _log.exception("usage metrics failed", request_id=action.request_id)
+
+    def completed(self, action: Completed, seconds: float, response_bytes: int | None) -> None:
         request, result, completion = action.request, action.result, action.completion
         self.completions += 1
         try:
@@ -108,6 +143,7 @@ class ExtProcStream:
         "_start",
         "completion",
         "error",
+        "observer",
         "result",
         "schedule_seconds",
         "session",
@@ -123,10 +159,13 @@ class ExtProcStream:
         self.completion: Completion | None = None
         self.result: SchedulingResult | None = None
         self.error: str | None = None
+        self.observer: ObserverSession | None = None
 
     @property
     def finished(self) -> bool:
         """Nothing more will be sent: the request was answered, or its response completed."""
+        if self.observer is not None:
+            return self.observer.finished
         return self.session.state in _FINISHED
 
     @property
@@ -137,6 +176,8 @@ class ExtProcStream:
         """The responses to send for ``msg``, in order. Raises RemoteProtocolError."""
         core = self._core
         session = self.session
+        if self.observer is not None or (session.state is State.HEADERS and msg.observability_mode):
+            return self._observe(msg)
         if msg.HasField("response_body"):
             self._response_bytes += len(msg.response_body.body)
         out: list[ProcessingResponse] = []
@@ -152,12 +193,29 @@ class ExtProcStream:
                 actions.extend(more)
             elif isinstance(action, Completed):
                 self.completion = action.completion
-                core.completed(action, core.clock() - self._start, self._response_bytes)
+                core.completed(action, core.clock() - self._start, self._body_bytes())
             else:
                 if isinstance(action, Dispatched):
                     self.result = action.result
+                    if not session.sees_response_body:
+                        request = action.request
+                        core.awaiting.expect(
+                            request.request_id, request.model, request.target_model, self._start
+                        )
                 core.hook(action)
         return out
+
+    def _observe(self, msg: ProcessingRequest) -> list[ProcessingResponse]:
+        """An observer stream's message: report a finished response; nothing is ever answered."""
+        observer = self.observer
+        if observer is None:
+            observer = self.observer = ObserverSession(self._core.config.usage_capture_bytes)
+        for action in observer.receive(msg):
+            self._core.observed(action)
+        return []
+
+    def _body_bytes(self) -> int | None:
+        return self._response_bytes if self.session.sees_response_body else None
 
     def end(self, outcome: Outcome) -> None:
         """The stream is over: complete an open dispatch with ``outcome``, log the request. Idempotent."""
@@ -166,10 +224,13 @@ class ExtProcStream:
         self._closed = True
         core = self._core
         core.active_streams -= 1
+        if self.observer is not None:
+            self.observer.abort()
+            return
         for action in self.session.abort(outcome):
             if isinstance(action, Completed):
                 self.completion = action.completion
-                core.completed(action, core.clock() - self._start, self._response_bytes)
+                core.completed(action, core.clock() - self._start, self._body_bytes())
         if core.request_log is not None:
             core.request_log.stream_ended(
                 self.session.request,
