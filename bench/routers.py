@@ -34,63 +34,13 @@ __all__ = [
     "vllm_router_binary",
 ]
 
-_HEAD = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "deploy" / "configs"
 
-LOAD_ONLY_CONFIG = (
-    _HEAD
-    + """\
-plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - {pluginRef: queue-scorer, weight: 2}
-  - {pluginRef: kv-cache-utilization-scorer, weight: 2}
-  - {pluginRef: max-score-picker}
-"""
-)
-
-PREFIX_ONLY_CONFIG = (
-    _HEAD
-    + """\
-plugins:
-- type: prefix-cache-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - {pluginRef: prefix-cache-scorer, weight: 1}
-  - {pluginRef: max-score-picker}
-"""
-)
-
-# A proposal measured against the default (docs/bench.md): the picker's own in-flight count reacts to
-# a dispatch at once (the scraped queue and KV gauges lag by up to a scrape interval), and cold
-# requests (no prefix anywhere) are spread least-recently-used-first, so new prefixes start on
-# different replicas instead of wherever the stale gauges looked lightest.
-TUNED_CONFIG = (
-    _HEAD
-    + """\
-plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: prefix-cache-scorer
-- type: active-request-scorer
-- type: no-hit-lru-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - {pluginRef: queue-scorer, weight: 2}
-  - {pluginRef: kv-cache-utilization-scorer, weight: 1}
-  - {pluginRef: prefix-cache-scorer, weight: 3}
-  - {pluginRef: active-request-scorer, weight: 1}
-  - {pluginRef: no-hit-lru-scorer, weight: 1}
-  - {pluginRef: max-score-picker}
-"""
-)
+# The picker profiles compared in the report, shipped as ready-to-use files in deploy/configs/:
+# load-only and prefix-only baselines, and the tuned profile measured against GIE's default there.
+LOAD_ONLY_CONFIG = (CONFIG_DIR / "load-only.yaml").read_text()
+PREFIX_ONLY_CONFIG = (CONFIG_DIR / "prefix-only.yaml").read_text()
+TUNED_CONFIG = (CONFIG_DIR / "tuned.yaml").read_text()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,38 @@
+"""The EndpointPickerConfig files shipped in deploy/configs/ load exactly as the server loads them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from epp.config_sections import load_picker_config
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "deploy" / "configs").glob("*.yaml"))
+
+
+def test_configs_are_shipped() -> None:
+    assert {p.name for p in CONFIGS} >= {"tuned.yaml", "load-only.yaml", "prefix-only.yaml"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_config_loads_and_builds_a_scheduler(path: Path) -> None:
+    loaded = load_picker_config(str(path), None)
+    loaded.config.build_scheduler()
+    profiles = loaded.config.render()
+    assert "schedulingProfiles" in profiles and "max-score-picker" in profiles
+
+
+TUNED_PLUGINS = (
+    "queue-scorer",
+    "kv-cache-utilization-scorer",
+    "prefix-cache-scorer",
+    "active-request-scorer",
+    "no-hit-lru-scorer",
+)
+
+
+def test_tuned_profile_adds_in_flight_and_cold_spread_to_gie_default() -> None:
+    tuned = next(p for p in CONFIGS if p.name == "tuned.yaml")
+    rendered = load_picker_config(str(tuned), None).config.render()
+    assert all(plugin in rendered for plugin in TUNED_PLUGINS)
