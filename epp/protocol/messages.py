@@ -36,6 +36,7 @@ __all__ = [
     "header_mutation",
     "headers_response",
     "immediate_error",
+    "routing_headers_response",
     "routing_metadata",
     "streamed_body",
     "trailers_response",
@@ -47,6 +48,11 @@ _OVERWRITE = HeaderValueOption.HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD
 def header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> HeaderMutation:
     """Overwrite-or-add every header of ``set_headers`` (as raw values) and remove ``remove``."""
     mutation = HeaderMutation()
+    _fill_mutation(mutation, set_headers, remove)
+    return mutation
+
+
+def _fill_mutation(mutation: HeaderMutation, set_headers: Mapping[str, str], remove: Iterable[str]) -> None:
     add = mutation.set_headers.add  # filling fields in place is ~3x faster than nested constructors (upb)
     for key, value in set_headers.items():
         option = add()
@@ -55,7 +61,22 @@ def header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) 
         header.raw_value = value.encode()
         option.append_action = _OVERWRITE
     mutation.remove_headers.extend(remove)
-    return mutation
+
+
+def routing_headers_response(
+    set_headers: Mapping[str, str], remove: Iterable[str], destination: str
+) -> ProcessingResponse:
+    """``headers_response("request_headers", header_mutation(set_headers, remove), True,
+    routing_metadata(destination))``, built in place (no copies of the mutation and metadata)."""
+    reply = ProcessingResponse()
+    common = reply.request_headers.response
+    mutation = common.header_mutation
+    mutation.SetInParent()
+    _fill_mutation(mutation, set_headers, remove)
+    common.clear_route_cache = True
+    lb = reply.dynamic_metadata.fields[LB_NAMESPACE].struct_value
+    lb.fields[DESTINATION_METADATA_KEY].string_value = destination
+    return reply
 
 
 def routing_metadata(destination: str) -> Struct:

@@ -15,12 +15,12 @@ The FULL_DUPLEX_STREAMED single-chunk case is the per-token hot path and builds 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3.external_processor_pb2 import (
-    HeaderMutation,
     ProcessingResponse,
 )
-from google.protobuf.struct_pb2 import Struct
 
 from epp.protocol import messages as m
 from epp.protocol.headers import CONTENT_LENGTH
@@ -35,8 +35,9 @@ def routing_replies(
     *,
     request_mode: int,
     header_only: bool,
-    mutation: HeaderMutation,
-    metadata: Struct,
+    set_headers: Mapping[str, str],
+    remove: Sequence[str],
+    destination: str,
     body: bytes,
     changed_body: bytes | None,
     chunk_size: int,
@@ -44,13 +45,19 @@ def routing_replies(
 ) -> list[ProcessingResponse]:
     """The responses that route a request (see the module docstring)."""
     if header_only or request_mode == _FULL_DUPLEX:
-        out = [m.headers_response("request_headers", mutation, clear_route_cache=True, metadata=metadata)]
+        out = [m.routing_headers_response(set_headers, remove, destination)]
         if not header_only:
             forward = body if changed_body is None else changed_body
             out.extend(m.streamed_body("request_body", forward, chunk_size, not trailers))
     else:
         out = [
-            m.body_response("request_body", mutation, changed_body, clear_route_cache=True, metadata=metadata)
+            m.body_response(
+                "request_body",
+                m.header_mutation(set_headers, remove),
+                changed_body,
+                clear_route_cache=True,
+                metadata=m.routing_metadata(destination),
+            )
         ]
     if trailers:
         out.append(m.trailers_response("request_trailers"))

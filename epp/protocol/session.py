@@ -199,12 +199,12 @@ class Session:
             set_headers[REQUEST_ID_HEADER] = self._generated_id
         if self._changed_body is not None:
             set_headers[CONTENT_LENGTH] = str(len(self._changed_body))
-        mutation = m.header_mutation(set_headers, [h for h in CONTROL_HEADERS if h in self._headers])
         replies = routing_replies(
             request_mode=self._request_mode,
             header_only=self._header_only,
-            mutation=mutation,
-            metadata=m.routing_metadata(destination),
+            set_headers=set_headers,
+            remove=[h for h in CONTROL_HEADERS if h in self._headers],
+            destination=destination,
             body=self._body,
             changed_body=self._changed_body,
             chunk_size=self._config.chunk_size,
