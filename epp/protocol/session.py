@@ -17,6 +17,7 @@ States and the messages each accepts (anything else raises RemoteProtocolError):
     RESPONDING  --response_body-->    RESPONDING | COMPLETE (end_of_stream)
     RESPONDING  --response_trailers-> COMPLETE
     COMPLETE    --response_trailers-> COMPLETE
+    DISPATCHED  --observed_end()-->   CLOSED (the response phase was seen by an observer stream)
     any         --abort()-->          CLOSED
 
 Body modes come from ``ProcessingRequest.protocol_config`` (sent by Envoy on a stream's first
@@ -233,6 +234,26 @@ class Session:
         out = self._complete(outcome) if self.dispatched else []
         self.state = State.CLOSED
         return out
+
+    def observed_end(self, status: int, usage: Usage, complete: bool) -> list[Action]:
+        """An observer stream saw the response of this dispatch end (this stream skipped that phase).
+
+        ``[Completed]`` with outcome OK and ``usage`` for a ``complete`` 2xx response, else
+        UPSTREAM_ERROR with ``status``; ``[]`` when no dispatch is open. The session is CLOSED afterwards.
+        """
+        if not self.dispatched:
+            self.state = State.CLOSED
+            return []
+        assert self._request is not None and self._result is not None
+        ok = complete and 200 <= status < 300
+        completion = Completion(
+            outcome=Outcome.OK if ok else Outcome.UPSTREAM_ERROR,
+            status_code=status,
+            served_endpoint=self._served,
+            usage=usage if ok else Usage(),
+        )
+        self.state = State.CLOSED
+        return [Completed(self._request, self._result, completion)]
 
     # ------------------------------------------------------------------------------- request path
 

@@ -6,9 +6,14 @@ ext_proc stream in observability mode does (see :mod:`epp.protocol.observer`). B
 response body dispatches a request, :meth:`AwaitingUsage.expect` remembers its model labels and start
 time; the observer stream :meth:`~AwaitingUsage.take`\\ s the entry when its response ends.
 
+A routing stream that ends before the response (Envoy closes it right after routing when the response
+phase is skipped) may :meth:`~AwaitingUsage.defer` its completion: it attaches a ``finish`` callback to
+the entry, which the observer calls with its :class:`~epp.protocol.actions.Observed` report, or which is
+called with None when the entry expires or is evicted (complete with the routing stream's own outcome).
+
 Bounds: at most ``capacity`` entries (the oldest is dropped beyond), each kept at most ``ttl_s`` seconds
-(a request whose observer never comes, e.g. with a config that has no observer filter). Entries are
-kept in insertion order, which is expiry order, so every operation is O(1) amortised.
+(a request whose observer never comes). Entries are kept in insertion order, which is expiry order, so
+every operation is O(1) amortised.
 """
 
 from __future__ import annotations
@@ -18,10 +23,17 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_CAPACITY", "DEFAULT_TTL_S", "Awaited", "AwaitingUsage"]
+import structlog
+
+from epp.protocol import Observed
+
+__all__ = ["DEFAULT_CAPACITY", "DEFAULT_TTL_S", "Awaited", "AwaitingUsage", "Finish"]
 
 DEFAULT_CAPACITY = 10_000
 DEFAULT_TTL_S = 600.0
+
+Finish = Callable[[Observed | None], None]
+_log = structlog.get_logger("epp.awaiting")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +43,15 @@ class Awaited:
     model: str
     target_model: str
     started: float
+
+
+class _Entry:
+    __slots__ = ("awaited", "deadline", "finish")
+
+    def __init__(self, deadline: float, awaited: Awaited) -> None:
+        self.deadline = deadline
+        self.awaited = awaited
+        self.finish: Finish | None = None
 
 
 class AwaitingUsage:
@@ -49,7 +70,7 @@ class AwaitingUsage:
         self.capacity = capacity
         self.ttl_s = ttl_s
         self._clock = clock
-        self._entries: OrderedDict[str, tuple[float, Awaited]] = OrderedDict()
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self.dropped = 0  # entries expired or evicted before their observer came
 
     def __len__(self) -> int:
@@ -61,25 +82,38 @@ class AwaitingUsage:
             return
         now = self._clock()
         entries = self._entries
-        entries.pop(request_id, None)
-        entries[request_id] = (now + self.ttl_s, Awaited(model, target_model, started))
+        old = entries.pop(request_id, None)
+        entries[request_id] = _Entry(now + self.ttl_s, Awaited(model, target_model, started))
         self._expire(now)
         while len(entries) > self.capacity:
-            entries.popitem(last=False)
-            self.dropped += 1
+            self._drop(entries.popitem(last=False)[1])
+        if old is not None:
+            self._drop(old)
 
-    def take(self, request_id: str) -> Awaited | None:
-        """Remove and return the entry of ``request_id`` (None if unknown, consumed or expired)."""
-        now = self._clock()
-        self._expire(now)
-        item = self._entries.pop(request_id, None)
-        return None if item is None else item[1]
+    def defer(self, request_id: str, finish: Finish) -> bool:
+        """Attach ``finish`` to the entry of ``request_id``; False (nothing attached) when there is none."""
+        self._expire(self._clock())
+        entry = self._entries.get(request_id)
+        if entry is None or entry.finish is not None:
+            return False
+        entry.finish = finish
+        return True
+
+    def take(self, request_id: str) -> tuple[Awaited, Finish | None] | None:
+        """Remove the entry of ``request_id``: its request and deferred ``finish`` (None if unknown)."""
+        self._expire(self._clock())
+        entry = self._entries.pop(request_id, None)
+        return None if entry is None else (entry.awaited, entry.finish)
 
     def _expire(self, now: float) -> None:
         entries = self._entries
-        while entries:
-            deadline = next(iter(entries.values()))[0]
-            if deadline > now:
-                return
-            entries.popitem(last=False)
-            self.dropped += 1
+        while entries and next(iter(entries.values())).deadline <= now:
+            self._drop(entries.popitem(last=False)[1])
+
+    def _drop(self, entry: _Entry) -> None:
+        self.dropped += 1
+        if entry.finish is not None:
+            try:
+                entry.finish(None)
+            except Exception:
+                _log.exception("deferred completion failed")

@@ -25,19 +25,29 @@ answers in that mode, so nothing is sent). A routing stream whose response body 
 its request in :class:`~epp.server.awaiting.AwaitingUsage` at dispatch; the observer stream with the same
 ``x-request-id`` takes it when its response ends and records the response size and usage metrics
 (tokens, NTPOT measured from the routing stream's start). The routing stream then records no response
-size or usage, so nothing is counted twice. Scheduler completion hooks fire only from the routing
-stream (exactly once per dispatch); observer streams feed metrics only.
+size or usage, so nothing is counted twice.
+
+Completion: exactly once per dispatch, as always. A routing stream that saw the response headers
+completed there (``response_header_mode: SEND``); the observer then adds only usage metrics. A routing
+stream that ends while still DISPATCHED (Envoy closes it right after routing when the response phase is
+skipped, the shipped ``observability`` config) defers its completion to the observer, once this server
+has seen an observer stream: the observer completes it with the real outcome (OK with usage, or the
+upstream status) when the response ends, so in-flight accounting lasts until then; if the observer
+stream is cut off, or never comes within the entry's TTL, it completes with the routing stream's own
+outcome.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 
 import structlog
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
 from epp.protocol import (
+    Action,
     Completed,
     Dispatched,
     Observed,
@@ -84,6 +94,7 @@ class StreamCore:
         self.active_streams = 0
         self.completions = 0
         self.observations = 0  # observer reports matched to a routed request
+        self.observers_seen = False  # set by the first observer stream: deferral is worth it
         self.unmatched_observations = 0  # observer reports with no awaiting request
 
     def open(self) -> ExtProcStream:
@@ -113,12 +124,16 @@ class StreamCore:
             _log.debug("observed response of no awaiting request", request_id=action.request_id)
             return
         self.observations += 1
+        awaited, finish = entry
+        if finish is not None:  # the routing stream deferred its completion to us
+            finish(action)
+            return
         if not action.complete or not 200 <= action.status < 300:
             return  # the routing stream's completion already counts the failure
         try:
-            seconds = self.clock() - entry.started
+            seconds = self.clock() - awaited.started
             self.metrics.observed(
-                entry.model, entry.target_model, action.usage, seconds, action.response_bytes
+                awaited.model, awaited.target_model, action.usage, seconds, action.response_bytes
             )
         except Exception:
             _log.exception("usage metrics failed", request_id=action.request_id)
@@ -210,6 +225,7 @@ class ExtProcStream:
         observer = self.observer
         if observer is None:
             observer = self.observer = ObserverSession(self._core.config.usage_capture_bytes)
+            self._core.observers_seen = True
         for action in observer.receive(msg):
             self._core.observed(action)
         return []
@@ -224,13 +240,39 @@ class ExtProcStream:
         self._closed = True
         core = self._core
         core.active_streams -= 1
-        if self.observer is not None:
-            self.observer.abort()
+        observer = self.observer
+        if observer is not None:
+            if not observer.finished:  # cut off: a deferred completion ends with its own outcome
+                found = core.awaiting.take(observer.request_id) if observer.request_id else None
+                if found is not None and found[1] is not None:
+                    found[1](None)
+            observer.abort()
             return
-        for action in self.session.abort(outcome):
+        session = self.session
+        if (
+            core.observers_seen
+            and session.state is State.DISPATCHED
+            and not session.sees_response_body
+            and session.request is not None
+            and core.awaiting.defer(session.request.request_id, partial(self._finish_deferred, outcome))
+        ):
+            return
+        self._complete(session.abort(outcome), self._body_bytes())
+
+    def _finish_deferred(self, outcome: Outcome, observed: Observed | None) -> None:
+        """The deferred completion: from the observer's report, or with ``outcome`` when none came."""
+        if observed is None:
+            self._complete(self.session.abort(outcome), None)
+        else:
+            actions = self.session.observed_end(observed.status, observed.usage, observed.complete)
+            self._complete(actions, observed.response_bytes)
+
+    def _complete(self, actions: list[Action], response_bytes: int | None) -> None:
+        core = self._core
+        for action in actions:
             if isinstance(action, Completed):
                 self.completion = action.completion
-                core.completed(action, core.clock() - self._start, self._body_bytes())
+                core.completed(action, core.clock() - self._start, response_bytes)
         if core.request_log is not None:
             core.request_log.stream_ended(
                 self.session.request,

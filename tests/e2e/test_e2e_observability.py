@@ -25,11 +25,18 @@ INPUT = "inference_objective_input_tokens_sum"
 OUTPUT = "inference_objective_output_tokens_sum"
 OUTPUT_COUNT = "inference_objective_output_tokens_count"
 SIZES = "inference_objective_response_sizes_count"
+ERRORS = "inference_objective_request_error_total"
+DURATIONS = "inference_objective_request_duration_seconds_count"
+RUNNING = "inference_objective_running_requests"
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     with running(SPEC) as s:
+        # Until the picker has seen one observer stream it completes routing streams when Envoy
+        # closes them (right after routing): the first request is counted as a stream reset.
+        assert completion(s, "warm up").status_code == 200
+        assert eventually(lambda: metric_sum(s, RUNNING) == 0)
         yield s
 
 
@@ -46,13 +53,9 @@ def _streamed(stack: Stack, prompt: str, max_tokens: int) -> dict[str, int]:
     return usage
 
 
-def _counters(stack: Stack) -> tuple[float, float, float, float]:
-    return (
-        metric_sum(stack, INPUT),
-        metric_sum(stack, OUTPUT),
-        metric_sum(stack, OUTPUT_COUNT),
-        metric_sum(stack, SIZES),
-    )
+def _counters(stack: Stack) -> tuple[float, ...]:
+    names = (INPUT, OUTPUT, OUTPUT_COUNT, SIZES, ERRORS, DURATIONS)
+    return tuple(metric_sum(stack, name) for name in names)
 
 
 def test_streamed_and_plain_requests_count_their_usage_once(stack: Stack) -> None:
@@ -77,6 +80,10 @@ def test_streamed_and_plain_requests_count_their_usage_once(stack: Stack) -> Non
     assert after[1] - before[1] == want_output
     assert after[2] - before[2] == len(usages)  # one observation per request: nothing counted twice
     assert after[3] - before[3] == len(usages)
+    # the routing streams (closed by Envoy right after routing) completed through their observers
+    assert after[4] - before[4] == 0
+    assert after[5] - before[5] == len(usages)
+    assert metric_sum(stack, RUNNING) == 0
 
 
 def test_picker_log_has_no_protocol_errors(stack: Stack) -> None:

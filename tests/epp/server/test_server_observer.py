@@ -178,3 +178,61 @@ async def test_observer_reset_mid_response_counts_nothing(
     await eventually(lambda: server.core.active_streams == 0)
     assert server.core.observations == 0
     assert metric(registry, "inference_objective_input_tokens_count") == 0
+
+
+async def _route_without_response(channel: grpc.aio.Channel, request_id: str) -> grpc.aio.StreamStreamCall:
+    """A routing stream as in the shipped ``observability`` config: no response phase at all."""
+    call = stub(channel).Process()
+    first = request_headers({"x-request-id": request_id}, body_mode=ProcessingMode.FULL_DUPLEX_STREAMED)
+    first.protocol_config.response_body_mode = ProcessingMode.NONE  # type: ignore[assignment]
+    await call.write(first)
+    await call.write(request_body(BODY))
+    await call.read()
+    await call.read()
+    return call
+
+
+async def test_routing_stream_closed_after_routing_defers_its_completion_to_the_observer(
+    channel: grpc.aio.Channel, server: EppServer, sched: FakeScheduler, registry: CollectorRegistry
+) -> None:
+    await observe(channel, "warm-up", b"{}" * 4)  # the server has now seen an observer stream
+    call = await _route_without_response(channel, "deferred")
+    call.cancel()  # Envoy resets the routing stream once the request phase is done
+    await eventually(lambda: server.core.active_streams == 0)
+    assert sched.completions() == []  # deferred: the request is still in flight
+    body = orjson.dumps({"usage": USAGE})
+    await observe(channel, "deferred", body)
+    await eventually(lambda: len(sched.completions()) == 1)
+    assert sched.completions() == [("completed", "deferred", Outcome.OK)]
+    assert metric(registry, "inference_objective_input_tokens_sum") == 11
+    assert metric(registry, "inference_objective_response_sizes_sum") == len(body)
+    assert metric(registry, "inference_objective_request_duration_seconds_count") == 1
+    assert registry.get_sample_value("inference_objective_running_requests", {"model_name": "m1"}) == 0
+    assert not registry.get_sample_value(
+        "inference_objective_request_error_total", {**LABELS, "error_code": "stream_reset"}
+    )
+
+
+async def test_deferred_completion_keeps_its_outcome_when_the_observer_is_cut_off(
+    channel: grpc.aio.Channel, server: EppServer, sched: FakeScheduler
+) -> None:
+    await observe(channel, "warm-up", b"{}" * 4)
+    call = await _route_without_response(channel, "cut")
+    call.cancel()
+    await eventually(lambda: server.core.active_streams == 0)
+    obs = stub(channel).Process()
+    await obs.write(observer_msg(request_headers({"x-request-id": "cut"})))
+    await obs.write(observer_msg(response_headers(200)))
+    await obs.done_writing()  # the observer stream ends before its response did
+    assert await obs.read() is grpc.aio.EOF
+    await eventually(lambda: len(sched.completions()) == 1)
+    assert sched.completions() == [("completed", "cut", Outcome.STREAM_RESET)]
+
+
+async def test_without_any_observer_the_routing_stream_completes_at_once(
+    channel: grpc.aio.Channel, sched: FakeScheduler
+) -> None:
+    call = await _route_without_response(channel, "alone")
+    call.cancel()
+    await eventually(lambda: len(sched.completions()) == 1)
+    assert sched.completions() == [("completed", "alone", Outcome.STREAM_RESET)]
