@@ -34,7 +34,7 @@ skipped, the shipped ``observability`` config) defers its completion to the obse
 has seen an observer stream: the observer completes it with the real outcome (OK with usage, or the
 upstream status) when the response ends, so in-flight accounting lasts until then; if the observer
 stream is cut off, or never comes within the entry's TTL, it completes with the routing stream's own
-outcome.
+outcome. At shutdown nothing is deferred.
 """
 
 from __future__ import annotations
@@ -251,6 +251,7 @@ class ExtProcStream:
         session = self.session
         if (
             core.observers_seen
+            and outcome is not Outcome.SHUTDOWN
             and session.state is State.DISPATCHED
             and not session.sees_response_body
             and session.request is not None

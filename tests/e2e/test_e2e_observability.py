@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -30,9 +31,10 @@ DURATIONS = "inference_objective_request_duration_seconds_count"
 RUNNING = "inference_objective_running_requests"
 
 
-@pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    with running(SPEC) as s:
+@pytest.fixture(scope="module", params=["h2", "grpcio"])
+def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    spec = replace(SPEC, picker_args=(f"--grpc-engine={request.param}",))
+    with running(spec) as s:
         # Until the picker has seen one observer stream it completes routing streams when Envoy
         # closes them (right after routing): the first request is counted as a stream reset.
         assert completion(s, "warm up").status_code == 200
