@@ -55,9 +55,12 @@ def read_headers(header_map: HeaderMap) -> dict[str, str]:
     out: dict[str, str] = {}
     for h in header_map.headers:
         key = h.key.lower()
-        value = h.raw_value.decode("utf-8", "replace") if h.raw_value else h.value
-        previous = out.get(key)
-        out[key] = value if previous is None else f"{previous},{value}"
+        raw = h.raw_value  # each read of a bytes field makes a new object (upb): read it once
+        value = raw.decode("utf-8", "replace") if raw else h.value
+        if key in out:
+            out[key] = f"{out[key]},{value}"
+        else:
+            out[key] = value
     return out
 
 

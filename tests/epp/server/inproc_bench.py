@@ -1,0 +1,132 @@
+"""In-process CPU cost of one ext_proc request (not a test): no sockets, no event-loop wake-ups, no scraping.
+
+Builds the picker exactly as ``epp`` does (:func:`epp.app.build_app`, default configuration) but serves a
+fixed snapshot of ``--endpoints`` endpoints, and feeds an :class:`~epp.server.h2.connection.H2Connection`
+(fake transport) the bytes of what Envoy sends for a FULL_DUPLEX_STREAMED 1 KB request with its response
+path: request headers + body, response headers, response body, half-close; ``--concurrency`` streams per
+batch. Prints the process CPU microseconds per request (min and median of 5 rounds). Deterministic
+enough (±3%) for A/B comparisons of the Python on the request path; add the socket and loop cost with
+``loop_bench.py`` or ``epp-bench extproc-envoy``.
+
+    .venv/bin/python tests/epp/server/inproc_bench.py --requests 3200
+    PYTHONPATH=/path/to/other/checkout .venv/bin/python tests/epp/server/inproc_bench.py   # A/B
+    .venv/bin/python tests/epp/server/inproc_bench.py --profile tottime                   # cProfile
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import sys
+import time
+from collections.abc import Sequence
+
+import orjson
+
+sys.path.insert(0, os.path.dirname(__file__))
+from srv_helpers import request_body, request_headers, response_body, response_headers
+
+from epp.app import build_app
+from epp.options import parse_options
+from epp.server.h2 import frames as f
+from epp.server.h2.connection import H2Connection
+from scheduler.types import Endpoint, EndpointView, Metrics
+
+
+class _Source:
+    def __init__(self, endpoints: Sequence[EndpointView]) -> None:
+        self.endpoints = tuple(endpoints)
+
+    def snapshot(self) -> Sequence[EndpointView]:
+        return self.endpoints
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written = 0
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def _grpc(message: object) -> bytes:
+    data: bytes = message.SerializeToString()  # type: ignore[attr-defined]
+    return b"\0" + len(data).to_bytes(4, "big") + data
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--endpoints", type=int, default=16)
+    p.add_argument("--requests", type=int, default=3200)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--profile", default="", help="cProfile the first round, sorted by this key")
+    args = p.parse_args()
+    now = time.monotonic()
+    endpoints = tuple(
+        Endpoint(f"10.0.0.{i}:8000", name=f"pod-{i}",
+                 metrics=Metrics(updated_at=now, waiting_queue_size=i % 3, kv_cache_usage=0.1 * (i % 5)))
+        for i in range(args.endpoints)
+    )  # fmt: skip
+    options = parse_options(["--endpoints", ",".join(e.address for e in endpoints), "--secure-serving=false"])
+    app = await build_app(options)
+    core = app.server.core
+    core.router._source = _Source(endpoints)  # the data layer is never started
+    conn = H2Connection(core, 1 << 24)
+    conn.connection_made(_Transport())  # type: ignore[arg-type]
+    conn.data_received(f.PREFACE + f.settings({0x4: 2**31 - 1}))
+    body = orjson.dumps({"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "x" * 960})
+    usage = orjson.dumps({"usage": {"prompt_tokens": 250, "completion_tokens": 10, "total_tokens": 260}})
+    m1, m2 = _grpc(request_headers()), _grpc(request_body(body))
+    m3, m4 = _grpc(response_headers(200)), _grpc(response_body(usage))
+    next_sid = 1
+
+    def batch() -> int:
+        nonlocal next_sid
+        sids = range(next_sid, next_sid + 2 * args.concurrency, 2)
+        next_sid += 2 * args.concurrency
+        conn.data_received(
+            b"".join(f.frame(f.HEADERS, f.END_HEADERS, s, b"") + f.frame(f.DATA, 0, s, m1)
+                     + f.frame(f.DATA, 0, s, m2) for s in sids)
+        )  # fmt: skip
+        conn.data_received(b"".join(f.frame(f.DATA, 0, s, m3) for s in sids))
+        conn.data_received(b"".join(f.frame(f.DATA, 0, s, m4) for s in sids))
+        conn.data_received(b"".join(f.frame(f.DATA, f.END_STREAM, s, b"") for s in sids))
+        conn.data_received(f.window_update(0, 1 << 20))
+        return args.concurrency
+
+    for _ in range(20):
+        batch()
+    rounds: list[float] = []
+    for round_ in range(5):
+        profiler = cProfile.Profile() if args.profile and round_ == 0 else None
+        if profiler is not None:
+            profiler.enable()
+        n, t0 = 0, time.process_time()
+        while n < args.requests:
+            n += batch()
+        seconds = time.process_time() - t0
+        if profiler is not None:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats(args.profile).print_stats(40)
+        else:
+            rounds.append(seconds / n * 1e6)
+    if conn.open_streams:
+        raise RuntimeError(f"{conn.open_streams} streams did not finish")
+    rounds.sort()
+    print(
+        f"endpoints={args.endpoints} concurrency={args.concurrency} requests/round={args.requests} "
+        f"cpu_per_request min={rounds[0]:.1f}us median={rounds[len(rounds) // 2]:.1f}us"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
