@@ -44,6 +44,8 @@ _log = structlog.get_logger("epp.h2")
 _MAX_WINDOW = 2**31 - 1
 _REPLENISH = 2**30
 _MAX_FRAME = 1 << 20  # what we accept (SETTINGS_MAX_FRAME_SIZE)
+_FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, R + stream id
+_GRPC_PREFIX = struct.Struct(">BI")  # compressed flag, message length
 _OK, _INVALID_ARGUMENT, _RESOURCE_EXHAUSTED, _UNIMPLEMENTED, _INTERNAL = 0, 3, 8, 12, 13
 
 
@@ -176,13 +178,13 @@ class H2Connection(asyncio.Protocol):
             pos = 24
         end = len(buf)
         while end - pos >= 9:
-            length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
+            high, low, kind, flags, sid = _FRAME_HEADER.unpack_from(buf, pos)
+            length = (high << 16) | low
             if length > _MAX_FRAME:
                 raise _ConnectionError(f.ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes")
             if end - pos - 9 < length:
                 break
-            kind, flags = buf[pos + 3], buf[pos + 4]
-            sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+            sid &= 0x7FFFFFFF
             payload = buf[pos + 9 : pos + 9 + length]
             pos += 9 + length
             if self._continuation is not None and kind != f.CONTINUATION:
@@ -292,8 +294,8 @@ class H2Connection(asyncio.Protocol):
         buf = stream.buf + payload if stream.buf else payload
         pos, end = 0, len(buf)
         while end - pos >= 5:
-            size = int.from_bytes(buf[pos + 1 : pos + 5], "big")
-            if buf[pos]:
+            compressed, size = _GRPC_PREFIX.unpack_from(buf, pos)
+            if compressed:
                 self._fail(sid, stream, _UNIMPLEMENTED, "compressed gRPC messages are not supported", out)
                 return
             if size > self._max_message:
