@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from bench.scenarios import MODEL, SCENARIOS, Scenario, sim_args, smoke
 from bench.workloads import VOCAB
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "build_tokenizer",
     "ensure_venv",
     "fold_into_report",
+    "load_for",
     "read_summary",
     "run_inference_perf",
     "write_config",
@@ -226,16 +228,33 @@ def fold_into_report(report_md: Path, rows: Mapping[str, PerfFigures], note: str
     report_md.write_text(existing.rstrip("\n") + "\n" + "\n".join(parts))
 
 
-MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+def load_for(scenario: Scenario, duration_s: int | None = None) -> PerfLoad:
+    """inference-perf's shared_prefix data and rate sized like one of our routing scenarios.
+
+    The rate is in real requests/s (the scenario's simulated rate x its time scale); by default the
+    duration covers the scenario's number of prompts once.
+    """
+    p = scenario.params
+    rate = p.rate * scenario.time_scale
+    total = p.groups * p.prompts_per_group
+    return PerfLoad(
+        groups=p.groups,
+        prompts_per_group=p.prompts_per_group,
+        system_prompt_len=p.system_tokens,
+        question_len=p.question_tokens,
+        output_len=p.output_tokens,
+        rate=rate,
+        duration_s=duration_s or max(1, round(total / rate)),
+    )
 
 
 def _run_router(
-    label: str, spec_kwargs: Mapping[str, Any], *, exe: Path, tokenizer: Path, out: Path, load: PerfLoad
-) -> PerfFigures:
+    label: str, spec_kwargs: Mapping[str, Any], *, exe: Path, tokenizer: Path, out: Path, load: PerfLoad,
+    scenario: Scenario,
+) -> PerfFigures:  # fmt: skip
     from epp.stack import Stack, StackSpec
 
-    sim_args = ("--profile", "8b-h100", "--time-scale", "10", "--model", MODEL, "--tokenizer", str(tokenizer))
-    spec = StackSpec(servers=4, sim_args=sim_args, **spec_kwargs)
+    spec = StackSpec(servers=4, sim_args=(*sim_args(scenario), "--tokenizer", str(tokenizer)), **spec_kwargs)
     run_dir = out / label
     run_dir.mkdir(parents=True, exist_ok=True)
     who = "Envoy and the picker" if spec.picker else "Envoy"
@@ -253,7 +272,7 @@ def _run_router(
         )
         print(f"[{label}] inference-perf: {load.duration_s}s at {load.rate} req/s ...", flush=True)
         log = run_dir / "inference-perf.log"
-        run_inference_perf(config, exe=exe, log_path=log, timeout_s=load.duration_s + 300)
+        run_inference_perf(config, exe=exe, log_path=log, timeout_s=load.duration_s + 600)
     return read_summary(reports)
 
 
@@ -261,28 +280,32 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import datetime as dt
 
-    defaults = PerfLoad()
     parser = argparse.ArgumentParser(
         prog="epp-bench inference-perf",
-        description="Run inference-perf (shared_prefix data) through Envoy + picker and Envoy round-robin "
-        "over simulated vLLM servers, and fold its summary into a report.",
+        description="Run inference-perf (shared_prefix data, sized like our shared-prefix routing scenario) "
+        "through Envoy + picker and Envoy round-robin over simulated vLLM servers, and fold its summary "
+        "into a report.",
     )
     parser.add_argument("--out", type=Path, help="output folder (default bench/results/<date>)")
     parser.add_argument("--report", type=Path, help="report to append to (default OUT/report.md)")
-    parser.add_argument("--rate", type=float, default=defaults.rate, help="requests/s (default %(default)s)")
-    parser.add_argument(
-        "--duration", type=int, default=defaults.duration_s, help="seconds (default %(default)s)"
-    )
-    parser.add_argument("--quick", action="store_true", help="a 10 s run at 4 req/s")
+    parser.add_argument("--duration", type=int, help="seconds of load (default: every prompt once)")
+    parser.add_argument("--quick", action="store_true", help="the small smoke-sized scenario")
     args = parser.parse_args(argv)
-    load = PerfLoad(rate=args.rate, duration_s=args.duration)
+    scenario = SCENARIOS["shared-prefix"]
     if args.quick:
-        load = PerfLoad(rate=4.0, duration_s=10, groups=4, prompts_per_group=4)
-    out = args.out or ROOT / "bench" / "results" / dt.date.today().isoformat()
+        scenario = smoke(scenario)
+    load = load_for(scenario, args.duration)
+    out = (args.out or ROOT / "bench" / "results" / dt.date.today().isoformat()).resolve()
     raw = out / "raw" / "inference-perf"
     exe = ensure_venv()
     tokenizer = build_tokenizer(raw / "tokenizer")
-    common: dict[str, Any] = {"exe": exe, "tokenizer": tokenizer, "out": raw, "load": load}
+    common: dict[str, Any] = {
+        "exe": exe,
+        "tokenizer": tokenizer,
+        "out": raw,
+        "load": load,
+        "scenario": scenario,
+    }
     rows = {
         "picker (GIE default config)": _run_router("picker", {"envoy_variant": "gie-fail-closed"}, **common),
         "Envoy round-robin": _run_router(
@@ -292,8 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     note = (
         f"inference-perf {PERF_VERSION}, `shared_prefix` data ({load.groups} groups x "
         f"{load.prompts_per_group} prompts, {load.system_prompt_len}+{load.question_len} tokens -> "
-        f"{load.output_len}), {load.load_type} {load.rate} req/s for {load.duration_s} s, 4 x epp-sim "
-        "8b-h100 at time-scale 10, offline WordLevel tokenizer shared by client and servers. "
+        f"{load.output_len}), {load.load_type} {load.rate:g} req/s for {load.duration_s} s, 4 x epp-sim "
+        f"as in our `{scenario.name}` scenario (8b-h100, one prefill at a time, time-scale "
+        f"{scenario.time_scale:g}), offline WordLevel tokenizer shared by client and servers. "
         "Command: `epp-bench inference-perf`."
     )
     report = args.report or out / "report.md"

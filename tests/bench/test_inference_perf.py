@@ -67,3 +67,18 @@ def test_missing_summary_is_a_clear_error(tmp_path: Path) -> None:
 def test_absent_latency_is_nan(tmp_path: Path) -> None:
     (tmp_path / "summary_lifecycle_metrics.json").write_text(json.dumps({"load_summary": {"count": 0}}))
     assert math.isnan(read_summary(tmp_path).ttft_p50)
+
+
+def test_load_is_sized_like_the_routing_scenario() -> None:
+    from bench.inference_perf import load_for
+    from bench.scenarios import SCENARIOS
+
+    scenario = SCENARIOS["shared-prefix"]
+    load = load_for(scenario)
+    p = scenario.params
+    assert (load.groups, load.prompts_per_group, load.system_prompt_len) == (
+        p.groups, p.prompts_per_group, p.system_tokens,
+    )  # fmt: skip
+    assert load.rate == p.rate * scenario.time_scale  # real requests/s
+    assert load.rate * load.duration_s == pytest.approx(p.groups * p.prompts_per_group, rel=0.1)
+    assert load_for(scenario, 5).duration_s == 5
