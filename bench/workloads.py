@@ -142,10 +142,11 @@ def arrival_times(n: int, params: WorkloadParams, rng: random.Random) -> list[fl
     return out
 
 
-def _completion_body(p: WorkloadParams, prompt: str, model: str | None = None) -> dict[str, Any]:
+def _body(p: WorkloadParams, field: str, value: object, model: str | None = None) -> dict[str, Any]:
+    """A request body: ``field`` is ``prompt`` (completions) or ``messages`` (chat)."""
     body: dict[str, Any] = {
         "model": model or p.model,
-        "prompt": prompt,
+        field: value,
         "max_tokens": p.output_tokens,
         "ignore_eos": True,
         "stream": p.stream,
@@ -153,19 +154,14 @@ def _completion_body(p: WorkloadParams, prompt: str, model: str | None = None) -
     if p.stream:
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def _completion_body(p: WorkloadParams, prompt: str, model: str | None = None) -> dict[str, Any]:
+    return _body(p, "prompt", prompt, model)
 
 
 def _chat_body(p: WorkloadParams, messages: list[dict[str, str]]) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": p.model,
-        "messages": messages,
-        "max_tokens": p.output_tokens,
-        "ignore_eos": True,
-        "stream": p.stream,
-    }
-    if p.stream:
-        body["stream_options"] = {"include_usage": True}
-    return body
+    return _body(p, "messages", messages)
 
 
 def _shared_prefix(p: WorkloadParams, rng: random.Random) -> list[tuple[str, dict[str, Any], str, str, str]]:

@@ -7,13 +7,10 @@ random order, and the same seed gives the same decision.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Handle
-from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.pickers.common import PickerParams
+from scheduler.plugins.pickers.common import SeededPicker, picker_factory
 from scheduler.types import LLMRequest, ScoredEndpoint
 
 __all__ = ["MaxScorePicker", "factory"]
@@ -23,14 +20,8 @@ def _score(item: ScoredEndpoint) -> float:
     return item.score
 
 
-class MaxScorePicker(PluginBase):
+class MaxScorePicker(SeededPicker):
     plugin_type = "max-score-picker"
-
-    def __init__(self, name: str, params: PickerParams, rng: random.Random) -> None:
-        super().__init__(name)
-        self.params = params
-        self._limit = params.max_num_of_endpoints
-        self._rng = rng
 
     def pick(
         self, cycle: CycleState, request: LLMRequest, scored: Sequence[ScoredEndpoint]
@@ -45,8 +36,4 @@ class MaxScorePicker(PluginBase):
         return items[: self._limit]
 
 
-def _build(name: str, params: PickerParams, handle: Handle) -> MaxScorePicker:
-    return MaxScorePicker(name, params, handle.rng(name))
-
-
-factory = factory_with_params(MaxScorePicker.plugin_type, PickerParams, _build)
+factory = picker_factory(MaxScorePicker)

@@ -8,26 +8,17 @@ is proportional to the score. Candidates scoring 0 (or less) are excluded, unles
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Handle
-from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.pickers.common import PickerParams
+from scheduler.plugins.pickers.common import SeededPicker, picker_factory
 from scheduler.types import LLMRequest, ScoredEndpoint
 
 __all__ = ["WeightedRandomPicker", "factory"]
 
 
-class WeightedRandomPicker(PluginBase):
+class WeightedRandomPicker(SeededPicker):
     plugin_type = "weighted-random-picker"
-
-    def __init__(self, name: str, params: PickerParams, rng: random.Random) -> None:
-        super().__init__(name)
-        self.params = params
-        self._limit = params.max_num_of_endpoints
-        self._rng = rng
 
     def pick(
         self, cycle: CycleState, request: LLMRequest, scored: Sequence[ScoredEndpoint]
@@ -42,8 +33,4 @@ class WeightedRandomPicker(PluginBase):
         return [positive[i] for _, i in keyed[:limit]]
 
 
-def _build(name: str, params: PickerParams, handle: Handle) -> WeightedRandomPicker:
-    return WeightedRandomPicker(name, params, handle.rng(name))
-
-
-factory = factory_with_params(WeightedRandomPicker.plugin_type, PickerParams, _build)
+factory = picker_factory(WeightedRandomPicker)
