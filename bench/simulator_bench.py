@@ -30,17 +30,18 @@ import contextlib
 import json
 import os
 import resource
-import signal
-import socket
-import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
 import orjson
+
+from epp.stack import ManagedProcess, free_ports, running_process
 
 __all__ = ["ScenarioResult", "main", "run_scenario", "run_scrape", "time_metrics_render"]
 
@@ -77,17 +78,6 @@ class ScenarioResult:
     client_cpu_cores: float
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _proc_cpu(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -107,20 +97,14 @@ def _pct(values: list[float], q: float) -> float:
 
 
 @contextlib.contextmanager
-def _simulator(ports: list[int], extra: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+def _simulator(ports: list[int], extra: list[str]) -> Iterator[ManagedProcess]:
     args = [sys.executable, "-m", "simulator", "--model", MODEL, "--ports", ",".join(map(str, ports)),
             "--log-level", "warning", *extra]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
+    with (
+        tempfile.TemporaryDirectory(prefix="epp-sim-bench-") as tmp,
+        running_process("epp-sim", args, Path(tmp) / "sim.log", stop_timeout_s=10.0) as proc,
+    ):
         yield proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 async def _wait_up(session: aiohttp.ClientSession, urls: list[str], timeout: float = 20.0) -> None:
@@ -208,7 +192,7 @@ def run_scenario(
     else:
         raise ValueError(f"unknown scenario {scenario!r}; expected realtime or max")
     extra += ["--max-waiting-queue-length", str(4 * concurrency)]
-    ports = _free_ports(servers)
+    ports = free_ports(servers)
     with _simulator(ports, extra) as proc:
         urls = [f"http://127.0.0.1:{p}" for p in ports]
         runner = _uvloop_run()
@@ -254,7 +238,7 @@ def _uvloop_run() -> Callable[[Coroutine[Any, Any, _T]], _T]:
 
 def run_scrape(servers: int, seconds: float, interval: float = 0.05) -> dict[str, float]:
     """Scrape every server's ``/metrics`` every ``interval`` s (as the picker does); simulator CPU cost."""
-    ports = _free_ports(servers)
+    ports = free_ports(servers)
     with _simulator(ports, []) as proc:
         urls = [f"http://127.0.0.1:{p}/metrics" for p in ports]
         latencies: list[float] = []

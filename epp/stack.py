@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -36,7 +36,7 @@ import httpx
 
 from epp.envoy_config import EnvoyParams, envoy_binary, write_config
 
-__all__ = ["ManagedProcess", "Stack", "StackError", "StackSpec", "free_ports", "log_tail"]
+__all__ = ["ManagedProcess", "Stack", "StackError", "StackSpec", "free_ports", "log_tail", "running_process"]
 
 
 class StackError(RuntimeError):
@@ -109,6 +109,19 @@ class ManagedProcess:
 
     def fail(self, why: str) -> StackError:
         return StackError(f"{self.name}: {why}\n--- {self.log} (tail) ---\n{log_tail(self.log)}")
+
+
+@contextlib.contextmanager
+def running_process(
+    name: str, argv: Sequence[str], log: Path, stop_timeout_s: float = 5.0
+) -> Iterator[ManagedProcess]:
+    """``argv`` running as a :class:`ManagedProcess` (output in ``log``) for a ``with`` block."""
+    proc = ManagedProcess(name, list(argv), log)
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop(stop_timeout_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -20,22 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from epp.stack import free_ports, running_process
+
 pytestmark = pytest.mark.e2e
 
 BIN = Path(sys.executable).parent
 ROUTER = BIN / "vllm-router"
 MODEL = "sim-model"
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def wait_until(check: object, timeout: float, what: str) -> None:
@@ -48,33 +35,17 @@ def wait_until(check: object, timeout: float, what: str) -> None:
     raise TimeoutError(f"{what} not up after {timeout}s")
 
 
-@contextlib.contextmanager
-def process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
 @pytest.fixture(scope="module")
 def sim_ports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
     ports = free_ports(3)
     log = tmp_path_factory.mktemp("sim") / "epp-sim.log"
     args = [sys.executable, "-m", "simulator", "--model", MODEL, "--ports", ",".join(map(str, ports)),
             "--profile", "8b-h100", "--time-scale", "20", "--block-size", "4"]  # fmt: skip
-    with process(args, log) as proc:
+    with running_process("epp-sim", args, log) as proc:
         for port in ports:
             health = f"http://127.0.0.1:{port}/health"
             wait_until(lambda u=health: httpx.get(u).status_code == 200, 15, "epp-sim")
-        assert proc.poll() is None, log.read_text()
+        assert proc.running(), log.read_text()
         yield ports
 
 
@@ -86,11 +57,11 @@ def router(policy: str, sim_ports: list[int], tmp: Path) -> Iterator[str]:
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prom),
             "--worker-urls", *workers]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    with process(args, tmp / f"router-{policy}.log") as proc:
+    with running_process("vllm-router", args, tmp / f"router-{policy}.log") as proc:
         probe = {"model": MODEL, "prompt": "probe", "max_tokens": 1}
         endpoint = url + "/v1/completions"
         wait_until(lambda: httpx.post(endpoint, json=probe).status_code == 200, 20, "vllm-router")
-        assert proc.poll() is None
+        assert proc.running()
         yield url
 
 
