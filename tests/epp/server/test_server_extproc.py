@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
 
 import grpc
 import orjson
@@ -14,6 +13,7 @@ from srv_helpers import (
     FakeScheduler,
     StaticSource,
     destination,
+    eventually,
     make_server,
     request_body,
     request_headers,
@@ -26,41 +26,6 @@ from epp.server.server import EppServer
 from scheduler.types import Outcome
 
 BODY = BODY_JSON = orjson.dumps({"model": "m1", "prompt": "hello world " * 80})
-
-
-async def eventually(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.01)):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
-
-
-@pytest.fixture
-async def sched() -> FakeScheduler:
-    return FakeScheduler()
-
-
-@pytest.fixture(params=["grpcio", "h2"])
-def engine(request: pytest.FixtureRequest) -> str:
-    """Every test runs on both gRPC engines."""
-    return str(request.param)
-
-
-@pytest.fixture
-async def server(sched: FakeScheduler, engine: str) -> AsyncIterator[EppServer]:
-    srv = make_server(sched, engine=engine)
-    await srv.start()
-    try:
-        yield srv
-    finally:
-        await srv.shutdown(grace=0)
-
-
-@pytest.fixture
-async def channel(server: EppServer) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
-        yield ch
 
 
 async def test_full_duplex_request_routes_and_completes(

@@ -70,11 +70,6 @@ def responses(frames: list[tuple[int, int, int, bytes]], sid: int) -> list[Proce
     return out
 
 
-@pytest.fixture
-def sched() -> FakeScheduler:
-    return FakeScheduler()
-
-
 def connect(
     sched: FakeScheduler, settings: dict[int, int] | None = None
 ) -> tuple[H2Connection, FakeTransport]:

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
-
 import grpc
 import orjson
-import pytest
 from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3.external_processor_pb2 import HttpHeaders, ProcessingRequest
 from prometheus_client import CollectorRegistry
 from srv_helpers import (
     FakeScheduler,
-    make_server,
+    eventually,
     request_body,
     request_headers,
     response_body,
@@ -33,42 +29,6 @@ USAGE = {
     "prompt_tokens_details": {"cached_tokens": 8},
 }
 LABELS = {"model_name": "m1", "target_model_name": "m1"}
-
-
-async def eventually(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.01)):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
-
-
-@pytest.fixture
-def sched() -> FakeScheduler:
-    return FakeScheduler()
-
-
-@pytest.fixture
-def registry() -> CollectorRegistry:
-    return CollectorRegistry()
-
-
-@pytest.fixture(params=["grpcio", "h2"])
-async def server(
-    request: pytest.FixtureRequest, sched: FakeScheduler, registry: CollectorRegistry
-) -> AsyncIterator[EppServer]:
-    srv = make_server(sched, registry=registry, engine=str(request.param))
-    await srv.start()
-    try:
-        yield srv
-    finally:
-        await srv.shutdown(grace=0)
-
-
-@pytest.fixture
-async def channel(server: EppServer) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
-        yield ch
 
 
 def metric(registry: CollectorRegistry, name: str) -> float:
