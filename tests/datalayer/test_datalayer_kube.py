@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 from fakekube import FakeKubeServer, objects, running_fake_kube
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
+from testutil import eventually as until
 
 from datalayer.discovery.kube import KubePoolDiscovery, KubeSelectorDiscovery, parse_selector, pod_endpoints
 from datalayer.records import DiscoveryEvent, EndpointSpec, EventKind
@@ -41,12 +42,6 @@ class Sink:
 
     def names(self) -> dict[str, str]:
         return {a: s.name for a, s in self.endpoints.items()}
-
-
-async def until(condition: Callable[[], bool], timeout: float = 3.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 @pytest.fixture

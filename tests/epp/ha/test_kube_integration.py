@@ -8,27 +8,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from fakekube import objects, running_fake_kube
+from testutil import eventually as until
 
 from epp.admission.objectives import InMemoryObjectiveStore
 from epp.ha.leader import KubernetesLeaseApi, LeaderElector
 from epp.objectives_watch import OBJECTIVE_GROUP, OBJECTIVE_PLURAL, OBJECTIVE_VERSION, ObjectiveWatch
 
 TIMING = {"lease_duration_s": 0.8, "renew_deadline_s": 0.4, "retry_period_s": 0.05}
-
-
-async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        assert loop.time() < end, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_leases_created_renewed_and_taken_over() -> None:

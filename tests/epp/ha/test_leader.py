@@ -7,6 +7,7 @@ import datetime as dt
 from dataclasses import replace
 
 import pytest
+from testutil import eventually as _until
 
 from epp.ha.leader import LeaderElector, LeaseConflict, LeaseRecord
 
@@ -97,14 +98,6 @@ async def test_released_lease_is_taken_at_once() -> None:
 def test_invalid_timings_rejected(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="lease_duration > renew_deadline > retry_period"):
         LeaderElector(MemoryLeaseApi(), "a", **bad)  # type: ignore[arg-type]
-
-
-async def _until(cond: object, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():  # type: ignore[operator]
-        assert loop.time() < end, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 async def test_run_failover_on_release_and_on_api_failure() -> None:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -162,12 +161,3 @@ def destination(resp: ProcessingResponse) -> tuple[str, str]:
 
 def stub(channel: grpc.aio.Channel) -> pb_grpc.ExternalProcessorStub:
     return pb_grpc.ExternalProcessorStub(channel)
-
-
-async def eventually(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait until ``cond()`` holds (polling every 10 ms), else fail the test."""
-    for _ in range(int(timeout / 0.01)):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")

@@ -13,7 +13,6 @@ from srv_helpers import (
     FakeScheduler,
     StaticSource,
     destination,
-    eventually,
     make_server,
     request_body,
     request_headers,
@@ -21,6 +20,7 @@ from srv_helpers import (
     response_headers,
     stub,
 )
+from testutil import eventually
 
 from epp.server.server import EppServer
 from scheduler.types import Outcome

@@ -8,6 +8,7 @@ import itertools
 from dataclasses import replace
 
 from grpc_health.v1 import health_pb2
+from testutil import eventually as _until
 
 from epp.ha.leader import LeaseConflict, LeaseRecord
 from epp.leader import campaign
@@ -37,14 +38,6 @@ class MemoryLeases:
             raise LeaseConflict("stale")
         self.record = replace(record, resource_version=str(next(self._versions)))
         return self.record
-
-
-async def _until(cond: object, timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if cond():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
 
 
 def _ready(health: HealthStatus) -> bool:

@@ -10,13 +10,13 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import HttpHeaders, Proces
 from prometheus_client import CollectorRegistry
 from srv_helpers import (
     FakeScheduler,
-    eventually,
     request_body,
     request_headers,
     response_body,
     response_headers,
     stub,
 )
+from testutil import eventually
 
 from epp.server.server import EppServer
 from scheduler.types import Outcome
