@@ -1,6 +1,7 @@
 """Value types of the scheduling framework.
 
-Everything here is immutable (frozen, slotted dataclasses) and free of logic beyond trivial accessors.
+Everything here is an immutable value (:func:`scheduler.values.value_type`: slotted dataclasses, frozen
+for the type checker) and free of logic beyond trivial accessors.
 The framework is agnostic to endpoint kinds and to Kubernetes: an endpoint is anything that satisfies
 :class:`EndpointView`, and its metrics anything that satisfies :class:`MetricsView`. The data layer
 produces such objects; tests and benchmarks use :class:`Endpoint` and :class:`Metrics` from this module.
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
+
+from scheduler.values import value_type
 
 __all__ = [
     "EMPTY_MAPPING",
@@ -51,7 +54,7 @@ class ApiKind(enum.Enum):
     OTHER = "other"  # passthrough parser / header-only requests
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class LLMRequest:
     """The structured inference request the scheduler decides on.
 
@@ -136,7 +139,7 @@ class EndpointView(Protocol):
     def attributes(self) -> Mapping[str, Any]: ...
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Metrics:
     """Concrete :class:`MetricsView` for tests, benchmarks and simple callers."""
 
@@ -151,7 +154,7 @@ class Metrics:
     updated_at: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Endpoint:
     """Concrete :class:`EndpointView` for tests, benchmarks and simple callers."""
 
@@ -163,7 +166,7 @@ class Endpoint:
     attributes: Mapping[str, Any] = field(default_factory=_empty_mapping)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class ScoredEndpoint:
     """An endpoint with its weighted total score in one profile run (lives for one cycle)."""
 
@@ -171,7 +174,7 @@ class ScoredEndpoint:
     score: float
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class FilterStep:
     """What one filter did in a profile run: the endpoints it removed, each with a reason."""
 
@@ -180,7 +183,7 @@ class FilterStep:
     removed: tuple[tuple[str, str], ...]  # (address, reason)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class ProfileDecision:
     """The decision record of one profile run.
 
@@ -218,7 +221,7 @@ class ProfileDecision:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class DecisionRecord:
     """Why a request went where it went: one :class:`ProfileDecision` per profile run."""
 
@@ -236,7 +239,7 @@ class DecisionRecord:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class ProfileResult:
     """The outcome of one profile run: targets ordered best first (primary, then fallbacks)."""
 
@@ -245,7 +248,7 @@ class ProfileResult:
     shadow: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class SchedulingResult:
     """What the scheduler returns for one request.
 
@@ -280,7 +283,7 @@ class Outcome(enum.Enum):
     SHUTDOWN = "shutdown"  # the picker shut down before the request finished
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Usage:
     """Token usage as reported by the model server (zeros when unknown)."""
 
@@ -290,7 +293,7 @@ class Usage:
     cached_tokens: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Completion:
     """Everything known when a dispatched request completes."""
 

@@ -1,6 +1,6 @@
 """Actions the :class:`~epp.protocol.session.Session` asks its I/O loop to perform, in order.
 
-All are frozen, slotted dataclasses. The loop handles each in the order returned:
+All are value types (:func:`scheduler.values.value_type`). The loop handles each in the order returned:
 
 * :class:`Send`: write ``response`` on the ext_proc stream.
 * :class:`Schedule`: run admission and the scheduler for ``request`` (restricted to ``subset`` when
@@ -27,11 +27,11 @@ skipped (``abort()`` cannot know that the loop never handled an action it alread
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
 
 from scheduler.types import Completion, LLMRequest, SchedulingResult, Usage
+from scheduler.values import value_type
 
 __all__ = [
     "Action",
@@ -45,14 +45,14 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Send:
     """Write ``response`` to the proxy."""
 
     response: ProcessingResponse
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Schedule:
     """Admit and schedule ``request``; ``subset`` is the proxy's endpoint subset hint (None = all).
 
@@ -64,7 +64,7 @@ class Schedule:
     subset: frozenset[str] | None
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Dispatched:
     """``request`` goes to ``result.endpoints`` (primary first): fire the dispatch hooks."""
 
@@ -72,7 +72,7 @@ class Dispatched:
     result: SchedulingResult
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class ResponseStarted:
     """The response headers arrived: HTTP ``status``; ``streaming`` when ``text/event-stream``."""
 
@@ -83,7 +83,7 @@ class ResponseStarted:
     headers: Mapping[str, str]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class ResponseChunk:
     """One response body chunk, as received from the model server."""
 
@@ -92,7 +92,7 @@ class ResponseChunk:
     chunk: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Completed:
     """The dispatched request ended with ``completion`` (its outcome, status, usage, served endpoint)."""
 
@@ -101,7 +101,7 @@ class Completed:
     completion: Completion
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Observed:
     """An observed response ended: HTTP ``status``, ``streaming``, its ``usage`` and body size.
 

@@ -10,10 +10,10 @@ unchanged body is always forwarded as the original bytes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scheduler.types import ApiKind
+from scheduler.values import value_type
 
 __all__ = ["ParsedBody", "RequestParser", "api_kind_of"]
 
@@ -38,7 +38,7 @@ def api_kind_of(path: str) -> ApiKind:
     return ApiKind.OTHER
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class ParsedBody:
     """What a parser extracted from one request body.
 

@@ -13,14 +13,14 @@ Score of an endpoint: ``matched_blocks(address) / total_blocks`` (0.0 when the p
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState, StateKey
+from scheduler.values import value_type
 
 __all__ = ["PREFIX_MATCH", "PrefixMatch", "prefix_match"]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class PrefixMatch:
     """How much of one request's prompt prefix each endpoint is believed to hold.
 

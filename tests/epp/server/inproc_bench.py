@@ -2,8 +2,9 @@
 
 Builds the picker exactly as ``epp`` does (:func:`epp.app.build_app`, default configuration) but serves a
 fixed snapshot of ``--endpoints`` endpoints, and feeds an :class:`~epp.server.h2.connection.H2Connection`
-(fake transport) the bytes of what Envoy sends for a FULL_DUPLEX_STREAMED 1 KB request with its response
-path: request headers + body, response headers, response body, half-close; ``--concurrency`` streams per
+(fake transport) the bytes of what Envoy 1.40 sends with the GIE configuration for a 1 KB completion
+(:func:`envoy_messages`: request headers, body, empty end of body, response headers, body, empty end of
+body, half-close; six messages as ``epp-bench extproc-envoy`` counts); ``--concurrency`` streams per
 batch. Prints the process CPU microseconds per request (min and median of 5 rounds). Deterministic
 enough (±3%) for A/B comparisons of the Python on the request path; add the socket and loop cost with
 ``loop_bench.py`` or ``epp-bench extproc-envoy``.
@@ -27,6 +28,8 @@ from collections.abc import Sequence
 import orjson
 
 sys.path.insert(0, os.path.dirname(__file__))
+from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
 from srv_helpers import request_body, request_headers, response_body, response_headers
 
 from epp.app import build_app
@@ -58,6 +61,43 @@ class _Transport:
         pass
 
 
+def envoy_messages() -> list[ProcessingRequest]:
+    """What Envoy 1.40 sends with the GIE config for one 1 KB completion (captured from a real run):
+    headers, body, empty end of body; response headers, body, empty end of body (the last three with
+    the served endpoint in ``envoy.lb`` metadata)."""
+    prompt = " ".join(f"word{i % 50}" for i in range(120))[:900]
+    body = orjson.dumps({"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": prompt, "ignore_eos": True,
+                         "max_tokens": 1})  # fmt: skip
+    served = "127.0.0.1:54757"
+    answer = orjson.dumps({
+        "id": "cmpl-58f1147e74974a1e8f55a2a497c0e7b5", "object": "text_completion", "created": 1795338411,
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "choices": [{"index": 0, "text": " brown", "logprobs": None, "finish_reason": "length",
+                     "stop_reason": None, "prompt_logprobs": None}],
+        "usage": {"prompt_tokens": 120, "total_tokens": 121, "completion_tokens": 1,
+                  "prompt_tokens_details": {"cached_tokens": 112}},
+    })  # fmt: skip
+    head = request_headers(
+        {":authority": "127.0.0.1:49469", ":scheme": "http", "content-length": str(len(body)),
+         "x-forwarded-proto": "http", "x-request-id": "b39cc77c-6514-4f92-92a1-66936c6a2a7e"},
+        body_mode=ProcessingMode.FULL_DUPLEX_STREAMED,
+    )  # fmt: skip
+    head.metadata_context.SetInParent()
+    out = [head, request_body(body, end_of_stream=False), request_body(b"")]
+    status = response_headers(200)
+    for key, value in (("content-length", str(len(answer))), ("date", "Sun, 22 Nov 2026 09:06:51 GMT"),
+                       ("server", "Python/3.11 aiohttp/3.14.5"), ("x-inference-pod", "epp-sim-54757"),
+                       ("x-inference-port", "54757"), ("x-envoy-upstream-service-time", "0")):  # fmt: skip
+        status.response_headers.headers.headers.add(key=key, raw_value=value.encode())
+    out += [status, response_body(answer, end_of_stream=False), response_body(b"")]
+    for msg in out[1:3]:
+        msg.metadata_context.SetInParent()
+    for msg in out[3:]:
+        lb = msg.metadata_context.filter_metadata["envoy.lb"]
+        lb.fields["x-gateway-destination-endpoint"].string_value = served
+    return out
+
+
 def _grpc(message: object) -> bytes:
     data: bytes = message.SerializeToString()  # type: ignore[attr-defined]
     return b"\0" + len(data).to_bytes(4, "big") + data
@@ -83,10 +123,7 @@ async def main() -> None:
     conn = H2Connection(core, 1 << 24)
     conn.connection_made(_Transport())  # type: ignore[arg-type]
     conn.data_received(f.PREFACE + f.settings({0x4: 2**31 - 1}))
-    body = orjson.dumps({"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "x" * 960})
-    usage = orjson.dumps({"usage": {"prompt_tokens": 250, "completion_tokens": 10, "total_tokens": 260}})
-    m1, m2 = _grpc(request_headers()), _grpc(request_body(body))
-    m3, m4 = _grpc(response_headers(200)), _grpc(response_body(usage))
+    msgs = [_grpc(m) for m in envoy_messages()]
     next_sid = 1
 
     def batch() -> int:
@@ -94,11 +131,13 @@ async def main() -> None:
         sids = range(next_sid, next_sid + 2 * args.concurrency, 2)
         next_sid += 2 * args.concurrency
         conn.data_received(
-            b"".join(f.frame(f.HEADERS, f.END_HEADERS, s, b"") + f.frame(f.DATA, 0, s, m1)
-                     + f.frame(f.DATA, 0, s, m2) for s in sids)
+            b"".join(f.frame(f.HEADERS, f.END_HEADERS, s, b"") + f.frame(f.DATA, 0, s, msgs[0])
+                     + f.frame(f.DATA, 0, s, msgs[1]) + f.frame(f.DATA, 0, s, msgs[2]) for s in sids)
         )  # fmt: skip
-        conn.data_received(b"".join(f.frame(f.DATA, 0, s, m3) for s in sids))
-        conn.data_received(b"".join(f.frame(f.DATA, 0, s, m4) for s in sids))
+        conn.data_received(b"".join(f.frame(f.DATA, 0, s, msgs[3]) for s in sids))
+        conn.data_received(
+            b"".join(f.frame(f.DATA, 0, s, msgs[4]) + f.frame(f.DATA, 0, s, msgs[5]) for s in sids)
+        )
         conn.data_received(b"".join(f.frame(f.DATA, f.END_STREAM, s, b"") for s in sids))
         conn.data_received(f.window_update(0, 1 << 20))
         return args.concurrency
