@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
-from epp.server.histogram import FastHistogram as Histogram
+from epp.server.fastmetrics import FastCounter as Counter
+from epp.server.fastmetrics import FastGauge
+from epp.server.fastmetrics import FastHistogram as Histogram
 from scheduler.types import Completion, Outcome, Usage
 
 __all__ = ["RequestMetrics", "SchedulerMetrics", "register_info"]
@@ -34,6 +36,7 @@ _PLUGIN_BUCKETS = (1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 5
 _RATIO_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 _MODEL_TARGET = ("model_name", "target_model_name")
+_OK = Outcome.OK  # a global is cheaper than an Enum member
 
 
 class _Children:
@@ -73,7 +76,9 @@ class RequestMetrics:
         self.input_tokens = hist("input_tokens", "Prompt tokens per request", _TOKEN_BUCKETS)
         self.output_tokens = hist("output_tokens", "Output tokens per request", _TOKEN_BUCKETS)
         self.cached_tokens = hist("prompt_cached_tokens", "Prompt tokens served from cache", _TOKEN_BUCKETS)
-        self.running = Gauge(p + "running_requests", "Requests in flight", ("model_name",), registry=registry)
+        self.running = FastGauge(
+            p + "running_requests", "Requests in flight", ("model_name",), registry=registry
+        )
         self.ntpot = hist(
             "normalized_time_per_output_token_seconds", "Request latency / output tokens", _NTPOT_BUCKETS
         )
@@ -112,7 +117,7 @@ class RequestMetrics:
         """
         c = self._bound(model, target)
         c.running.dec()
-        if completion.outcome is not Outcome.OK:
+        if completion.outcome is not _OK:
             code = (
                 f"upstream_{completion.status_code}" if completion.status_code else completion.outcome.value
             )

@@ -70,6 +70,7 @@ __all__ = ["ExtProcStream", "StreamCore"]
 
 _log = structlog.get_logger("epp.stream")
 _FINISHED = frozenset({State.COMPLETE, State.CLOSED})
+_HEADERS, _DISPATCHED, _CLOSED = State.HEADERS, State.DISPATCHED, State.CLOSED  # globals are cheaper
 
 
 class StreamCore:
@@ -191,7 +192,7 @@ class ExtProcStream:
         """The responses to send for ``msg``, in order. Raises RemoteProtocolError."""
         core = self._core
         session = self.session
-        if self.observer is not None or (session.state is State.HEADERS and msg.observability_mode):
+        if self.observer is not None or (session.state is _HEADERS and msg.observability_mode):
             return self._observe(msg)
         if msg.HasField("response_body"):
             self._response_bytes += len(msg.response_body.body)
@@ -200,7 +201,7 @@ class ExtProcStream:
         # The list may grow while it is walked: a Schedule appends the actions of its decision.
         for action in actions:
             if isinstance(action, Send):
-                if session.state is State.CLOSED:
+                if session.state is _CLOSED:
                     self._count_error(action.response)
                 out.append(action.response)
             elif isinstance(action, Schedule):
@@ -252,7 +253,7 @@ class ExtProcStream:
         if (
             core.observers_seen
             and outcome is not Outcome.SHUTDOWN
-            and session.state is State.DISPATCHED
+            and session.state is _DISPATCHED
             and not session.sees_response_body
             and session.request is not None
             and core.awaiting.defer(session.request.request_id, partial(self._finish_deferred, outcome))

@@ -1,4 +1,4 @@
-"""FastHistogram exposes exactly what prometheus_client's Histogram exposes for the same observations."""
+"""The fast collectors expose exactly what prometheus_client's Histogram, Counter and Gauge expose."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from epp.server.histogram import FastHistogram
+from epp.server.fastmetrics import FastCounter, FastGauge, FastHistogram
 
 BUCKETS = (0.0, 0.001, 0.5, 1, 8, 1024)
 
@@ -78,3 +78,56 @@ def test_registration_conflicts_and_bad_arguments() -> None:
         labelled.labels("1", "2")
     with pytest.raises(ValueError, match="has labels"):
         labelled.observe(1.0)
+
+
+def _ops() -> st.SearchStrategy[list[tuple[str, str, float]]]:
+    op = st.sampled_from(["inc", "dec", "set"])
+    return st.lists(st.tuples(op, st.sampled_from(["a", "b"]), st.floats(0, 1e6)), max_size=30)
+
+
+@given(_ops())
+def test_counter_and_gauge_exposition_match_prometheus_client(ops: list[tuple[str, str, float]]) -> None:
+    ref_registry, fast_registry = CollectorRegistry(), CollectorRegistry()
+    ref_c = Counter("c_requests", "doc", ("model",), registry=ref_registry)
+    fast_c = FastCounter("c_requests", "doc", ("model",), registry=fast_registry)
+    ref_g = Gauge("g_running", "doc", ("model",), registry=ref_registry)
+    fast_g = FastGauge("g_running", "doc", ("model",), registry=fast_registry)
+    ref_u, fast_u = (
+        Counter("u_total", "doc", registry=ref_registry),
+        FastCounter("u_total", "doc", registry=fast_registry),
+    )
+    for op, label, value in ops:
+        if op == "inc":
+            ref_c.labels(label).inc(value)
+            fast_c.labels(label).inc(value)
+            ref_u.inc(value)
+            fast_u.inc(value)
+        getattr(ref_g.labels(label), op)(value)
+        getattr(fast_g.labels(label), op)(value)
+    assert _without_created(generate_latest(fast_registry)) == _without_created(generate_latest(ref_registry))
+    created = [
+        line.split(" ")[0]
+        for line in generate_latest(ref_registry).decode().splitlines()
+        if "_created" in line
+    ]
+    fast_created = [
+        line.split(" ")[0]
+        for line in generate_latest(fast_registry).decode().splitlines()
+        if "_created" in line
+    ]
+    assert fast_created == created
+
+
+def test_counter_refuses_negative_and_unlabelled_use_of_labelled_collectors() -> None:
+    counter = FastCounter("n", "doc")
+    with pytest.raises(ValueError, match="non-negative"):
+        counter.inc(-1)
+    gauge = FastGauge("g", "doc", ("m",))
+    with pytest.raises(ValueError, match="has labels"):
+        gauge.inc()
+    with pytest.raises(ValueError, match="label values"):
+        gauge.labels("a", "b")
+    registry = CollectorRegistry()
+    FastCounter("dup", "doc", registry=registry)
+    with pytest.raises(ValueError, match="Duplicated"):
+        Counter("dup", "doc", registry=registry)
