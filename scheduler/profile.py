@@ -18,6 +18,8 @@ ProfileDecision)``; the result is None exactly when ``decision.failure`` is set.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import repeat
+from operator import add, mul
 from time import perf_counter
 from types import MappingProxyType
 
@@ -114,7 +116,7 @@ class SchedulerProfile:
                 return None, self._failed(steps, f'profile "{self.name}": no endpoints')
             current = "score"
             n = len(candidates)
-            totals = [0.0] * n
+            totals: list[float] = [0.0] * n
             for scorer, weight in self.scorers:
                 plugin = scorer
                 t0 = perf_counter()
@@ -124,7 +126,8 @@ class SchedulerProfile:
                     raise PluginContractError(f"returned {len(raw)} scores for {n} endpoints")
                 clamped = _clamped(raw)
                 scores[scorer.name] = clamped
-                totals = [t + weight * s for t, s in zip(totals, clamped, strict=True)]
+                # totals[i] += weight * clamped[i], in C (equal lengths were just checked)
+                totals = list(map(add, totals, map(mul, clamped, repeat(weight, n))))
             current = "pick"
             picker = plugin = self.picker
             scored = list(map(ScoredEndpoint, candidates, totals))  # equal lengths: checked per scorer

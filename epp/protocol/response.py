@@ -40,6 +40,7 @@ class ResponseState:
         "_recent",
         "capture_limit",
         "chunks",
+        "size",
         "status",
         "streaming",
     )
@@ -61,6 +62,7 @@ class ResponseState:
         self.streaming = streaming
         self.capture_limit = capture_limit if 200 <= status < 300 else 0
         self.chunks = 0
+        self.size = 0  # body bytes received from the model server
         self._old_model = b""
         self._new_model = b""
         if rewrite is not None and 200 <= status < 300:
@@ -86,6 +88,7 @@ class ResponseState:
     def chunk(self, data: bytes) -> bytes | None:
         """Account for one body chunk; return the bytes to forward now (None while holding the body)."""
         self.chunks += 1
+        self.size += len(data)
         if self._held is not None:
             self._held.append(data)
             return None

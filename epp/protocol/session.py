@@ -169,6 +169,12 @@ class Session:
         return self.state in (_DISPATCHED, _RESPONDING)
 
     @property
+    def response_bytes(self) -> int:
+        """Response body bytes received so far (0 before the response headers)."""
+        resp = self._response
+        return resp.size if resp is not None else 0
+
+    @property
     def sees_response_body(self) -> bool:
         """False when the proxy's response body mode is NONE: the body (its size, its usage) is not
         seen on this stream (in the ``observability`` variant an observer stream sees it instead)."""

@@ -155,7 +155,6 @@ class ExtProcStream:
     __slots__ = (
         "_closed",
         "_core",
-        "_response_bytes",
         "_start",
         "completion",
         "error",
@@ -169,7 +168,6 @@ class ExtProcStream:
         self._core = core
         self.session = Session(core.config)
         self._start = core.clock()
-        self._response_bytes = 0
         self._closed = False
         self.schedule_seconds = 0.0
         self.completion: Completion | None = None
@@ -194,8 +192,6 @@ class ExtProcStream:
         session = self.session
         if self.observer is not None or (session.state is _HEADERS and msg.observability_mode):
             return self._observe(msg)
-        if msg.HasField("response_body"):
-            self._response_bytes += len(msg.response_body.body)
         out: list[ProcessingResponse] = []
         actions = session.receive(msg)
         # The list may grow while it is walked: a Schedule appends the actions of its decision.
@@ -232,7 +228,8 @@ class ExtProcStream:
         return []
 
     def _body_bytes(self) -> int | None:
-        return self._response_bytes if self.session.sees_response_body else None
+        session = self.session
+        return session.response_bytes if session.sees_response_body else None
 
     def end(self, outcome: Outcome) -> None:
         """The stream is over: complete an open dispatch with ``outcome``, log the request. Idempotent."""

@@ -35,6 +35,7 @@ from google.protobuf.message import DecodeError
 
 from epp.protocol import RemoteProtocolError
 from epp.server.h2 import frames as f
+from epp.server.h2.frames import DATA, END_HEADERS, END_STREAM, HEADERS, PADDED, RESPONSE_HEADERS, frame
 from epp.server.stream import ExtProcStream, StreamCore
 from scheduler.types import Outcome
 
@@ -190,9 +191,9 @@ class H2Connection(asyncio.Protocol):
             pos += 9 + length
             if self._continuation is not None and kind != f.CONTINUATION:
                 raise _ConnectionError(f.ErrorCode.PROTOCOL_ERROR, "expected CONTINUATION")
-            if kind == f.DATA:
+            if kind == DATA:
                 self._on_data(sid, flags, payload, out)
-            elif kind == f.HEADERS:
+            elif kind == HEADERS:
                 self._on_headers(sid, flags, out)
             elif kind == f.CONTINUATION:
                 self._on_continuation(sid, flags, out)
@@ -202,7 +203,7 @@ class H2Connection(asyncio.Protocol):
                 self._on_settings(flags, payload, out)
             elif kind == f.PING:
                 if not flags & f.ACK:
-                    out.append(f.frame(f.PING, f.ACK, 0, payload))
+                    out.append(frame(f.PING, f.ACK, 0, payload))
             elif kind == f.WINDOW_UPDATE:
                 self._on_window_update(sid, payload, out)
             elif kind == f.PUSH_PROMISE:
@@ -250,8 +251,8 @@ class H2Connection(asyncio.Protocol):
                 self._flush(sid, stream, out)
 
     def _on_headers(self, sid: int, flags: int, out: list[bytes]) -> None:
-        if not flags & f.END_HEADERS:
-            self._continuation, self._continuation_ends = sid, bool(flags & f.END_STREAM)
+        if not flags & END_HEADERS:
+            self._continuation, self._continuation_ends = sid, bool(flags & END_STREAM)
         stream = self._streams.get(sid)
         if stream is None:
             if sid % 2 == 0 or sid == 0:
@@ -263,7 +264,7 @@ class H2Connection(asyncio.Protocol):
                 out.append(f.rst_stream(sid, f.ErrorCode.REFUSED_STREAM))
                 return
             stream = self._streams[sid] = _Stream(self._core.open(), self._peer_window)
-        if flags & f.END_STREAM and flags & f.END_HEADERS and stream.trailer is None:
+        if flags & END_STREAM and flags & END_HEADERS and stream.trailer is None:
             self._remote_end(sid, stream, out)
 
     def _on_continuation(self, sid: int, flags: int, out: list[bytes]) -> None:
@@ -285,7 +286,7 @@ class H2Connection(asyncio.Protocol):
         stream = self._streams.get(sid)
         if stream is None or stream.trailer is not None:
             return  # a stream we already finished: only the connection window counts
-        if flags & f.PADDED:
+        if flags & PADDED:
             pad = payload[0] if payload else 0
             payload = payload[1 : len(payload) - pad]
         stream.recv_consumed += len(payload)
@@ -325,7 +326,7 @@ class H2Connection(asyncio.Protocol):
         stream.buf = buf[pos:]
         if stream.pending:
             self._flush(sid, stream, out)
-        if flags & f.END_STREAM:
+        if flags & END_STREAM:
             self._remote_end(sid, stream, out)
 
     # -- stream endings ----------------------------------------------------------------------------
@@ -351,18 +352,18 @@ class H2Connection(asyncio.Protocol):
         """Send what the windows allow; after the last byte, the trailers (and RST_STREAM NO_ERROR)."""
         pending = stream.pending
         if (pending or stream.trailer is not None) and not stream.headers_sent:
-            out.append(f.frame(f.HEADERS, f.END_HEADERS, sid, f.RESPONSE_HEADERS))
+            out.append(frame(HEADERS, END_HEADERS, sid, RESPONSE_HEADERS))
             stream.headers_sent = True
         while pending:
             n = min(len(pending), self._peer_max_frame, self._send_window, stream.window)
             if n <= 0:
                 return
-            out.append(f.frame(f.DATA, 0, sid, bytes(pending[:n])))
+            out.append(frame(DATA, 0, sid, bytes(pending[:n])))
             del pending[:n]
             self._send_window -= n
             stream.window -= n
         if stream.trailer is not None:
-            out.append(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, sid, stream.trailer))
+            out.append(frame(HEADERS, END_HEADERS | END_STREAM, sid, stream.trailer))
             if not stream.remote_closed:
                 out.append(f.rst_stream(sid, f.ErrorCode.NO_ERROR))
             self._streams.pop(sid, None)
