@@ -8,6 +8,12 @@
 * streamed bodies: StreamedBodyResponse chunks of at most ``chunk_size`` bytes, the last one with
   ``end_of_stream`` as given (an empty body is one empty chunk).
 * errors: an ImmediateResponse with ``{"error": {"type", "message"}}`` and ``application/json``.
+
+Responses are never modified once built, so the builders return one shared instance for what recurs
+on every request: the routing response of each destination when it sets nothing but the destination
+(the common case behind Envoy, which sends its own ``x-request-id``), the empty HeadersResponse and
+TrailersResponse of each phase, and the empty last chunk of a streamed body. Callers must not modify
+a returned response (the I/O loops only serialise them).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
 from envoy.type.v3.http_status_pb2 import HttpStatus
 from google.protobuf.struct_pb2 import Struct
 
-from epp.protocol.headers import CONTENT_TYPE, DESTINATION_METADATA_KEY, LB_NAMESPACE
+from epp.protocol.headers import CONTENT_TYPE, DESTINATION_HEADER, DESTINATION_METADATA_KEY, LB_NAMESPACE
 
 __all__ = [
     "body_response",
@@ -43,6 +49,10 @@ __all__ = [
 ]
 
 _OVERWRITE = HeaderValueOption.HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD
+_ROUTING_CACHE_MAX = 4096  # destinations (an address, or a primary,fallback list); cleared when full
+_routing_cache: dict[str, ProcessingResponse] = {}
+_shared: dict[tuple[str, bool], ProcessingResponse] = {}  # empty responses by (phase, end_of_stream);
+# the phase names tell headers, bodies and trailers apart ("response_headers", "request_body", ...)
 
 
 def header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> HeaderMutation:
@@ -67,7 +77,15 @@ def routing_headers_response(
     set_headers: Mapping[str, str], remove: Iterable[str], destination: str
 ) -> ProcessingResponse:
     """``headers_response("request_headers", header_mutation(set_headers, remove), True,
-    routing_metadata(destination))``, built in place (no copies of the mutation and metadata)."""
+    routing_metadata(destination))``, built in place (no copies of the mutation and metadata).
+
+    Shared per destination when ``set_headers`` is only the destination header and nothing is removed.
+    """
+    plain = not remove and len(set_headers) == 1 and set_headers.get(DESTINATION_HEADER) == destination
+    if plain:
+        cached = _routing_cache.get(destination)
+        if cached is not None:
+            return cached
     reply = ProcessingResponse()
     common = reply.request_headers.response
     mutation = common.header_mutation
@@ -76,6 +94,10 @@ def routing_headers_response(
     common.clear_route_cache = True
     lb = reply.dynamic_metadata.fields[LB_NAMESPACE].struct_value
     lb.fields[DESTINATION_METADATA_KEY].string_value = destination
+    if plain:
+        if len(_routing_cache) >= _ROUTING_CACHE_MAX:
+            _routing_cache.clear()
+        _routing_cache[destination] = reply
     return reply
 
 
@@ -93,6 +115,9 @@ def headers_response(
     metadata: Struct | None = None,
 ) -> ProcessingResponse:
     """A HeadersResponse for ``phase`` (``"request_headers"`` or ``"response_headers"``)."""
+    empty = mutation is None and not clear_route_cache and metadata is None
+    if empty and (phase, False) in _shared:
+        return _shared[phase, False]
     reply = ProcessingResponse()
     common = getattr(reply, phase).response
     common.SetInParent()  # an empty CommonResponse is still sent (as the nested constructors did)
@@ -102,6 +127,8 @@ def headers_response(
         common.clear_route_cache = True
     if metadata is not None:
         reply.dynamic_metadata.CopyFrom(metadata)
+    if empty:
+        _shared[phase, False] = reply
     return reply
 
 
@@ -124,26 +151,36 @@ def body_response(
 
 def streamed_body(phase: str, body: bytes, chunk_size: int, end_of_stream: bool) -> list[ProcessingResponse]:
     """``body`` as StreamedBodyResponse messages of at most ``chunk_size`` bytes (at least one)."""
+    if not body:
+        shared = _shared.get((phase, end_of_stream))
+        if shared is None:
+            shared = _shared[phase, end_of_stream] = _streamed_piece(phase, b"", end_of_stream)
+        return [shared]
     if len(body) <= chunk_size:
         pieces = [body]
     else:
         view = memoryview(body)
         pieces = [bytes(view[i : i + chunk_size]) for i in range(0, len(body), chunk_size)]
-    out = []
-    for piece in pieces:
-        reply = ProcessingResponse()
-        # Setting the leaf through the attribute path is ~4x faster than nested constructors (upb).
-        streamed = getattr(reply, phase).response.body_mutation.streamed_response
-        streamed.body = piece
-        out.append(reply)
+    last = len(pieces) - 1
+    return [_streamed_piece(phase, piece, end_of_stream and i == last) for i, piece in enumerate(pieces)]
+
+
+def _streamed_piece(phase: str, body: bytes, end_of_stream: bool) -> ProcessingResponse:
+    reply = ProcessingResponse()
+    # Setting the leaf through the attribute path is ~4x faster than nested constructors (upb).
+    streamed = getattr(reply, phase).response.body_mutation.streamed_response
+    streamed.body = body
     if end_of_stream:
         streamed.end_of_stream = True
-    return out
+    return reply
 
 
 def trailers_response(phase: str) -> ProcessingResponse:
     """An empty TrailersResponse for ``phase`` (``"request_trailers"``/``"response_trailers"``)."""
-    return ProcessingResponse(**{phase: TrailersResponse()})
+    reply = _shared.get((phase, True))
+    if reply is None:
+        reply = _shared[phase, True] = ProcessingResponse(**{phase: TrailersResponse()})
+    return reply
 
 
 def error_body(error_type: str, message: str) -> bytes:

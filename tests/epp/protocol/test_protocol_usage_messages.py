@@ -10,9 +10,12 @@ import pytest
 from epp.protocol.messages import (
     error_body,
     header_mutation,
+    headers_response,
     immediate_error,
+    routing_headers_response,
     routing_metadata,
     streamed_body,
+    trailers_response,
 )
 from epp.protocol.usage import rewrite_model_bytes, usage_from_json, usage_from_mapping, usage_from_sse
 from scheduler.types import Usage
@@ -120,3 +123,58 @@ def test_streamed_body_chunking(size: int, chunk: int, pieces: int) -> None:
     assert [p.end_of_stream for p in parts] == [False] * (pieces - 1) + [True]
     assert not any(p.end_of_stream for r in streamed_body("request_body", body, chunk, False) for p in
                    [r.request_body.response.body_mutation.streamed_response])  # fmt: skip
+
+
+def _routing(resp: Any) -> tuple[dict[str, bytes], list[str], str]:
+    mutation = resp.request_headers.response.header_mutation
+    headers = {o.header.key: o.header.raw_value for o in mutation.set_headers}
+    lb = resp.dynamic_metadata.fields["envoy.lb"].struct_value.fields["x-gateway-destination-endpoint"]
+    return headers, list(mutation.remove_headers), lb.string_value
+
+
+def test_recurring_responses_are_shared_and_the_rest_built_fresh() -> None:
+    dest = "10.0.0.1:8000,10.0.0.2:8000"
+    plain = routing_headers_response({"x-gateway-destination-endpoint": dest}, [], dest)
+    assert routing_headers_response({"x-gateway-destination-endpoint": dest}, [], dest) is plain
+    assert _routing(plain) == ({"x-gateway-destination-endpoint": dest.encode()}, [], dest)
+    assert plain.request_headers.response.clear_route_cache
+    other = routing_headers_response({"x-gateway-destination-endpoint": "10.0.0.3:8000"}, [], "10.0.0.3:8000")
+    assert other is not plain and _routing(other)[2] == "10.0.0.3:8000"
+    # anything beyond the destination header: a fresh response with exactly what was asked
+    extra = {"x-gateway-destination-endpoint": dest, "x-request-id": "r1"}
+    first, second = routing_headers_response(extra, [], dest), routing_headers_response(extra, [], dest)
+    assert first is not second and first is not plain
+    assert _routing(first) == (
+        {"x-gateway-destination-endpoint": dest.encode(), "x-request-id": b"r1"},
+        [],
+        dest,
+    )
+    removing = routing_headers_response(
+        {"x-gateway-destination-endpoint": dest}, ["x-gateway-model-name-rewrite"], dest
+    )
+    assert removing is not plain and _routing(removing)[1] == ["x-gateway-model-name-rewrite"]
+    overridden = routing_headers_response({"x-gateway-destination-endpoint": "elsewhere:1"}, [], dest)
+    assert overridden is not plain and _routing(overridden)[0] == {
+        "x-gateway-destination-endpoint": b"elsewhere:1"
+    }
+    # empty phase answers
+    assert headers_response("response_headers") is headers_response("response_headers")
+    assert headers_response("response_headers").HasField("response_headers")
+    assert headers_response("request_headers") is not headers_response("response_headers")
+    mutated = headers_response("response_headers", header_mutation({"a": "b"}))
+    assert mutated is not headers_response("response_headers") and mutated.response_headers.response.HasField(
+        "header_mutation"
+    )
+    assert not headers_response("response_headers").response_headers.response.HasField("header_mutation")
+    assert trailers_response("response_trailers") is trailers_response("response_trailers")
+    assert trailers_response("request_trailers").HasField("request_trailers")
+    (last,) = streamed_body("response_body", b"", 8, True)
+    assert (
+        streamed_body("response_body", b"", 8, True) == [last]
+        and streamed_body("response_body", b"", 8, True)[0] is last
+    )
+    assert last.response_body.response.body_mutation.streamed_response.end_of_stream
+    (middle,) = streamed_body("response_body", b"", 8, False)
+    assert (
+        middle is not last and not middle.response_body.response.body_mutation.streamed_response.end_of_stream
+    )
