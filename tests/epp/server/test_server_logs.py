@@ -105,3 +105,6 @@ def test_decision_ring_is_bounded_newest_first() -> None:
     assert [d["request_id"] for d in got] == ["r4", "r3", "r2"]
     assert got[0]["decision"]["primary_profile"] == "default" and got[0]["time"] == 7.0
     assert ring.last(0) == []
+    assert got[0]["model"] == "m" and got[0]["priority"] == 0
+    # the request (prompt, headers) is not kept alive by the ring
+    assert not any(isinstance(field, LLMRequest) for entry in ring._ring for field in entry)
