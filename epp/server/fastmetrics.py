@@ -24,7 +24,7 @@ import math
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import metrics as _prometheus_metrics
@@ -38,6 +38,9 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 __all__ = ["CounterChild", "FastCounter", "FastGauge", "FastHistogram", "GaugeChild", "HistogramChild"]
+
+
+_C = TypeVar("_C")
 
 
 def _use_created() -> bool:
@@ -77,25 +80,35 @@ class GaugeChild:
         self.value = float(value)
 
 
-class _Family:
+class _Family(Generic[_C]):
     """Name, documentation, label names, children by label values, registration."""
 
+    _suffix = ""  # dropped from the name (the exposition adds it back)
+
     def __init__(
-        self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry | None
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str] = (),
+        *,
+        registry: CollectorRegistry | None = None,
     ) -> None:
-        self.name = name
+        self.name = name.removesuffix(self._suffix) if self._suffix else name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self._children: dict[tuple[str, ...], Any] = {}
+        self._children: dict[tuple[str, ...], _C] = {}
         if not self.labelnames:
             self._children[()] = self._child()
         if registry is not None:
             registry.register(self)  # type: ignore[arg-type]
 
-    def _child(self) -> Any:
+    def _child(self) -> _C:
         raise NotImplementedError
 
-    def labels(self, *values: str) -> Any:
+    def _family(self) -> Metric:
+        raise NotImplementedError
+
+    def labels(self, *values: str) -> _C:
         """The child of one label set (created on first use)."""
         if len(values) != len(self.labelnames):
             raise ValueError(f"{self.name}: expected {len(self.labelnames)} label values")
@@ -105,65 +118,45 @@ class _Family:
             child = self._children[key] = self._child()
         return child
 
-    def _unlabelled(self) -> Any:
+    def _unlabelled(self) -> _C:
         if self.labelnames:
             raise ValueError(f"{self.name} has labels: use labels(...) first")
         return self._children[()]
 
+    def describe(self) -> Iterable[Metric]:
+        return [self._family()]
 
-class FastCounter(_Family):
+
+class FastCounter(_Family[CounterChild]):
     """A counter; ``name`` without ``_total`` (added in the exposition, as prometheus_client does)."""
 
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str] = (),
-        *,
-        registry: CollectorRegistry | None = None,
-    ) -> None:
-        super().__init__(name.removesuffix("_total"), documentation, labelnames, registry)
+    _suffix = "_total"
 
     def _child(self) -> CounterChild:
         return CounterChild()
 
-    def labels(self, *values: str) -> CounterChild:
-        child: CounterChild = super().labels(*values)
-        return child
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
     def inc(self, amount: float = 1.0) -> None:
         self._unlabelled().inc(amount)
 
-    def describe(self) -> Iterable[Metric]:
-        return [CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)]
-
     def collect(self) -> Iterable[Metric]:
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        family = self._family()
         created = _use_created()
         for key, child in list(self._children.items()):
             family.add_metric(list(key), child.value, created=child.created if created else None)
         return [family]
 
 
-class FastGauge(_Family):
+class FastGauge(_Family[GaugeChild]):
     """A gauge (``inc``/``dec``/``set``)."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str] = (),
-        *,
-        registry: CollectorRegistry | None = None,
-    ) -> None:
-        super().__init__(name, documentation, labelnames, registry)
 
     def _child(self) -> GaugeChild:
         return GaugeChild()
 
-    def labels(self, *values: str) -> GaugeChild:
-        child: GaugeChild = super().labels(*values)
-        return child
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
     def inc(self, amount: float = 1.0) -> None:
         self._unlabelled().inc(amount)
@@ -174,11 +167,8 @@ class FastGauge(_Family):
     def set(self, value: float) -> None:
         self._unlabelled().set(value)
 
-    def describe(self) -> Iterable[Metric]:
-        return [GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)]
-
     def collect(self) -> Iterable[Metric]:
-        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        family = self._family()
         for key, child in list(self._children.items()):
             family.add_metric(list(key), child.value)
         return [family]
@@ -201,7 +191,7 @@ class HistogramChild:
         self.total += amount
 
 
-class FastHistogram(_Family):
+class FastHistogram(_Family[HistogramChild]):
     """A histogram collector registered in ``registry``; label values are strings (as given)."""
 
     def __init__(
@@ -224,24 +214,20 @@ class FastHistogram(_Family):
             raise ValueError(f"histogram {name}: 'le' is a reserved label name")
         self._bounds = tuple(bounds)
         self._les = tuple(floatToGoString(b) for b in bounds)  # type: ignore[no-untyped-call]
-        super().__init__(name, documentation, labelnames, registry)
+        super().__init__(name, documentation, labelnames, registry=registry)
 
     def _child(self) -> HistogramChild:
         return HistogramChild(self._bounds)
 
-    def labels(self, *values: str) -> HistogramChild:
-        child: HistogramChild = super().labels(*values)
-        return child
+    def _family(self) -> HistogramMetricFamily:
+        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
     def observe(self, amount: float) -> None:
         """Observe on the histogram without labels."""
         self._unlabelled().observe(amount)
 
-    def describe(self) -> Iterable[Metric]:
-        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
-
     def collect(self) -> Iterable[Metric]:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        family = self._family()
         created = _use_created()
         for key, child in list(self._children.items()):
             acc = 0.0
