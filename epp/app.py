@@ -277,6 +277,7 @@ async def build_app(options: Options) -> PickerApp:
         priority_of=priorities,
         max_body_bytes=options.max_body_bytes,
         response_chunks=scheduler.has_chunk_hooks,
+        response_header_map=scheduler.has_response_header_hooks,
     )
     server = EppServer(
         settings,

@@ -74,7 +74,12 @@ class Dispatched:
 
 @value_type
 class ResponseStarted:
-    """The response headers arrived: HTTP ``status``; ``streaming`` when ``text/event-stream``."""
+    """The response headers arrived: HTTP ``status``; ``streaming`` when ``text/event-stream``.
+
+    ``headers``: every response header (plus the served endpoint under ``x-gateway-destination-endpoint-
+    served``), or only ``:status``/``content-type``/``content-length`` when
+    ``SessionConfig.response_header_map`` is off (no plugin wants them).
+    """
 
     request: LLMRequest
     result: SchedulingResult

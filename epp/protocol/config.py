@@ -41,6 +41,9 @@ class SessionConfig:
     StreamedBodyResponse body. ``request_id_factory`` makes ids for requests without ``x-request-id``.
     ``response_chunks`` makes the session emit a :class:`~epp.protocol.actions.ResponseChunk` per
     response body chunk (only needed when a plugin implements ``on_response_chunk``).
+    ``response_header_map`` passes every response header to
+    :class:`~epp.protocol.actions.ResponseStarted` (for ``on_response_headers`` hooks); without it the
+    session reads only the ones it needs itself (``:status``, ``content-type``, ``content-length``).
     ``usage_capture_bytes`` bounds the copy of a non-streamed response body kept to read its usage.
     ``response_headers(request, result, served_endpoint_or_None) -> headers`` (optional) adds headers
     to the client response when the model server's response headers arrive (e.g. the
@@ -54,6 +57,7 @@ class SessionConfig:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     request_id_factory: Callable[[], str] = _new_request_id
     response_chunks: bool = False
+    response_header_map: bool = True
     usage_capture_bytes: int = 4 * 1024 * 1024
     response_headers: ResponseHeadersFn | None = None
 

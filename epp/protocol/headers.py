@@ -50,11 +50,16 @@ CONTROL_HEADERS = (OBJECTIVE_HEADER, FAIRNESS_HEADER, MODEL_REWRITE_HEADER, SUBS
 """Headers that steer the picker and are removed before the request reaches the model server."""
 
 
-def read_headers(header_map: HeaderMap) -> dict[str, str]:
-    """The headers of ``header_map`` as a dict (lower-case keys, repeated values comma-joined)."""
+def read_headers(header_map: HeaderMap, only: frozenset[str] | None = None) -> dict[str, str]:
+    """The headers of ``header_map`` as a dict (lower-case keys, repeated values comma-joined).
+
+    ``only``: read just these (lower-case) names; the others' values are not even decoded.
+    """
     out: dict[str, str] = {}
     for h in header_map.headers:
         key = h.key.lower()
+        if only is not None and key not in only:
+            continue
         raw = h.raw_value  # each read of a bytes field makes a new object (upb): read it once
         value = raw.decode("utf-8", "replace") if raw else h.value
         if key in out:

@@ -110,6 +110,7 @@ class State(enum.Enum):
 _HEADERS, _BODY, _SCHEDULING, _DISPATCHED = State.HEADERS, State.BODY, State.SCHEDULING, State.DISPATCHED
 _RESPONDING, _COMPLETE, _CLOSED = State.RESPONDING, State.COMPLETE, State.CLOSED
 _OK, _UPSTREAM_ERROR = Outcome.OK, Outcome.UPSTREAM_ERROR
+_OWN_RESPONSE_HEADERS = frozenset({":status", CONTENT_TYPE, CONTENT_LENGTH})
 
 
 class Session:
@@ -357,9 +358,12 @@ class Session:
     def _on_response_headers(self, msg: ProcessingRequest) -> list[Action]:
         assert self._request is not None and self._result is not None
         self._note_served(msg)
-        headers = read_headers(msg.response_headers.headers)
-        if self._served is not None:  # hooks learn which endpoint served (a fallback may have)
-            headers[DESTINATION_SERVED_KEY] = self._served
+        if self._config.response_header_map:
+            headers = read_headers(msg.response_headers.headers)
+            if self._served is not None:  # hooks learn which endpoint served (a fallback may have)
+                headers[DESTINATION_SERVED_KEY] = self._served
+        else:  # no hook wants them: read only what the session itself needs
+            headers = read_headers(msg.response_headers.headers, _OWN_RESPONSE_HEADERS)
         status_text = headers.get(":status", "")
         status = int(status_text) if status_text.isdigit() else 0
         streaming = "text/event-stream" in headers.get(CONTENT_TYPE, "")

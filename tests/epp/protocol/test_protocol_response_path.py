@@ -171,6 +171,28 @@ def test_served_endpoint_on_response_headers() -> None:
     assert done.served_endpoint == "10.0.0.1:8000"
 
 
+@pytest.mark.parametrize("header_map", [True, False])
+def test_response_header_map_only_when_hooks_want_it(header_map: bool) -> None:
+    md = metadata({"envoy.lb": {"x-gateway-destination-endpoint-served": "10.0.0.1:8000"}})
+    s = dispatched(response_header_map=header_map)
+    msg = response_headers(503, SSE, md=md, content_length="17", x_server="sim", Retry_After="1")
+    (started,) = [a for a in s.receive(msg) if isinstance(a, ResponseStarted)]
+    assert started.status == 503 and started.streaming
+    own = {":status": "503", "content-type": SSE, "content-length": "17"}
+    if header_map:  # every header, lower-cased, plus the served endpoint
+        extra = {
+            "x-server": "sim",
+            "retry-after": "1",
+            "x-gateway-destination-endpoint-served": "10.0.0.1:8000",
+        }
+        assert dict(started.headers) == own | extra
+    else:  # what the session needs itself, nothing else decoded
+        assert dict(started.headers) == own
+    (done,) = completions(s.receive(response_body(b"x", eos=True)))
+    assert done.outcome is Outcome.UPSTREAM_ERROR and done.status_code == 503
+    assert done.served_endpoint == "10.0.0.1:8000"
+
+
 def test_model_rewritten_back_in_streamed_response() -> None:
     s = dispatched({"x-gateway-model-name-rewrite": "llama-lora"})
     (_, hdr) = s.receive(response_headers(200, SSE, content_length="999"))

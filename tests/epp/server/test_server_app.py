@@ -61,6 +61,9 @@ async def model_servers() -> AsyncIterator[list[str]]:
             await runner.cleanup()
 
 
+_ROOT = Path(__file__).resolve().parents[3]
+
+
 def _flags(endpoints: list[str], *extra: str) -> list[str]:
     return [
         "--endpoints", ",".join(endpoints), "--host", "127.0.0.1", "--grpc-port", str(free_port()),
@@ -305,3 +308,19 @@ async def test_gie_config_with_a_data_layer_section(
     path.write_text(GIE_DATALAYER.replace("pluginRef: metrics\n", "pluginRef: nope\n"))
     assert main(["check-config", str(path)]) == 2
     assert "dataLayer.sources[0]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "config, hooks",
+    [
+        (None, False),
+        ("deploy/configs/tuned.yaml", True),
+    ],  # tuned: active-request-scorer reads response headers
+)
+async def test_session_reads_response_headers_only_for_plugins_that_want_them(
+    model_servers: list[str], config: str | None, hooks: bool
+) -> None:
+    extra = ["--config-file", str(_ROOT / config)] if config else []
+    app = await build_app(parse_options(_flags(model_servers, "--secure-serving=false", *extra)))
+    session_config = app.server.core.config
+    assert session_config.response_header_map is hooks
