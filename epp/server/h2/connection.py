@@ -63,6 +63,7 @@ class _Stream:
         "ext",
         "headers_sent",
         "pending",
+        "pending_bytes",
         "recv_consumed",
         "remote_closed",
         "trailer",
@@ -73,7 +74,8 @@ class _Stream:
         self.ext = ext
         self.buf = b""
         self.window = window
-        self.pending = bytearray()  # gRPC-framed bytes waiting for flow-control window
+        self.pending: list[bytes] = []  # gRPC-framed messages (prefix, body, ...) waiting to be sent
+        self.pending_bytes = 0
         self.trailer: bytes | None = None  # trailers to send once ``pending`` is flushed
         self.headers_sent = False
         self.remote_closed = False
@@ -319,7 +321,8 @@ class H2Connection(asyncio.Protocol):
             pos += 5 + size
             for response in responses:
                 data = response.SerializeToString()
-                stream.pending += len(data).to_bytes(5, "big") + data
+                stream.pending += (len(data).to_bytes(5, "big"), data)  # gRPC prefix: uncompressed, length
+                stream.pending_bytes += 5 + len(data)
             if stream.ext.finished:
                 self._finish(sid, stream, _OK, "", _RESET, out)
                 return
@@ -338,6 +341,7 @@ class H2Connection(asyncio.Protocol):
 
     def _fail(self, sid: int, stream: _Stream, status: int, message: str, out: list[bytes]) -> None:
         stream.pending.clear()
+        stream.pending_bytes = 0
         self._finish(sid, stream, status, message, Outcome.STREAM_RESET, out)
 
     def _finish(
@@ -354,14 +358,32 @@ class H2Connection(asyncio.Protocol):
         if (pending or stream.trailer is not None) and not stream.headers_sent:
             out.append(frame(HEADERS, END_HEADERS, sid, RESPONSE_HEADERS))
             stream.headers_sent = True
-        while pending:
-            n = min(len(pending), self._peer_max_frame, self._send_window, stream.window)
-            if n <= 0:
-                return
-            out.append(frame(DATA, 0, sid, bytes(pending[:n])))
-            del pending[:n]
-            self._send_window -= n
-            stream.window -= n
+        if pending:
+            size = stream.pending_bytes
+            if size <= self._peer_max_frame and size <= self._send_window and size <= stream.window:
+                # the usual case: everything fits in one DATA frame, whose payload is ``pending`` as is
+                out.append(_FRAME_HEADER.pack(size >> 16, size & 0xFFFF, DATA, 0, sid))
+                out += pending
+                pending.clear()
+            else:
+                data, pos = b"".join(pending), 0
+                pending.clear()
+                while pos < size:
+                    n = min(size - pos, self._peer_max_frame, self._send_window, stream.window)
+                    if n <= 0:
+                        break
+                    out.append(frame(DATA, 0, sid, data[pos : pos + n]))
+                    pos += n
+                    self._send_window -= n
+                    stream.window -= n
+                if pos < size:  # the rest waits for a WINDOW_UPDATE (trailers after it)
+                    pending.append(data[pos:])
+                    stream.pending_bytes = size - pos
+                    return
+                size = 0  # windows already charged
+            stream.pending_bytes = 0
+            self._send_window -= size
+            stream.window -= size
         if stream.trailer is not None:
             out.append(frame(HEADERS, END_HEADERS | END_STREAM, sid, stream.trailer))
             if not stream.remote_closed:

@@ -118,10 +118,15 @@ def test_sends_wait_for_the_peer_window(sched: FakeScheduler) -> None:
     conn.data_received(f.frame(f.DATA, 0, 1, grpc_message(request_body(BODY))))
     sent = sum(len(p) for k, _, _, p in parse(t.data) if k == f.DATA)
     assert sent == 1000
-    t.data.clear()
-    conn.data_received(f.window_update(1, 100_000) + f.window_update(0, 100_000))
+    conn.data_received(f.window_update(1, 300) + f.window_update(0, 100_000))  # room for 300 more
+    assert sum(len(p) for k, _, _, p in parse(t.data) if k == f.DATA) == 1300
+    conn.data_received(f.window_update(1, 100_000))
     frames = parse(t.data)
-    assert sent + sum(len(p) for k, _, _, p in frames if k == f.DATA) > len(BODY)
+    assert sum(len(p) for k, _, _, p in frames if k == f.DATA) > len(BODY)
+    # the pieces join up into exactly the two answers, in order
+    routed, echoed = responses(frames, 1)
+    assert routed.WhichOneof("response") == "request_headers"
+    assert echoed.request_body.response.body_mutation.streamed_response.body == BODY
 
 
 def test_ping_settings_padding_continuation_and_reset(sched: FakeScheduler) -> None:
