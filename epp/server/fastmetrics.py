@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
@@ -84,6 +85,8 @@ class _Family(Generic[_C]):
     """Name, documentation, label names, children by label values, registration."""
 
     _suffix = ""  # dropped from the name (the exposition adds it back)
+    _new_child: Callable[[], _C]  # makes the recording object of one label set
+    _metric: Callable[..., Metric]  # the prometheus_client family type (name, documentation, labels=)
 
     def __init__(
         self,
@@ -98,15 +101,9 @@ class _Family(Generic[_C]):
         self.labelnames = tuple(labelnames)
         self._children: dict[tuple[str, ...], _C] = {}
         if not self.labelnames:
-            self._children[()] = self._child()
+            self._children[()] = self._new_child()
         if registry is not None:
             registry.register(self)  # type: ignore[arg-type]
-
-    def _child(self) -> _C:
-        raise NotImplementedError
-
-    def _family(self) -> Metric:
-        raise NotImplementedError
 
     def labels(self, *values: str) -> _C:
         """The child of one label set (created on first use)."""
@@ -115,7 +112,7 @@ class _Family(Generic[_C]):
         key = tuple(str(v) for v in values)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = self._child()
+            child = self._children[key] = self._new_child()
         return child
 
     def _unlabelled(self) -> _C:
@@ -124,25 +121,21 @@ class _Family(Generic[_C]):
         return self._children[()]
 
     def describe(self) -> Iterable[Metric]:
-        return [self._family()]
+        return [self._metric(self.name, self.documentation, labels=self.labelnames)]
 
 
 class FastCounter(_Family[CounterChild]):
     """A counter; ``name`` without ``_total`` (added in the exposition, as prometheus_client does)."""
 
     _suffix = "_total"
-
-    def _child(self) -> CounterChild:
-        return CounterChild()
-
-    def _family(self) -> CounterMetricFamily:
-        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+    _new_child = CounterChild
+    _metric = CounterMetricFamily
 
     def inc(self, amount: float = 1.0) -> None:
         self._unlabelled().inc(amount)
 
     def collect(self) -> Iterable[Metric]:
-        family = self._family()
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         created = _use_created()
         for key, child in list(self._children.items()):
             family.add_metric(list(key), child.value, created=child.created if created else None)
@@ -152,11 +145,8 @@ class FastCounter(_Family[CounterChild]):
 class FastGauge(_Family[GaugeChild]):
     """A gauge (``inc``/``dec``/``set``)."""
 
-    def _child(self) -> GaugeChild:
-        return GaugeChild()
-
-    def _family(self) -> GaugeMetricFamily:
-        return GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+    _new_child = GaugeChild
+    _metric = GaugeMetricFamily
 
     def inc(self, amount: float = 1.0) -> None:
         self._unlabelled().inc(amount)
@@ -168,7 +158,7 @@ class FastGauge(_Family[GaugeChild]):
         self._unlabelled().set(value)
 
     def collect(self) -> Iterable[Metric]:
-        family = self._family()
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for key, child in list(self._children.items()):
             family.add_metric(list(key), child.value)
         return [family]
@@ -214,20 +204,17 @@ class FastHistogram(_Family[HistogramChild]):
             raise ValueError(f"histogram {name}: 'le' is a reserved label name")
         self._bounds = tuple(bounds)
         self._les = tuple(floatToGoString(b) for b in bounds)  # type: ignore[no-untyped-call]
+        self._new_child = partial(HistogramChild, self._bounds)
         super().__init__(name, documentation, labelnames, registry=registry)
 
-    def _child(self) -> HistogramChild:
-        return HistogramChild(self._bounds)
-
-    def _family(self) -> HistogramMetricFamily:
-        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+    _metric = HistogramMetricFamily
 
     def observe(self, amount: float) -> None:
         """Observe on the histogram without labels."""
         self._unlabelled().observe(amount)
 
     def collect(self) -> Iterable[Metric]:
-        family = self._family()
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         created = _use_created()
         for key, child in list(self._children.items()):
             acc = 0.0
