@@ -51,8 +51,8 @@ __all__ = [
 _OVERWRITE = HeaderValueOption.HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD
 _ROUTING_CACHE_MAX = 4096  # destinations (an address, or a primary,fallback list); cleared when full
 _routing_cache: dict[str, ProcessingResponse] = {}
-_shared: dict[tuple[str, bool], ProcessingResponse] = {}  # empty responses by (phase, end_of_stream);
-# the phase names tell headers, bodies and trailers apart ("response_headers", "request_body", ...)
+_empty_answers: dict[str, ProcessingResponse] = {}  # empty Headers/TrailersResponse by phase
+_empty_chunks: dict[tuple[str, bool], ProcessingResponse] = {}  # empty streamed body: (phase, end_of_stream)
 
 
 def header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> HeaderMutation:
@@ -116,8 +116,8 @@ def headers_response(
 ) -> ProcessingResponse:
     """A HeadersResponse for ``phase`` (``"request_headers"`` or ``"response_headers"``)."""
     empty = mutation is None and not clear_route_cache and metadata is None
-    if empty and (phase, False) in _shared:
-        return _shared[phase, False]
+    if empty and (shared := _empty_answers.get(phase)) is not None:
+        return shared
     reply = ProcessingResponse()
     common = getattr(reply, phase).response
     common.SetInParent()  # an empty CommonResponse is still sent (as the nested constructors did)
@@ -128,7 +128,7 @@ def headers_response(
     if metadata is not None:
         reply.dynamic_metadata.CopyFrom(metadata)
     if empty:
-        _shared[phase, False] = reply
+        _empty_answers[phase] = reply
     return reply
 
 
@@ -152,9 +152,9 @@ def body_response(
 def streamed_body(phase: str, body: bytes, chunk_size: int, end_of_stream: bool) -> list[ProcessingResponse]:
     """``body`` as StreamedBodyResponse messages of at most ``chunk_size`` bytes (at least one)."""
     if not body:
-        shared = _shared.get((phase, end_of_stream))
+        shared = _empty_chunks.get((phase, end_of_stream))
         if shared is None:
-            shared = _shared[phase, end_of_stream] = _streamed_piece(phase, b"", end_of_stream)
+            shared = _empty_chunks[phase, end_of_stream] = _streamed_piece(phase, b"", end_of_stream)
         return [shared]
     if len(body) <= chunk_size:
         pieces = [body]
@@ -177,9 +177,9 @@ def _streamed_piece(phase: str, body: bytes, end_of_stream: bool) -> ProcessingR
 
 def trailers_response(phase: str) -> ProcessingResponse:
     """An empty TrailersResponse for ``phase`` (``"request_trailers"``/``"response_trailers"``)."""
-    reply = _shared.get((phase, True))
+    reply = _empty_answers.get(phase)
     if reply is None:
-        reply = _shared[phase, True] = ProcessingResponse(**{phase: TrailersResponse()})
+        reply = _empty_answers[phase] = ProcessingResponse(**{phase: TrailersResponse()})
     return reply
 
 

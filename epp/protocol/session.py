@@ -264,7 +264,7 @@ class Session:
         assert self._request is not None and self._result is not None
         ok = complete and 200 <= status < 300
         completion = Completion(
-            outcome=Outcome.OK if ok else Outcome.UPSTREAM_ERROR,
+            outcome=_OK if ok else _UPSTREAM_ERROR,
             status_code=status,
             served_endpoint=self._served,
             usage=usage if ok else Usage(),
@@ -419,7 +419,7 @@ class Session:
         held = resp.finish() if self.state is _RESPONDING and resp is not None else None
         if self.state is _RESPONDING:
             grpc_status = read_headers(msg.response_trailers.trailers).get("grpc-status", "0")
-            out.extend(self._complete(None if grpc_status == "0" else Outcome.UPSTREAM_ERROR))
+            out.extend(self._complete(None if grpc_status == "0" else _UPSTREAM_ERROR))
         if held is not None and self._response_mode == _FULL_DUPLEX:
             out.extend(
                 Send(r) for r in m.streamed_body("response_body", held, self._config.chunk_size, False)
@@ -457,7 +457,7 @@ class Session:
         out: list[Action] = []
         if self.dispatched:  # Completed before the Send (see the ordering guarantee in actions.py)
             assert self._request is not None and self._result is not None
-            completion = Completion(Outcome.UPSTREAM_ERROR, status_code=status)
+            completion = Completion(_UPSTREAM_ERROR, status_code=status)
             out.append(Completed(self._request, self._result, completion))
         out.append(Send(m.immediate_error(status, error_type, message, extra)))
         self.state = _CLOSED
