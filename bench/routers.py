@@ -27,6 +27,7 @@ __all__ = [
     "LOAD_ONLY_CONFIG",
     "PREFIX_ONLY_CONFIG",
     "ROUTERS",
+    "GIE_DEFAULT_CONFIG",
     "TUNED_CONFIG",
     "RouterSpec",
     "RunningRouter",
@@ -41,6 +42,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "deploy" / "configs"
 LOAD_ONLY_CONFIG = (CONFIG_DIR / "load-only.yaml").read_text()
 PREFIX_ONLY_CONFIG = (CONFIG_DIR / "prefix-only.yaml").read_text()
 TUNED_CONFIG = (CONFIG_DIR / "tuned.yaml").read_text()
+GIE_DEFAULT_CONFIG = (CONFIG_DIR / "gie-default.yaml").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,7 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-load-only", "picker", config=LOAD_ONLY_CONFIG),
         RouterSpec("picker-prefix-only", "picker", config=PREFIX_ONLY_CONFIG),
         RouterSpec("picker-tuned", "picker", config=TUNED_CONFIG),
+        RouterSpec("picker-gie-default", "picker", config=GIE_DEFAULT_CONFIG),
     )
 }
 

@@ -12,7 +12,7 @@ CONFIGS = sorted((Path(__file__).resolve().parents[2] / "deploy" / "configs").gl
 
 
 def test_configs_are_shipped() -> None:
-    assert {p.name for p in CONFIGS} >= {"tuned.yaml", "load-only.yaml", "prefix-only.yaml"}
+    assert {p.name for p in CONFIGS} >= {"tuned.yaml", "load-only.yaml", "prefix-only.yaml", "gie-default.yaml"}
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
