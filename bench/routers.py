@@ -24,10 +24,10 @@ from epp.envoy_config import envoy_binary, render
 from epp.stack import ManagedProcess, Stack, StackError, StackSpec, free_ports
 
 __all__ = [
+    "GIE_DEFAULT_CONFIG",
     "LOAD_ONLY_CONFIG",
     "PREFIX_ONLY_CONFIG",
     "ROUTERS",
-    "GIE_DEFAULT_CONFIG",
     "TUNED_CONFIG",
     "RouterSpec",
     "RunningRouter",

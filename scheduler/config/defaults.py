@@ -1,4 +1,17 @@
-"""The configuration used when none is given (GIE's default plugins and weights)."""
+"""The configuration used when none is given: pyepp's best-measured profile (not GIE's default).
+
+Measured with ``epp-bench routing`` (docs/bench.md, README "Routing quality"): GIE's load and cache
+scorers plus the picker's own in-flight count (``active-request-scorer``, exact at dispatch while scraped
+gauges lag a scrape interval), ``no-hit-lru-scorer`` (cold prompts spread over the least recently used
+endpoints) and ``prefix-affinity-scorer`` (prefix ownership that outlives the KV cache, with bounded
+load; docs/scheduler.md, "Prefix affinity"). Its weight (10) lets an owner under its load bound win
+over the load scorers (total weight 5) for a prompt whose owned prefix is most of it; the load bound,
+not the weights, decides when a prefix spills.
+
+GIE's historical default (queue x2, kv-cache x2, prefix x3) ships unchanged as
+``deploy/configs/gie-default.yaml``; ``deploy/configs/default.yaml`` is this text as a file.
+Configurations that name their plugins keep GIE's exact semantics: only the no-config default differs.
+"""
 
 from __future__ import annotations
 
@@ -16,12 +29,17 @@ DEFAULT_PROFILE_HANDLER_TYPE = "single-profile-handler"
 DEFAULT_SATURATION_DETECTOR_TYPE = "utilization-detector"
 
 DEFAULT_CONFIG_TEXT = """\
+# pyepp's built-in default profile (the best-measured one; see README, "Routing quality").
+# GIE's default is deploy/configs/gie-default.yaml.
 apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
 - type: queue-scorer
 - type: kv-cache-utilization-scorer
 - type: prefix-cache-scorer
+- type: prefix-affinity-scorer
+- type: active-request-scorer
+- type: no-hit-lru-scorer
 - type: max-score-picker
 - type: single-profile-handler
 schedulingProfiles:
@@ -30,8 +48,14 @@ schedulingProfiles:
   - pluginRef: queue-scorer
     weight: 2
   - pluginRef: kv-cache-utilization-scorer
-    weight: 2
+    weight: 1
   - pluginRef: prefix-cache-scorer
     weight: 3
+  - pluginRef: prefix-affinity-scorer
+    weight: 10
+  - pluginRef: active-request-scorer
+    weight: 1
+  - pluginRef: no-hit-lru-scorer
+    weight: 1
   - pluginRef: max-score-picker
 """

@@ -7,12 +7,19 @@ from pathlib import Path
 import pytest
 
 from epp.config_sections import load_picker_config
+from scheduler.config import DEFAULT_CONFIG_TEXT
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "deploy" / "configs").glob("*.yaml"))
 
 
 def test_configs_are_shipped() -> None:
-    assert {p.name for p in CONFIGS} >= {"tuned.yaml", "load-only.yaml", "prefix-only.yaml", "gie-default.yaml"}
+    assert {p.name for p in CONFIGS} >= {
+        "tuned.yaml",
+        "load-only.yaml",
+        "prefix-only.yaml",
+        "gie-default.yaml",
+        "default.yaml",
+    }
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
@@ -36,3 +43,12 @@ def test_tuned_profile_adds_in_flight_and_cold_spread_to_gie_default() -> None:
     tuned = next(p for p in CONFIGS if p.name == "tuned.yaml")
     rendered = load_picker_config(str(tuned), None).config.render()
     assert all(plugin in rendered for plugin in TUNED_PLUGINS)
+
+
+def test_default_yaml_is_the_built_in_default() -> None:
+    shipped = next(p for p in CONFIGS if p.name == "default.yaml")
+    assert shipped.read_text(encoding="utf-8") == DEFAULT_CONFIG_TEXT
+    assert (
+        load_picker_config(str(shipped), None).config.render()
+        == load_picker_config(None, None).config.render()
+    )

@@ -36,7 +36,7 @@ def profile_summary(text: str | None = None, path: Path | None = None) -> dict[s
     }
 
 
-DEFAULT_PROFILE = {
+GIE_DEFAULT_PROFILE = {
     "default": {
         "filters": [],
         "scorers": [
@@ -50,8 +50,25 @@ DEFAULT_PROFILE = {
 }
 
 
-def test_no_config_is_the_gie_default() -> None:
-    assert profile_summary() == DEFAULT_PROFILE
+BUILTIN_PROFILE = {
+    "default": {
+        "filters": [],
+        "scorers": [
+            ("queue-scorer", 2.0),
+            ("kv-cache-utilization-scorer", 1.0),
+            ("prefix-cache-scorer", 3.0),
+            ("prefix-affinity-scorer", 10.0),
+            ("active-request-scorer", 1.0),
+            ("no-hit-lru-scorer", 1.0),
+        ],
+        "picker": ("max-score-picker", "max-score-picker"),
+        "shadow": False,
+    }
+}
+
+
+def test_no_config_is_the_best_measured_profile() -> None:
+    assert profile_summary() == BUILTIN_PROFILE
     resolved = default_config()
     assert resolved.handler.plugin_type == "single-profile-handler"
     assert resolved.saturation_detector is not None
@@ -59,8 +76,13 @@ def test_no_config_is_the_gie_default() -> None:
 
 
 @pytest.mark.parametrize("name", ["gie-default.yaml", "gie-helm-default.yaml"])
-def test_gie_configs_resolve_to_the_default_profile(name: str) -> None:
-    assert profile_summary(path=CONFIGS / name) == DEFAULT_PROFILE
+def test_gie_configs_resolve_to_gies_default_profile(name: str) -> None:
+    assert profile_summary(path=CONFIGS / name) == GIE_DEFAULT_PROFILE
+
+
+def test_shipped_gie_default_is_gies_default_profile() -> None:
+    shipped = Path(__file__).resolve().parents[2] / "deploy" / "configs" / "gie-default.yaml"
+    assert profile_summary(path=shipped) == GIE_DEFAULT_PROFILE
 
 
 def test_helm_legacy_saturation_thresholds_configure_the_detector() -> None:

@@ -313,9 +313,10 @@ async def test_gie_config_with_a_data_layer_section(
 @pytest.mark.parametrize(
     "config, hooks",
     [
-        (None, False),
+        ("deploy/configs/gie-default.yaml", False),
+        (None, True),
         ("deploy/configs/tuned.yaml", True),
-    ],  # tuned: active-request-scorer reads response headers
+    ],  # the built-in default and tuned: active-request-scorer reads response headers
 )
 async def test_session_reads_response_headers_only_for_plugins_that_want_them(
     model_servers: list[str], config: str | None, hooks: bool

@@ -1,0 +1,173 @@
+"""``prefix-affinity-scorer`` (pyepp): send a prefix to the endpoint that owns it, with bounded load.
+
+The approximate prefix index (``prefix-cache-scorer``) estimates what each server's KV cache holds and
+forgets a prefix when the server probably evicted it; routing on it alone lets a group's next request
+go wherever load says after every eviction, the group spreads over the fleet, each cache must hold more
+distinct prefixes and eviction gets worse. This plugin keeps the other half of the picture: *who owns*
+a prefix, an assignment that outlives the cache (:mod:`scheduler.plugins.prefix.owners`, bounded by
+bytes, not by the servers' KV size).
+
+Placement (consistent hashing with bounded loads, with owners instead of hash positions). For the
+candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flight to ``e``
+(dispatched, not completed), ``m = Σ load(e)`` and ``n = |E|``::
+
+    bound          = max(minLoadBound, ceil(loadFactor · (m + 1) / n))
+    eligible(e)    ⇔  load(e) + 1 <= bound
+    (d, owners)    = the deepest anchor of the prompt that has owners (depth d of t blocks)
+    chosen         = the first eligible owner, in assignment order (primary first, then spills)
+    score(chosen)  = d / t;   score(e) = 0 for every other endpoint
+
+* a new prefix (no owner) scores 0 everywhere: the profile's load scorers place it, and the endpoint
+  dispatched to becomes its primary owner;
+* an owner keeps its prefixes while it is under the bound; when it is over, the prefix *spills* to the
+  next owner, and if every owner is over, the load scorers pick an endpoint that becomes the next
+  spill owner (at most ``maxOwners``; beyond, the newest spill owner is replaced), so a hot prefix
+  grows onto a second server instead of scattering over all of them;
+* the score never goes to an endpoint above the bound, and with ``loadFactor`` c no endpoint receives
+  affinity traffic above c times the mean load (CH-BL's guarantee), ``minLoadBound`` keeping low-load
+  bursts of one group together;
+* ``d / t`` makes a long shared prefix decisive and a short shared preamble (a common first block)
+  nearly neutral.
+
+Hashes: the cycle's prefix match (``prefix-cache-scorer``, same block size and chain) when one is
+configured, else computed here with ``blockSizeTokens`` x 4 characters per block. Lifecycle:
+``on_dispatched`` records the primary endpoint as owner of every anchor and counts the request in
+flight; ``on_completed`` uncounts it; ``on_response_headers`` follows a fallback that served;
+``on_endpoints_removed`` forgets the endpoint's ownerships and counts.
+
+Parameters: ``loadFactor`` (c >= 1, default 1.25), ``minLoadBound`` (requests >= 1, default 4),
+``maxOwners`` (>= 1, default 2), ``maxIndexBytes`` (ownership memory, >= 64 KiB, default 32 MiB =
+~200,000 anchors), ``blockSizeTokens`` (>= 1, default 16; only without a prefix-cache-scorer),
+``maxPrefixBlocksToMatch`` (>= 1, default 256; idem), ``requestTimeout`` (duration, default
+``"2m"``: an in-flight count whose completion never came is dropped).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from scheduler.cycle_state import CycleState
+from scheduler.params import param
+from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.plugins.prefix.hashing import chain_seed, prefix_hashes
+from scheduler.plugins.prefix.match import prefix_match
+from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable
+from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
+from scheduler.plugins.scorers.inflight import InflightTracker
+from scheduler.plugins.scorers.inflight_hooks import InflightHooks
+from scheduler.types import EndpointView, LLMRequest, SchedulingResult
+
+__all__ = ["PrefixAffinityParams", "PrefixAffinityScorer", "factory", "load_bound"]
+
+_PENDING_LIMIT = 1024  # hash chains kept from score to on_dispatched (bounded)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixAffinityParams:
+    load_factor: float = param(2.0, ge=1.0, le=100.0)
+    min_load_bound: int = param(16, ge=1)
+    max_imbalance: int = param(8, ge=1)
+    max_owners: int = param(2, ge=1, le=64)
+    max_index_bytes: int = param(32 * 1024 * 1024, ge=64 * 1024)
+    block_size_tokens: int = param(16, ge=1, le=65536)
+    max_prefix_blocks_to_match: int = param(256, ge=1, le=65536)
+    request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
+
+    @property
+    def max_entries(self) -> int:
+        return max(1, self.max_index_bytes // ENTRY_BYTES)
+
+
+def load_bound(total_inflight: int, endpoints: int, load_factor: float, min_bound: int) -> int:
+    """The most requests an owner may have in flight, this one included (see the module docstring)."""
+    return max(min_bound, math.ceil(load_factor * (total_inflight + 1) / max(1, endpoints)))
+
+
+class PrefixAffinityScorer(InflightHooks, PluginBase):
+    plugin_type = "prefix-affinity-scorer"
+    count_every_profile = False
+    params: PrefixAffinityParams
+
+    def __init__(
+        self, name: str, clock: Callable[[], float], params: PrefixAffinityParams | None = None
+    ) -> None:
+        super().__init__(name)
+        self.params = params = params or PrefixAffinityParams()
+        self.tracker = InflightTracker(clock, params.request_timeout)
+        self.owners = OwnerTable(params.max_entries, params.max_owners)
+        self._pending: dict[str, tuple[int, ...]] = {}
+        self._seeds: dict[tuple[str, str], int] = {}
+
+    # -- per cycle ----------------------------------------------------------------------------------
+
+    def hashes(self, cycle: CycleState | None, request: LLMRequest) -> tuple[int, ...]:
+        found = prefix_match(cycle) if cycle is not None else None
+        if found is not None:
+            return found.hashes
+        key = (request.target_model, request.cache_salt)
+        seed = self._seeds.get(key)
+        if seed is None:
+            if len(self._seeds) > 1024:
+                self._seeds.clear()
+            seed = self._seeds[key] = chain_seed(*key)
+        p = self.params
+        return tuple(
+            prefix_hashes(request.prompt_text, seed, p.block_size_tokens * 4, p.max_prefix_blocks_to_match)
+        )
+
+    def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
+        hashes = self.hashes(cycle, request)
+        if len(self._pending) >= _PENDING_LIMIT:
+            self._pending.pop(next(iter(self._pending)))
+        self._pending[request.request_id] = hashes
+        out = [0.0] * len(endpoints)
+        if not hashes:
+            return out
+        depth, owners = self.owners.lookup(hashes)
+        if not owners:
+            return out
+        chosen = self.choose(owners, endpoints)
+        if chosen is not None:
+            out[chosen] = depth / len(hashes)
+        return out
+
+    def choose(self, owners: Sequence[str], endpoints: Sequence[EndpointView]) -> int | None:
+        """Index in ``endpoints`` of the first eligible owner (module docstring), or None."""
+        counts = self.tracker.request_counts
+        p = self.params
+        if counts:
+            loads = [counts.get(e.address, 0) for e in endpoints]
+            total, least = sum(loads), min(loads)
+        else:
+            total = least = 0
+        bound = load_bound(total, len(endpoints), p.load_factor, p.min_load_bound)
+        ceiling = min(bound, least + p.max_imbalance)
+        position = {e.address: i for i, e in enumerate(endpoints)}
+        for owner in owners:
+            i = position.get(owner)
+            if i is not None and counts.get(owner, 0) + 1 <= ceiling:
+                return i
+        return None
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
+        super().on_dispatched(request, result)
+        hashes = self._pending.pop(request.request_id, None)
+        if hashes is None:
+            hashes = self.hashes(None, request)
+        if hashes and result.endpoints:
+            self.owners.record(hashes, result.endpoints[0].address)
+
+    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
+        super().on_endpoints_removed(addresses)
+        self.owners.remove(addresses)
+
+
+factory = factory_with_params(
+    PrefixAffinityScorer.plugin_type,
+    PrefixAffinityParams,
+    lambda name, params, handle: PrefixAffinityScorer(name, handle.clock, params),
+)

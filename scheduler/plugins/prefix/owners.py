@@ -1,0 +1,141 @@
+"""Prefix ownership: which endpoints a prefix is *assigned* to, kept independently of any KV cache.
+
+The approximate index (:mod:`scheduler.plugins.prefix.index`) estimates what each server *holds*; it is
+sized to the servers' KV capacity and forgets a prefix when the server probably evicted it. Ownership is
+the routing decision that placed the prefix, remembered for far longer: when a server evicts a group's
+prefix, the group's next request still goes to its owner (which re-caches it once) instead of wherever
+load says, so a group does not spread over the fleet and every server's cache holds fewer distinct
+prefixes. That is what keeps hit rates up when caches churn.
+
+Representation:
+
+* A prompt's chained block hashes ``h_1 .. h_n`` (:mod:`scheduler.plugins.prefix.hashing`; ``h_d``
+  identifies the whole prefix of ``d`` blocks) are recorded only at *anchor* depths
+  (:func:`anchor_depths`): every depth up to 8, then four per doubling (10, 12, 14, 16, 20, 24, 28,
+  32, 40, ...), and the prompt's last block. A prompt of ``n`` blocks costs at most
+  ``8 + 4·log2(n/8) + 1`` entries (28 for 256 blocks) instead of ``n``; the deepest shared anchor
+  under-reports a shared prefix by less than a quarter.
+* ``entries: OrderedDict[int, tuple[str, ...]]``: anchor hash -> owners, in the order they were
+  assigned (the first is the *primary*; later ones are *spill* owners added when every earlier owner
+  was over its load bound). At most ``max_owners`` per entry; a new owner beyond that replaces the
+  most recent spill owner, so the primary never changes while it lives. Owner tuples are interned
+  (a handful of distinct tuples exist), so an entry costs one int, one dict slot and one ordered-dict
+  link: :data:`ENTRY_BYTES` at most (measured, ``tests/scheduler/plugins/test_prefix_owners.py``).
+* LRU over entries: a lookup does not touch; a record touches every anchor of the prompt. Beyond
+  ``max_entries`` (the memory budget divided by :data:`ENTRY_BYTES`) the least recently recorded
+  entries are dropped. The budget is bytes, not the servers' KV size: ownership outlives the cache.
+
+``lookup(hashes)`` returns the deepest anchor of the prompt that has owners, as ``(depth, owners)``;
+O(number of anchors) dict lookups. Not thread-safe: call from the scheduler's thread.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+__all__ = ["ENTRY_BYTES", "OwnerTable", "anchor_depths"]
+
+ENTRY_BYTES = 160
+"""Upper bound of the memory one ownership entry costs (measured ~140 B with interned owner tuples)."""
+
+_INTERN_LIMIT = 4096
+
+
+@lru_cache(maxsize=512)
+def anchor_depths(n: int) -> tuple[int, ...]:
+    """The anchor depths (1-based block counts) recorded for a prompt of ``n`` full blocks, ascending."""
+    if n <= 0:
+        return ()
+    out = list(range(1, min(n, 8) + 1))
+    step, depth = 2, 8
+    while True:
+        depth += step
+        if depth > n:
+            break
+        out.append(depth)
+        if depth & (depth - 1) == 0:  # a power of two: the next octave has steps twice as long
+            step *= 2
+    if out[-1] != n:
+        out.append(n)
+    return tuple(out)
+
+
+class OwnerTable:
+    """Anchor hash -> owner endpoints, LRU-bounded to ``max_entries``."""
+
+    __slots__ = ("_entries", "_intern", "max_entries", "max_owners")
+
+    def __init__(self, max_entries: int, max_owners: int) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        if max_owners < 1:
+            raise ValueError(f"max_owners must be >= 1, got {max_owners}")
+        self.max_entries = max_entries
+        self.max_owners = max_owners
+        self._entries: OrderedDict[int, tuple[str, ...]] = OrderedDict()
+        self._intern: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def owners(self, anchor_hash: int) -> tuple[str, ...]:
+        return self._entries.get(anchor_hash, ())
+
+    def lookup(self, hashes: Sequence[int]) -> tuple[int, tuple[str, ...]]:
+        """``(depth, owners)`` of the deepest anchor of ``hashes`` that has owners; ``(0, ())`` if none."""
+        get = self._entries.get
+        for depth in reversed(anchor_depths(len(hashes))):
+            found = get(hashes[depth - 1])
+            if found:
+                return depth, found
+        return 0, ()
+
+    def record(self, hashes: Sequence[int], address: str) -> None:
+        """``address`` now serves this prompt: make it an owner of every anchor of ``hashes``."""
+        entries = self._entries
+        touch = entries.move_to_end
+        for depth in anchor_depths(len(hashes)):
+            h = hashes[depth - 1]
+            found = entries.get(h)
+            if found is None:
+                entries[h] = self._interned((address,))
+            else:
+                if address not in found:
+                    if len(found) < self.max_owners:
+                        found = (*found, address)
+                    else:  # the overflow slot: replace the most recent spill owner, keep the primary
+                        found = (*found[:-1], address) if len(found) > 1 else (address,)
+                    entries[h] = self._interned(found)
+                touch(h)
+        while len(entries) > self.max_entries:
+            entries.popitem(last=False)
+
+    def remove(self, addresses: Iterable[str]) -> None:
+        """Forget endpoints that left the pool (O(entries); pool changes are rare)."""
+        gone = set(addresses)
+        if not gone:
+            return
+        self._intern.clear()
+        entries = self._entries
+        for h, owners in list(entries.items()):
+            if gone.isdisjoint(owners):
+                continue
+            kept = tuple(a for a in owners if a not in gone)
+            if kept:
+                entries[h] = self._interned(kept)
+            else:
+                del entries[h]
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._intern.clear()
+
+    def _interned(self, owners: tuple[str, ...]) -> tuple[str, ...]:
+        found = self._intern.get(owners)
+        if found is None:
+            if len(self._intern) >= _INTERN_LIMIT:
+                self._intern.clear()
+            found = self._intern[owners] = owners
+        return found

@@ -1,0 +1,276 @@
+"""prefix-affinity-scorer and its ownership table: anchors, owners, load bound, churn, memory budget."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import tracemalloc
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.cycle_state import CycleState
+from scheduler.errors import ConfigError
+from scheduler.handle import PluginHandle
+from scheduler.plugins.prefix.affinity import PrefixAffinityScorer, factory, load_bound
+from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable, anchor_depths
+from scheduler.plugins.prefix.scorer import factory as prefix_factory
+from scheduler.types import (
+    Completion,
+    Endpoint,
+    LLMRequest,
+    Outcome,
+    ProfileResult,
+    SchedulingResult,
+    ScoredEndpoint,
+)
+
+EPS = [Endpoint(f"10.0.0.{i}:8000") for i in range(4)]
+BLOCK = 64  # characters per block at the default blockSizeTokens (16 x 4)
+
+
+def make(**parameters: Any) -> PrefixAffinityScorer:
+    plugin = factory("affinity", parameters, PluginHandle())
+    assert isinstance(plugin, PrefixAffinityScorer)
+    return plugin
+
+
+def req(text: str, rid: str) -> LLMRequest:
+    return LLMRequest(request_id=rid, model="m", target_model="m", prompt_text=text)
+
+
+def result_for(ep: Endpoint) -> SchedulingResult:
+    return SchedulingResult(
+        primary_profile="default",
+        endpoints=(ep,),
+        profile_results={"default": ProfileResult("default", (ScoredEndpoint(ep, 1.0),))},
+    )
+
+
+def group_prompt(group: int, blocks: int = 40, unique: int = 0) -> str:
+    """``blocks`` full blocks shared by the group, then ``unique``'s own question (2 blocks)."""
+    shared = "".join(f"g{group:03d}b{b:03d}".ljust(BLOCK, "x") for b in range(blocks))
+    return shared + f"q{unique:06d}".ljust(2 * BLOCK, "y")
+
+
+class Fleet:
+    """Drives the scorer like the scheduler: score, pick (affinity first, then least loaded), dispatch."""
+
+    def __init__(self, scorer: PrefixAffinityScorer, eps: list[Endpoint] = EPS) -> None:
+        self.scorer = scorer
+        self.eps = eps
+        self.n = 0
+
+    def load(self, ep: Endpoint) -> int:
+        return self.scorer.tracker.requests(ep.address)
+
+    def send(self, text: str) -> tuple[str, LLMRequest, list[float]]:
+        self.n += 1
+        request = req(text, f"r{self.n}")
+        scores = self.scorer.score(CycleState(), request, self.eps)
+        best = max(range(len(self.eps)), key=lambda i: (scores[i], -self.load(self.eps[i]), -i))
+        self.scorer.on_dispatched(request, result_for(self.eps[best]))
+        return self.eps[best].address, request, scores
+
+    def complete(self, request: LLMRequest) -> None:
+        self.scorer.on_completed(request, result_for(self.eps[0]), Completion(Outcome.OK))
+
+
+# -- anchors --------------------------------------------------------------------------------------
+
+
+def test_anchor_depths_small_and_octaves() -> None:
+    assert anchor_depths(0) == ()
+    assert anchor_depths(3) == (1, 2, 3)
+    assert anchor_depths(8) == tuple(range(1, 9))
+    assert anchor_depths(33) == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 33)
+    assert len(anchor_depths(256)) == 8 + 4 * 5  # the last block (256) is an anchor already
+
+
+@given(st.integers(min_value=1, max_value=70000))
+def test_anchor_depths_cover_every_prefix_within_a_quarter(n: int) -> None:
+    depths = anchor_depths(n)
+    assert list(depths) == sorted(set(depths)) and depths[0] == 1 and depths[-1] == n
+    assert len(depths) <= 9 + 4 * max(0, math.ceil(math.log2(n / 8))) if n > 8 else len(depths) == n
+    for shallow, deep in itertools.pairwise(depths):
+        assert deep <= max(shallow + 1, shallow * 1.25) or deep == n
+
+
+# -- the ownership table --------------------------------------------------------------------------
+
+
+def test_primary_stays_and_the_overflow_slot_takes_new_spills() -> None:
+    table = OwnerTable(max_entries=100, max_owners=2)
+    hashes = list(range(1, 21))
+    table.record(hashes, "a")
+    table.record(hashes, "b")
+    assert table.lookup(hashes) == (20, ("a", "b"))
+    table.record(hashes, "c")  # beyond maxOwners: replaces the newest spill, never the primary
+    assert table.lookup(hashes) == (20, ("a", "c"))
+    assert table.lookup([*hashes[:12], 999, 998]) == (12, ("a", "c"))  # the deepest shared anchor
+    assert table.lookup([501, 502, 503]) == (0, ())
+
+
+def test_lru_bound_and_removal() -> None:
+    table = OwnerTable(max_entries=50, max_owners=3)
+    for p in range(100):
+        table.record([p * 1000 + i for i in range(1, 9)], f"e{p % 3}")
+        assert len(table) <= 50
+    assert table.lookup([99000 + i for i in range(1, 9)]) == (8, ("e0",))  # most recent kept
+    assert table.lookup([1000 + i for i in range(1, 9)]) == (0, ())  # oldest dropped
+    table.remove({"e0"})
+    assert table.lookup([99000 + i for i in range(1, 9)]) == (0, ())
+    assert all(owners for owners in table._entries.values())
+
+
+def test_memory_per_entry_within_the_documented_bound() -> None:
+    entries = 20000
+    rng = random.Random(1)
+    addresses = [f"10.0.{i // 256}.{i % 256}:8000" for i in range(16)]
+    table = OwnerTable(max_entries=entries, max_owners=2)
+    prompts = [[rng.getrandbits(64) for _ in range(60)] for _ in range(entries // 20 + 200)]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i, hashes in enumerate(prompts):
+        table.record(hashes, addresses[i % 16])
+        if i % 3 == 0:
+            table.record(hashes, addresses[(i + 5) % 16])
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    del prompts
+    assert len(table) == entries
+    assert used / entries <= ENTRY_BYTES, f"{used / entries:.0f} bytes per entry"
+
+
+# -- the scorer -----------------------------------------------------------------------------------
+
+
+def test_parameters_are_validated() -> None:
+    with pytest.raises(ConfigError, match="loadFactor"):
+        make(loadFactor=0.5)
+    with pytest.raises(ConfigError, match="maxIndexBytes"):
+        make(maxIndexBytes=10)
+    assert make(maxIndexBytes=32 * 2**20).owners.max_entries == 32 * 2**20 // ENTRY_BYTES
+
+
+def test_new_prefix_scores_zero_then_its_owner_scores_its_owned_fraction() -> None:
+    fleet = Fleet(make())
+    first, r1, scores = fleet.send(group_prompt(1, unique=1))
+    assert scores == [0.0] * 4
+    fleet.complete(r1)
+    again, _, scores = fleet.send(group_prompt(1, unique=2))
+    assert again == first
+    owned = max(scores)
+    assert scores.count(0.0) == 3 and 32 / 42 <= owned < 1.0  # 40 shared blocks of 42; anchor 40
+
+
+def test_reads_the_prefix_cache_scorers_hashes_when_configured() -> None:
+    prefix = prefix_factory("prefix", {}, PluginHandle())
+    scorer = make()
+    cycle = CycleState()
+    request = req(group_prompt(2), "r1")
+    prefix.prepare(cycle, request, EPS)  # type: ignore[attr-defined]
+    assert scorer.hashes(cycle, request) == prefix.match(cycle, request).hashes  # type: ignore[attr-defined]
+
+
+def test_affinity_outlives_the_cache_estimate() -> None:
+    """Stable under churn: ownership is kept while the KV-sized estimate forgets every prefix."""
+    prefix = prefix_factory("prefix", {"lruCapacityPerServer": 256, "autoTune": False}, PluginHandle())
+    scorer = make()
+    fleet = Fleet(scorer)
+    owner: dict[int, str] = {}
+    for round_ in range(6):
+        done = []
+        for g in range(40):  # 40 groups x 42 blocks: far more than the estimate's 256 per endpoint
+            cycle = CycleState()
+            request = req(group_prompt(g, unique=round_), f"g{g}r{round_}")
+            prefix.prepare(cycle, request, EPS)  # type: ignore[attr-defined]
+            scores = scorer.score(cycle, request, EPS)
+            best = max(range(4), key=lambda i: (scores[i], -fleet.load(EPS[i]), -i))
+            result = result_for(EPS[best])
+            prefix.on_dispatched(request, result)  # type: ignore[attr-defined]
+            scorer.on_dispatched(request, result)
+            done.append((request, result))
+            assert owner.setdefault(g, EPS[best].address) == EPS[best].address, (g, round_)
+        for request, result in done:  # a round's requests are in flight together
+            scorer.on_completed(request, result, Completion(Outcome.OK))
+    assert len(set(owner.values())) == 4  # new groups were placed by load, over the whole fleet
+
+
+def test_owner_over_the_bound_spills_to_one_second_owner_not_everywhere() -> None:
+    scorer = make(loadFactor=1.25, minLoadBound=2, maxImbalance=100)
+    fleet = Fleet(scorer)
+    primary, _, _ = fleet.send(group_prompt(7, unique=0))  # kept in flight: the group gets hot
+    inflight = []
+    targets = []
+    for u in range(1, 40):
+        address, request, _ = fleet.send(group_prompt(7, unique=u))
+        inflight.append(request)
+        targets.append(address)
+    # The primary took requests while under the bound; then one spill owner; then (both over) the
+    # least loaded endpoints, each becoming the newest spill owner in turn.
+    assert targets[0] == primary
+    spill = next(t for t in targets if t != primary)
+    first_spill_at = targets.index(spill)
+    assert all(t == primary for t in targets[:first_spill_at])
+    for request in inflight:
+        fleet.complete(request)
+    # Load gone: the group goes back to its primary.
+    assert fleet.send(group_prompt(7, unique=99))[0] == primary
+
+
+@settings(max_examples=200)
+@given(
+    loads=st.lists(st.integers(min_value=0, max_value=60), min_size=1, max_size=8),
+    owners=st.lists(st.integers(min_value=0, max_value=7), min_size=1, max_size=4, unique=True),
+    factor=st.floats(min_value=1.0, max_value=3.0),
+    floor=st.integers(min_value=1, max_value=20),
+    imbalance=st.integers(min_value=1, max_value=20),
+)
+def test_never_scores_an_endpoint_above_the_load_bound(
+    loads: list[int], owners: list[int], factor: float, floor: int, imbalance: int
+) -> None:
+    scorer = make(loadFactor=factor, minLoadBound=floor, maxImbalance=imbalance)
+    eps = [Endpoint(f"10.1.0.{i}:8000") for i in range(len(loads))]
+    for i, n in enumerate(loads):
+        for k in range(n):
+            scorer.tracker.dispatch(f"{i}-{k}", [eps[i].address])
+    text = group_prompt(3)
+    hashes = scorer.hashes(None, req(text, "x"))
+    for o in owners:
+        scorer.owners.record(hashes, f"10.1.0.{o}:8000")
+    scores = scorer.score(CycleState(), req(text, "probe"), eps)
+    bound = min(load_bound(sum(loads), len(loads), factor, floor), min(loads) + imbalance)
+    chosen = [i for i, s in enumerate(scores) if s > 0]
+    assert len(chosen) <= 1
+    recorded = scorer.owners.lookup(hashes)[1]
+    index = {e.address: i for i, e in enumerate(eps)}
+    eligible = [a for a in recorded if a in index and loads[index[a]] + 1 <= bound]
+    if chosen:
+        assert loads[chosen[0]] + 1 <= bound
+        assert eps[chosen[0]].address == eligible[0]  # the first eligible owner, in assignment order
+    else:
+        assert not eligible
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=10**6), min_size=1, max_size=300))
+def test_memory_bound_held_whatever_the_traffic(prompt_ids: list[int]) -> None:
+    scorer = make(maxIndexBytes=64 * 1024)
+    fleet = Fleet(scorer)
+    for pid in prompt_ids:
+        _, request, _ = fleet.send(group_prompt(pid % 1000, blocks=1 + pid % 50, unique=pid))
+        fleet.complete(request)
+        assert len(scorer.owners) <= scorer.owners.max_entries == 64 * 1024 // ENTRY_BYTES
+    assert len(scorer._pending) == 0
+
+
+def test_removed_endpoints_lose_their_prefixes() -> None:
+    fleet = Fleet(make())
+    owner, _request, _ = fleet.send(group_prompt(5))
+    fleet.scorer.on_endpoints_removed(frozenset({owner}))
+    assert fleet.scorer.tracker.requests(owner) == 0
+    assert fleet.scorer.score(CycleState(), req(group_prompt(5, unique=3), "z"), EPS) == [0.0] * 4
