@@ -52,3 +52,14 @@ def test_default_yaml_is_the_built_in_default() -> None:
         load_picker_config(str(shipped), None).config.render()
         == load_picker_config(None, None).config.render()
     )
+
+
+def test_check_config_without_a_file_prints_the_built_in_default() -> None:
+    import io
+
+    from epp.config_sections import check_config
+
+    out, err = io.StringIO(), io.StringIO()
+    assert check_config([], stdout=out, stderr=err) == 0, err.getvalue()
+    assert out.getvalue() == load_picker_config(None, None).config.render()
+    assert "type: prefix-affinity-scorer" in out.getvalue() and "weight: 10" in out.getvalue()
