@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from scheduler.cycle_state import CycleState
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.prefix.hashing import chain_seed, prefix_hashes
+from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable
 from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
@@ -98,7 +98,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self.tracker = InflightTracker(clock, params.request_timeout)
         self.owners = OwnerTable(params.max_entries, params.max_owners)
         self._pending: dict[str, tuple[int, ...]] = {}
-        self._seeds: dict[tuple[str, str], int] = {}
+        self._hasher = ChainHasher()
 
     # -- per cycle ----------------------------------------------------------------------------------
 
@@ -106,15 +106,13 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         found = prefix_match(cycle) if cycle is not None else None
         if found is not None:
             return found.hashes
-        key = (request.target_model, request.cache_salt)
-        seed = self._seeds.get(key)
-        if seed is None:
-            if len(self._seeds) > 1024:
-                self._seeds.clear()
-            seed = self._seeds[key] = chain_seed(*key)
         p = self.params
-        return tuple(
-            prefix_hashes(request.prompt_text, seed, p.block_size_tokens * 4, p.max_prefix_blocks_to_match)
+        return self._hasher.hashes(
+            request.prompt_text,
+            request.target_model,
+            request.cache_salt,
+            p.block_size_tokens * 4,
+            p.max_prefix_blocks_to_match,
         )
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from xxhash import xxh3_64_intdigest
 
-__all__ = ["chain_seed", "prefix_hashes"]
+__all__ = ["ChainHasher", "chain_seed", "prefix_hashes"]
 
 
 def chain_seed(target_model: str, cache_salt: str) -> int:
@@ -43,3 +43,23 @@ def prefix_hashes(text: str, seed: int, block_chars: int, max_blocks: int) -> li
             h = xxh3_64_intdigest(text[start : start + block_chars].encode(), h)
             append(h)
     return out
+
+
+class ChainHasher:
+    """A request's hash chain with the per-(model, cache salt) seeds memoised (at most 1024 kept)."""
+
+    __slots__ = ("_seeds",)
+
+    def __init__(self) -> None:
+        self._seeds: dict[tuple[str, str], int] = {}
+
+    def hashes(
+        self, text: str, target_model: str, cache_salt: str, block_chars: int, max_blocks: int
+    ) -> tuple[int, ...]:
+        key = (target_model, cache_salt)
+        seed = self._seeds.get(key)
+        if seed is None:
+            if len(self._seeds) > 1024:
+                self._seeds.clear()
+            seed = self._seeds[key] = chain_seed(*key)
+        return tuple(prefix_hashes(text, seed, block_chars, max_blocks))

@@ -20,7 +20,7 @@ Representation:
   was over its load bound). At most ``max_owners`` per entry; a new owner beyond that replaces the
   most recent spill owner, so the primary never changes while it lives. Owner tuples are interned
   (a handful of distinct tuples exist), so an entry costs one int, one dict slot and one ordered-dict
-  link: :data:`ENTRY_BYTES` at most (measured, ``tests/scheduler/plugins/test_prefix_owners.py``).
+  link: :data:`ENTRY_BYTES` at most (measured, ``tests/scheduler/plugins/test_prefix_affinity_scorer.py``).
 * LRU over entries: a lookup does not touch; a record touches every anchor of the prompt. Beyond
   ``max_entries`` (the memory budget divided by :data:`ENTRY_BYTES`) the least recently recorded
   entries are dropped. The budget is bytes, not the servers' KV size: ownership outlives the cache.

@@ -25,7 +25,7 @@ from scheduler.cycle_state import CycleState, StateKey
 from scheduler.interfaces import Handle
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.prefix.capacity import CapacityPlanner
-from scheduler.plugins.prefix.hashing import chain_seed, prefix_hashes
+from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.index import PrefixIndex
 from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
 from scheduler.plugins.prefix.params import PrefixCacheParams
@@ -57,7 +57,7 @@ class PrefixCacheScorer(PluginBase):
         self._learn_block_size = params.auto_tune and fixed is None
         self._key: StateKey[PrefixMatch] = StateKey(f"prefix-cache-scorer/{name}")
         self._pending: dict[str, tuple[int, ...]] = {}
-        self._seeds: dict[tuple[str, str], int] = {}
+        self._hasher = ChainHasher()
 
     @property
     def block_chars(self) -> int:
@@ -71,14 +71,13 @@ class PrefixCacheScorer(PluginBase):
 
     def hashes(self, request: LLMRequest) -> tuple[int, ...]:
         """The request's chained block hashes (pure)."""
-        key = (request.target_model, request.cache_salt)
-        seed = self._seeds.get(key)
-        if seed is None:
-            if len(self._seeds) > 1024:
-                self._seeds.clear()
-            seed = self._seeds[key] = chain_seed(*key)
-        chars = self._block_chars
-        return tuple(prefix_hashes(request.prompt_text, seed, chars, self.params.max_prefix_blocks_to_match))
+        return self._hasher.hashes(
+            request.prompt_text,
+            request.target_model,
+            request.cache_salt,
+            self._block_chars,
+            self.params.max_prefix_blocks_to_match,
+        )
 
     def match(self, cycle: CycleState, request: LLMRequest) -> PrefixMatch:
         """The memoised match of this cycle (computed on first use)."""

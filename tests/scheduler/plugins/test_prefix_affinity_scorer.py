@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plugin_builders import DONE, endpoints, routed
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
@@ -18,17 +19,9 @@ from scheduler.handle import PluginHandle
 from scheduler.plugins.prefix.affinity import PrefixAffinityScorer, factory, load_bound
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable, anchor_depths
 from scheduler.plugins.prefix.scorer import factory as prefix_factory
-from scheduler.types import (
-    Completion,
-    Endpoint,
-    LLMRequest,
-    Outcome,
-    ProfileResult,
-    SchedulingResult,
-    ScoredEndpoint,
-)
+from scheduler.types import Endpoint, LLMRequest
 
-EPS = [Endpoint(f"10.0.0.{i}:8000") for i in range(4)]
+EPS = endpoints(4)
 BLOCK = 64  # characters per block at the default blockSizeTokens (16 x 4)
 
 
@@ -40,14 +33,6 @@ def make(**parameters: Any) -> PrefixAffinityScorer:
 
 def req(text: str, rid: str) -> LLMRequest:
     return LLMRequest(request_id=rid, model="m", target_model="m", prompt_text=text)
-
-
-def result_for(ep: Endpoint) -> SchedulingResult:
-    return SchedulingResult(
-        primary_profile="default",
-        endpoints=(ep,),
-        profile_results={"default": ProfileResult("default", (ScoredEndpoint(ep, 1.0),))},
-    )
 
 
 def group_prompt(group: int, blocks: int = 40, unique: int = 0) -> str:
@@ -72,11 +57,11 @@ class Fleet:
         request = req(text, f"r{self.n}")
         scores = self.scorer.score(CycleState(), request, self.eps)
         best = max(range(len(self.eps)), key=lambda i: (scores[i], -self.load(self.eps[i]), -i))
-        self.scorer.on_dispatched(request, result_for(self.eps[best]))
+        self.scorer.on_dispatched(request, routed(self.eps[best]))
         return self.eps[best].address, request, scores
 
     def complete(self, request: LLMRequest) -> None:
-        self.scorer.on_completed(request, result_for(self.eps[0]), Completion(Outcome.OK))
+        self.scorer.on_completed(request, routed(self.eps[0]), DONE)
 
 
 # -- anchors --------------------------------------------------------------------------------------
@@ -190,13 +175,13 @@ def test_affinity_outlives_the_cache_estimate() -> None:
             prefix.prepare(cycle, request, EPS)  # type: ignore[attr-defined]
             scores = scorer.score(cycle, request, EPS)
             best = max(range(4), key=lambda i: (scores[i], -fleet.load(EPS[i]), -i))
-            result = result_for(EPS[best])
+            result = routed(EPS[best])
             prefix.on_dispatched(request, result)  # type: ignore[attr-defined]
             scorer.on_dispatched(request, result)
             done.append((request, result))
             assert owner.setdefault(g, EPS[best].address) == EPS[best].address, (g, round_)
         for request, result in done:  # a round's requests are in flight together
-            scorer.on_completed(request, result, Completion(Outcome.OK))
+            scorer.on_completed(request, result, DONE)
     assert len(set(owner.values())) == 4  # new groups were placed by load, over the whole fleet
 
 
