@@ -16,9 +16,11 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from e2e_lib import completion, decisions, eventually, running, served_by
+from e2e_lib import MODEL, completion, decisions, eventually, running, served_by
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from datalayer.discovery import join_address
+from epp.envoy_config import EnvoyParams, envoy_binary, write_config
 from epp.stack import ManagedProcess, Stack, StackSpec, free_ports
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -123,3 +125,59 @@ def test_not_ready_until_an_endpoint_answers_then_routed(tmp_path: Path) -> None
         raise
     finally:
         stack.stop()
+
+
+def test_envoy_routes_only_ip_destinations_and_ipv6_bracketed(tmp_path: Path) -> None:
+    """Why names must be resolved, and that the IPv6 form the picker writes is the one Envoy parses.
+
+    A scripted picker sets the destination; nothing listens at it (and nothing is bound on ::1), so a
+    destination Envoy accepts ends in a connection attempt that fails, and one it cannot parse in
+    ORIGINAL_DST's ``no healthy upstream``, the issue's symptom.
+    """
+    dead, picker_port, listen, admin = free_ports(4)
+    params = EnvoyParams(
+        listen_port=listen, admin_port=admin, picker_port=picker_port, picker_tls=False,
+        endpoints=(f"127.0.0.1:{dead}",),
+    )  # fmt: skip
+    config = write_config("gie-fail-closed", params, tmp_path / "envoy.yaml")
+    envoy_argv = [str(envoy_binary()), "-c", str(config), "--disable-hot-restart", "--log-level", "warn"]
+    script = str(Path(__file__).with_name("scripted_picker.py"))
+    cases = {
+        join_address("::1", dead): "remote connection failure",  # [::1]:port: parsed, connection tried
+        join_address("127.0.0.1", dead): "remote connection failure",
+        f"localhost:{dead}": "no healthy upstream",  # a name: what --endpoints used to pass through
+        f"::1:{dead}": "no healthy upstream",  # IPv6 without brackets
+    }
+    envoy = ManagedProcess("envoy", envoy_argv, tmp_path / "envoy.log")
+    url = f"http://127.0.0.1:{listen}/v1/completions"
+    try:
+        envoy.start()
+        assert eventually(lambda: _ok(f"http://127.0.0.1:{admin}/ready"), timeout_s=20), envoy.log.read_text()
+        for i, (destination, outcome) in enumerate(cases.items()):
+            argv = [sys.executable, script, "--port", str(picker_port), "--destination", destination]
+            picks = tmp_path / f"picks-{i}.log"
+            picker = ManagedProcess("scripted-picker", [*argv, "--log", str(picks)], tmp_path / "picker.log")
+            picker.start()
+            try:
+                replies: list[httpx.Response] = []
+
+                def routed(replies: list[httpx.Response] = replies, picks: Path = picks) -> bool:
+                    replies.append(httpx.post(url, json={"model": MODEL, "prompt": "where?"}, timeout=10.0))
+                    return picks.exists()  # the scripted picker routed it (not Envoy's 500 while it starts)
+
+                assert eventually(routed, timeout_s=20), picker.log.read_text()
+                assert replies[-1].status_code == 503 and outcome in replies[-1].text, (
+                    destination,
+                    replies[-1].text,
+                )
+            finally:
+                picker.stop()
+    finally:
+        envoy.stop()
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
