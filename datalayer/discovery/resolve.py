@@ -5,7 +5,9 @@ name (every A and AAAA record counts, as in an Envoy STRICT_DNS cluster) or rais
 :class:`ResolveError` saying why. Implementations:
 
 * :class:`SystemResolver`: the operating system's resolver (``getaddrinfo`` on a worker thread, so
-  ``/etc/hosts``, DNS and nsswitch apply as for any program), bounded by a timeout per lookup;
+  ``/etc/hosts``, DNS and nsswitch apply as for any program), bounded by a timeout per lookup; a lookup
+  that timed out keeps running on its thread and is awaited again by the next call for that name, so
+  at most one thread per name is ever busy (a hung DNS server cannot pile up threads or queued work);
 * :class:`HostsFileResolver`: names listed in a hosts-format file (``IP name [alias ...]``, ``#``
   comments, at most :data:`MAX_HOSTS_FILE_BYTES`) answer from that file, other names go to a fallback
   resolver (``--endpoints-hosts-file``, a testing and operations aid: move a name without touching
@@ -22,7 +24,7 @@ import ipaddress
 import os
 import socket
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -65,13 +67,27 @@ class SystemResolver:
         if not timeout > 0:
             raise ValueError("SystemResolver.timeout: expected a positive number of seconds")
         self.timeout = timeout
+        self._running: dict[str, asyncio.Future[Any]] = {}  # name -> its lookup still in progress
+
+    def _lookup(self, name: str) -> asyncio.Future[Any]:
+        running = self._running.get(name)
+        if running is not None:
+            return running
+        loop = asyncio.get_running_loop()
+        future = asyncio.ensure_future(loop.getaddrinfo(name, None, type=socket.SOCK_STREAM))
+        self._running[name] = future
+
+        def finished(done: asyncio.Future[Any]) -> None:
+            del self._running[name]
+            if not done.cancelled():
+                done.exception()  # retrieved here, so an abandoned failure is not reported as unhandled
+
+        future.add_done_callback(finished)
+        return future
 
     async def resolve(self, name: str) -> tuple[str, ...]:
-        loop = asyncio.get_running_loop()
         try:
-            infos = await asyncio.wait_for(
-                loop.getaddrinfo(name, None, type=socket.SOCK_STREAM), self.timeout
-            )
+            infos = await asyncio.wait_for(asyncio.shield(self._lookup(name)), self.timeout)
         except TimeoutError:
             raise ResolveError(f"no answer within {self.timeout:g}s") from None
         except (OSError, UnicodeError, ValueError) as exc:

@@ -70,15 +70,26 @@ async def test_system_resolver_answers_localhost_and_refuses_unknown_names() -> 
         await resolver.resolve("no-such-host.invalid")  # RFC 6761: never resolves
 
 
-async def test_system_resolver_gives_up_after_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_system_resolver_gives_up_after_its_timeout_without_stacking_lookups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     loop = asyncio.get_running_loop()
+    release, calls = asyncio.Event(), []
 
-    async def hang(*args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(10)
+    async def hung_dns(host: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(host)
+        await release.wait()
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.9", 0))]
 
-    monkeypatch.setattr(loop, "getaddrinfo", hang)
-    with pytest.raises(ResolveError, match=r"no answer within 0\.05s"):
-        await SystemResolver(timeout=0.05).resolve("slow.example")
+    monkeypatch.setattr(loop, "getaddrinfo", hung_dns)
+    resolver = SystemResolver(timeout=0.05)
+    for _ in range(3):
+        with pytest.raises(ResolveError, match=r"no answer within 0\.05s"):
+            await resolver.resolve("slow.example")
+    assert calls == ["slow.example"]  # the lookup still running is awaited again, not started anew
+    release.set()
+    assert await resolver.resolve("slow.example") == ("10.0.0.9",)
+    assert calls == ["slow.example"]
 
 
 async def test_system_resolver_keeps_ipv4_and_ipv6_once_each(monkeypatch: pytest.MonkeyPatch) -> None:
