@@ -201,7 +201,7 @@ class PickerApp:
             return
         await self.server.set_synced(True)
         _log.info("endpoints synced: ready", endpoints=len(snapshot()), answered=answered(snapshot()))
-        await wait_for_an_answer(snapshot, _log, "no endpoint has answered a scrape yet")
+        await wait_for_an_answer(snapshot, _log, "no endpoint has answered a scrape yet", interval=0.5)
 
     async def _lead(self) -> None:
         from epp.leader import run_leader_election
