@@ -21,6 +21,8 @@ Public API (what the epp service uses)::
   :class:`FileDiscovery` (``--endpoints-file``), :class:`KubePoolDiscovery` (``--pool-name``) and
   :class:`KubeSelectorDiscovery` (``--endpoint-selector`` + ``--endpoint-target-ports``); the
   Kubernetes ones take a kubernetes-asyncio ``ApiClient`` (e.g. from ``config.load_incluster_config``).
+  Host names in the standalone sources are resolved by wrapping them in
+  ``datalayer.discovery.ResolvingDiscovery`` (resolver seam: ``datalayer.discovery.Resolver``).
 * Records: :class:`EndpointRecord` (structurally a scheduler ``EndpointView``: ``address``, ``name``,
   ``labels``, ``ready``, ``metrics``, ``attributes``, plus ``engine``, ``health``, ``last_error``) with
   :class:`EndpointMetrics` (a ``MetricsView``; ``updated_at`` on the monotonic clock).

@@ -5,8 +5,10 @@ sections owned by other parts, objectives file, certificates, discovery settings
 :class:`StartupError` naming the file / flag and what was expected. :class:`PickerApp` then runs:
 
 1. the servers (:class:`~epp.server.server.EppServer`): health says live, not ready;
-2. the data layer (discovery + scrapers); when its first discovery listing is applied, health turns
-   SERVING (with ``--ha-enable-leader-election``, only while this replica leads);
+2. the data layer (discovery + scrapers); when its first discovery listing is applied and, with
+   ``--ready-requires-endpoint`` (the default in the standalone modes), an endpoint has answered a
+   scrape, health turns SERVING (with ``--ha-enable-leader-election``, only while this replica leads);
+   until then a warning names every endpoint that does not answer (:mod:`epp.readiness`);
 3. on SIGTERM/SIGINT: health NOT_SERVING, no new streams, in-flight streams get
    ``--shutdown-grace-period``, the rest are cancelled (outcome SHUTDOWN); then the data layer stops.
 
@@ -48,6 +50,7 @@ from epp.config_sections import load_picker_config
 from epp.discovery import DiscoveryError, build_discovery
 from epp.options import Options
 from epp.protocol import SessionConfig
+from epp.readiness import answered, wait_for_an_answer
 from epp.server.metrics import RequestMetrics, SchedulerMetrics, register_info
 from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import hit_ratio_observer, index_size_reader
@@ -189,8 +192,16 @@ class PickerApp:
 
     async def _ready_when_synced(self) -> None:
         await self.layer.wait_synced()
+        snapshot = self.layer.snapshot
+        if self.options.ready_requires_endpoint:
+            message = "no endpoint has answered a scrape yet: not ready"
+            count = await wait_for_an_answer(snapshot, _log, message)
+            await self.server.set_synced(True)
+            _log.info("endpoints synced: ready", endpoints=len(snapshot()), answered=count)
+            return
         await self.server.set_synced(True)
-        _log.info("endpoints synced: ready", endpoints=len(self.layer.snapshot()))
+        _log.info("endpoints synced: ready", endpoints=len(snapshot()), answered=answered(snapshot()))
+        await wait_for_an_answer(snapshot, _log, "no endpoint has answered a scrape yet", interval=0.5)
 
     async def _lead(self) -> None:
         from epp.leader import run_leader_election

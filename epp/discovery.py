@@ -5,6 +5,12 @@
 * ``--pool-name``: Kubernetes InferencePool discovery in ``--pool-namespace`` / ``--pool-group``;
 * ``--endpoint-selector`` + ``--endpoint-target-ports``: Kubernetes pod-selector discovery.
 
+In the two standalone modes a host may be a name: the source is wrapped in
+:class:`datalayer.discovery.ResolvingDiscovery`, which resolves names every
+``--endpoints-resolve-interval`` through the system resolver (``--endpoints-hosts-file`` first, when
+given). At start every name must resolve, else :class:`DiscoveryError` names the flag (and file entry)
+and the name; later failures keep the last good addresses (see :mod:`datalayer.discovery.names`).
+
 The Kubernetes modes need an API client (in-cluster service account, else ``$KUBECONFIG`` /
 ``~/.kube/config``), created on the running loop; :func:`build_discovery` returns it with the source so
 the caller closes it at shutdown. Raises :class:`DiscoveryError` naming the flag when the source cannot be
@@ -18,7 +24,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from datalayer import Discovery, StaticDiscovery
-from datalayer.discovery import EndpointsFileError, FileDiscovery, load_endpoints_file
+from datalayer.discovery import (
+    EndpointsFileError,
+    FileDiscovery,
+    HostsFileError,
+    HostsFileResolver,
+    NameResolution,
+    ResolutionError,
+    Resolver,
+    ResolvingDiscovery,
+    SystemResolver,
+    load_endpoints_file,
+)
+from datalayer.records import EndpointSpec
 from epp.options import Options
 
 __all__ = ["BuiltDiscovery", "DiscoveryError", "build_discovery", "kubernetes_client"]
@@ -50,25 +68,60 @@ def _selector(text: str) -> dict[str, str]:
     return {key.strip(): value.strip() for key, _, value in pairs}
 
 
-def _check_endpoints_file(path: str) -> None:
+def _check_endpoints_file(path: str) -> list[EndpointSpec]:
     """Fail at startup on a file that does not load (the watcher keeps the last good set later)."""
     try:
-        load_endpoints_file(path)
+        return load_endpoints_file(path)
     except EndpointsFileError as exc:
         raise DiscoveryError(f"--endpoints-file: {exc}") from None
 
 
-async def build_discovery(options: Options) -> BuiltDiscovery:
+def _resolver(options: Options, resolver: Resolver | None) -> Resolver:
+    base = resolver or SystemResolver()
+    if options.endpoints_hosts_file is None:
+        return base
+    try:
+        return HostsFileResolver(options.endpoints_hosts_file, base)
+    except HostsFileError as exc:
+        raise DiscoveryError(f"--endpoints-hosts-file: {exc}") from None
+
+
+async def _standalone(
+    options: Options, inner: Discovery, specs: list[EndpointSpec], where: str, resolver: Resolver | None
+) -> BuiltDiscovery:
+    """``inner`` wrapped to resolve host names, after checking that every name resolves now.
+
+    ``where`` prefixes errors (the flag, or the flag and the file); for a file the entry is named.
+    """
+    resolution = NameResolution(_resolver(options, resolver))
+    if not resolution.has_names(specs):
+        if options.discovery_mode == "static":
+            return BuiltDiscovery(inner)  # IP addresses only, and the list never changes
+    else:
+        try:
+            await resolution.expand(specs, strict=True)
+        except ResolutionError as exc:
+            index = next(i for i, s in enumerate(specs) if s.address == exc.declared)
+            entry = f"endpoints[{index}].address: " if options.discovery_mode == "file" else ""
+            raise DiscoveryError(f"{where}: {entry}{exc}") from None
+    wrapped = ResolvingDiscovery(inner, resolution, interval=options.endpoints_resolve_interval)
+    return BuiltDiscovery(wrapped)
+
+
+async def build_discovery(options: Options, *, resolver: Resolver | None = None) -> BuiltDiscovery:
+    """The discovery source of ``options``; ``resolver`` replaces the system resolver (tests)."""
     mode = options.discovery_mode
     if mode == "static":
         try:
-            return BuiltDiscovery(StaticDiscovery.from_addresses(options.endpoints))
+            static = StaticDiscovery.from_addresses(options.endpoints)
         except ValueError as exc:
             raise DiscoveryError(f"--endpoints: {exc}") from None
+        return await _standalone(options, static, list(static.specs), "--endpoints", resolver)
     if mode == "file":
-        assert options.endpoints_file is not None
-        _check_endpoints_file(options.endpoints_file)
-        return BuiltDiscovery(FileDiscovery(options.endpoints_file))
+        path = options.endpoints_file
+        assert path is not None
+        specs = _check_endpoints_file(path)
+        return await _standalone(options, FileDiscovery(path), specs, f"--endpoints-file: {path}", resolver)
     flag = "--pool-name" if mode == "pool" else "--endpoint-selector"
     from datalayer.discovery.kube import KubePoolDiscovery, KubeSelectorDiscovery
 

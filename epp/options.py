@@ -6,7 +6,8 @@
 Helm chart written for it passes its arguments unchanged; flags of ours are marked in their help text.
 
 Discovery modes are exclusive: exactly one of ``--endpoints``, ``--endpoints-file``, ``--pool-name``,
-``--endpoint-selector`` (the latter needs ``--endpoint-target-ports``).
+``--endpoint-selector`` (the latter needs ``--endpoint-target-ports``). ``--endpoints-resolve-interval``
+and ``--endpoints-hosts-file`` apply to the first two only (they may name hosts).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class Options:
     endpoint_target_ports: tuple[int, ...] = ()
     endpoints: tuple[str, ...] = ()
     endpoints_file: str | None = None
+    endpoints_resolve_interval: float = 5.0  # 0: resolve names only at start / when the file changes
+    endpoints_hosts_file: str | None = None
+    ready_requires_endpoint: bool = True  # parse_options: True in standalone modes, False in Kubernetes
     # configuration
     config_file: str | None = None
     config_text: str | None = None
@@ -121,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--enable-cert-reload", action=b, help="reload --cert-path files when they change")
     s.add_argument("--health-checking", action=b, help="also serve grpc.health.v1 on the ext_proc port")
     s.add_argument(
+        "--ready-requires-endpoint",
+        action=b,
+        default=None,
+        help=f"{_OURS} report ready only once an endpoint has answered a scrape (default true with "
+        "--endpoints / --endpoints-file; false in the Kubernetes modes, as GIE)",
+    )
+    s.add_argument(
         "--grpc-engine", choices=ENGINES, default=None,
         help=f"{_OURS} ext_proc server: h2 (lean HTTP/2, ~3x less CPU per request) or grpcio (grpc.aio); "
         "default: env EPP_GRPC_ENGINE, else h2 (grpcio with --health-checking)",
@@ -145,8 +156,23 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--pool-group", default="inference.networking.k8s.io", help="API group of the pool")
     d.add_argument("--endpoint-selector", help="pod label selector k=v,k2=v2 (Kubernetes mode B)")
     d.add_argument("--endpoint-target-ports", type=parse_port_list, help="model-server ports, e.g. 8000,8001")
-    d.add_argument("--endpoints", help=f"{_OURS} static list host:port,host:port")
+    d.add_argument(
+        "--endpoints",
+        help=f"{_OURS} static list host:port,host:port (a host name: every IPv4/IPv6 address it resolves to)",
+    )
     d.add_argument("--endpoints-file", help=f"{_OURS} YAML/JSON file of endpoints, watched for changes")
+    d.add_argument(
+        "--endpoints-resolve-interval",
+        type=parse_duration,
+        default=None,
+        help=f"{_OURS} how often host names in --endpoints / --endpoints-file are resolved again "
+        "(default 5s; 0: only at start and when the file changes)",
+    )
+    d.add_argument(
+        "--endpoints-hosts-file",
+        help=f"{_OURS} /etc/hosts-format file consulted before DNS for those names, re-read when it "
+        "changes (a testing and operations aid)",
+    )
     c = p.add_argument_group("configuration")
     c.add_argument("--config-file", help="EndpointPickerConfig YAML file")
     c.add_argument("--config-text", help="EndpointPickerConfig YAML text (instead of --config-file)")
@@ -230,6 +256,11 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         endpoint_target_ports=ns.endpoint_target_ports or (),
         endpoints=parse_endpoint_list(ns.endpoints) if ns.endpoints is not None else (),
         endpoints_file=ns.endpoints_file,
+        endpoints_resolve_interval=5.0
+        if ns.endpoints_resolve_interval is None
+        else ns.endpoints_resolve_interval,
+        endpoints_hosts_file=ns.endpoints_hosts_file,
+        ready_requires_endpoint=_ready_requires_endpoint(ns),
         config_file=ns.config_file,
         config_text=ns.config_text,
         objectives_file=ns.objectives_file,
@@ -270,6 +301,15 @@ def _verbosity(ns: argparse.Namespace) -> int:
     return 1 if ns.log_level is None else int(ns.log_level)
 
 
+def _ready_requires_endpoint(ns: argparse.Namespace) -> bool:
+    """Explicit value, else true in the standalone modes (where an operator lists the servers and
+    expects them up) and false in the Kubernetes modes (GIE's behaviour, which its chart's liveness
+    probe relies on: a picker waiting for model servers still loading must not be restarted)."""
+    if ns.ready_requires_endpoint is not None:
+        return bool(ns.ready_requires_endpoint)
+    return ns.endpoints is not None or ns.endpoints_file is not None
+
+
 def _check(ns: argparse.Namespace) -> None:
     """Cross-flag rules; each violation names the flags involved."""
     if ns.config_file is not None and ns.config_text is not None:
@@ -291,6 +331,13 @@ def _check(ns: argparse.Namespace) -> None:
             "no endpoints: give --endpoints host:port,..., --endpoints-file PATH, --pool-name NAME, "
             "or --endpoint-selector k=v with --endpoint-target-ports"
         )
+    standalone = ns.endpoints is not None or ns.endpoints_file is not None
+    for flag, value in (
+        ("--endpoints-resolve-interval", ns.endpoints_resolve_interval),
+        ("--endpoints-hosts-file", ns.endpoints_hosts_file),
+    ):
+        if value is not None and not standalone:
+            raise UsageError(f"{flag} applies only to --endpoints or --endpoints-file")
     if (ns.endpoint_selector is None) != (ns.endpoint_target_ports is None):
         raise UsageError("--endpoint-selector and --endpoint-target-ports must be given together")
     if ns.endpoint_selector is not None:

@@ -127,13 +127,15 @@ def running_process(
 @dataclass(frozen=True, slots=True)
 class StackSpec:
     """What to start. ``envoy_variant`` names a :data:`epp.envoy_config.VARIANTS` entry (None: no
-    Envoy); ``picker`` False starts no picker (e.g. the round-robin baseline)."""
+    Envoy); ``picker`` False starts no picker (e.g. the round-robin baseline); ``picker_hosts`` gives
+    the picker's ``--endpoints`` a host name per server instead of 127.0.0.1 (names the test maps)."""
 
     servers: int = 4
     sim_args: tuple[str, ...] = ("--profile", "8b-h100", "--time-scale", "20")
     picker: bool = True
     picker_tls: bool = False
     picker_args: tuple[str, ...] = ()
+    picker_hosts: tuple[str, ...] = ()
     envoy_variant: str | None = "gie-fail-closed"
     envoy_concurrency: int = 1
     subset_hint_header: str = ""
@@ -177,6 +179,15 @@ class Stack:
     @property
     def endpoints(self) -> list[str]:
         return [f"127.0.0.1:{p}" for p in self.ports.servers]
+
+    @property
+    def picker_endpoints(self) -> list[str]:
+        """The servers as the picker's ``--endpoints`` names them (``StackSpec.picker_hosts``)."""
+        if not self.spec.picker_hosts:
+            return self.endpoints
+        if len(self.spec.picker_hosts) != len(self.ports.servers):
+            raise StackError("StackSpec.picker_hosts: expected one host name per server")
+        return [f"{h}:{p}" for h, p in zip(self.spec.picker_hosts, self.ports.servers, strict=True)]
 
     @property
     def base_url(self) -> str:
@@ -283,7 +294,7 @@ class Stack:
             "--grpc-port", str(p.grpc),
             "--grpc-health-port", str(p.health),
             "--metrics-port", str(p.metrics),
-            "--endpoints", ",".join(self.endpoints),
+            "--endpoints", ",".join(self.picker_endpoints),
             f"--secure-serving={'true' if self.spec.picker_tls else 'false'}",
             "--metrics-endpoint-auth=false",
             *self.spec.picker_args,

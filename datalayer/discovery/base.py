@@ -8,13 +8,27 @@ full desired set at each step use :class:`SpecTracker` to turn successive sets i
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from datalayer.engines import DEFAULT_ENGINE
 from datalayer.records import ENGINE_LABEL, DiscoveryEvent, EndpointSpec, EventKind, frozen_mapping
 
-__all__ = ["Discovery", "DiscoverySink", "SpecTracker", "make_spec", "split_address"]
+__all__ = [
+    "Discovery",
+    "DiscoverySink",
+    "SpecTracker",
+    "is_ip_literal",
+    "join_address",
+    "make_spec",
+    "split_address",
+]
+
+# RFC 1123 host names (underscores allowed: container and compose service names use them).
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}\.?$){_LABEL}(?:\.{_LABEL})*\.?")
 
 
 class DiscoverySink(Protocol):
@@ -39,15 +53,40 @@ class Discovery(Protocol):
         ...
 
 
+def is_ip_literal(host: str) -> bool:
+    """True for an IPv4 or IPv6 address (unbracketed), False for a host name."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def join_address(ip: str, port: int) -> str:
+    """``ip:port``, IPv6 bracketed (``[fd00::1]:8000``): the form Envoy parses as a destination."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
 def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` -> (host, port); ``[v6]:port`` accepted. Raises ValueError naming the problem."""
+    """``host:port`` -> (host, port); host is an IPv4 address, a host name, or ``[IPv6]``.
+
+    Raises ValueError naming the problem. A host name is not resolved here (see
+    :mod:`datalayer.discovery.resolve`).
+    """
     host, sep, port = address.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"expected host:port, got {address!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+        if ":" not in host or not is_ip_literal(host):
+            raise ValueError(f"expected an IPv6 address inside the brackets, got {address!r}")
     elif ":" in host:
         raise ValueError(f"IPv6 addresses must be bracketed, got {address!r}")
+    elif not is_ip_literal(host):
+        if not _HOST_NAME.fullmatch(host):
+            raise ValueError(f"expected an IP address or a host name before the port, got {address!r}")
+        if host.rstrip(".").rpartition(".")[2].isdigit():
+            raise ValueError(f"not a valid IPv4 address, got {address!r}")
     return host, int(port)
 
 

@@ -9,8 +9,10 @@ Format (JSON is accepted too, being YAML)::
         labels:                           # optional string -> string
           inference.networking.k8s.io/engine-type: sglang
 
-A top-level list is accepted as the ``endpoints`` list. The file is checked every ``poll_interval``
-seconds (stat + content); a changed, valid file is applied as one batch (adds, removals, relabels).
+A top-level list is accepted as the ``endpoints`` list. Addresses may name hosts (``vllm-a:8000``):
+wrap this source in :class:`~datalayer.discovery.resolving.ResolvingDiscovery` to resolve them.
+The file is checked every ``poll_interval`` seconds (stat + content); a changed, valid file is applied
+as one batch (adds, removals, relabels).
 A missing or invalid file keeps the last good set and logs one error per distinct problem; before the
 first good read the source is not synced. :func:`load_endpoints_file` raises
 :class:`EndpointsFileError` naming the file and the field, for startup checks.

@@ -1,7 +1,9 @@
 """Static discovery: a fixed list of endpoints (``--endpoints host:port,...``), optionally labelled.
 
-The list is reported once, then the source idles until cancelled. Addresses are used verbatim as the
-destination written to the proxy, so they should be IP literals (``10.0.0.1:8000``).
+The list is reported once, then the source idles until cancelled. An address is ``ip:port``
+(``10.0.0.1:8000``, ``[fd00::1]:8000``) or ``name:port``; names are resolved by wrapping this source
+in :class:`~datalayer.discovery.resolving.ResolvingDiscovery` (the ``epp`` wiring does), since the
+destination written to the proxy must be an IP address.
 """
 
 from __future__ import annotations

@@ -99,6 +99,11 @@ def test_selector_mode() -> None:
         (["--endpoints", "a:1", "--grpc-port", "70000"], "port"),
         (["--endpoints", "a:1", "--no-such-flag"], "unrecognized"),
         (["--endpoints", "a:1", "stray"], "unrecognized"),
+        (["--endpoints", "a b:1"], "host name"),
+        (["--endpoints", "a:1", "--endpoints-resolve-interval", "5"], "duration"),
+        (["--pool-name", "p", "--endpoints-resolve-interval", "1s"], "applies only to --endpoints"),
+        (["--pool-name", "p", "--endpoints-hosts-file", "hosts"], "applies only to --endpoints"),
+        (["--endpoints", "a:1", "--ready-requires-endpoint=maybe"], "boolean"),
     ],
 )
 def test_bad_command_lines(args: list[str], message: str) -> None:
@@ -158,3 +163,30 @@ def test_grpc_engine_flag_and_environment() -> None:
         parse_options(["--endpoints", "a:1"], env={"EPP_GRPC_ENGINE": "fast"})
     with pytest.raises(UsageError, match="--health-checking"):
         parse_options(["--endpoints", "a:1", "--grpc-engine=h2", "--health-checking"], env={})
+
+
+def test_name_resolution_and_readiness_flags() -> None:
+    o = parse_options(["--endpoints", "vllm-a:8000"], env={})
+    assert (o.endpoints_resolve_interval, o.endpoints_hosts_file, o.ready_requires_endpoint) == (
+        5.0,
+        None,
+        True,
+    )
+    o = parse_options(["--endpoints-file", "e.yaml", "--endpoints-resolve-interval", "250ms"], env={})
+    assert o.endpoints_resolve_interval == pytest.approx(0.25) and o.ready_requires_endpoint is True
+    o = parse_options(
+        ["--endpoints", "a:1", "--endpoints-resolve-interval=0", "--endpoints-hosts-file=h"], env={}
+    )
+    assert (o.endpoints_resolve_interval, o.endpoints_hosts_file) == (0.0, "h")
+    assert (
+        parse_options(
+            ["--endpoints", "a:1", "--ready-requires-endpoint", "false"], env={}
+        ).ready_requires_endpoint
+        is False
+    )
+    # Kubernetes modes keep GIE's behaviour (ready without pods) unless asked
+    assert parse_options(["--pool-name", "p"], env={}).ready_requires_endpoint is False
+    assert (
+        parse_options(["--pool-name", "p", "--ready-requires-endpoint"], env={}).ready_requires_endpoint
+        is True
+    )
