@@ -42,8 +42,8 @@ from typing import Any
 
 import httpx
 
-from bench.workloads import percentile
 from epp.stack import Stack, StackSpec
+from simulator.workloads import percentile
 
 __all__ = ["Point", "main", "parse_wrk", "picker_cpu_seconds"]
 

@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from bench.scenarios import MODEL, SCENARIOS, Scenario, sim_args, smoke
-from bench.workloads import VOCAB
+from simulator.workloads import VOCAB
 
 __all__ = [
     "PERF_HEADER",

@@ -1,7 +1,7 @@
 """The oracle prefix-cache hit rate of a workload, as the simulated servers would count it.
 
 Prompts are tokenised exactly as ``epp-sim`` does (its offline tokenizer; chat messages rendered with
-its chat template), then :func:`bench.workloads.oracle_hit_rate` counts whole ``block_size`` blocks
+its chat template), then :func:`simulator.workloads.oracle_hit_rate` counts whole ``block_size`` blocks
 an infinite cache shared by the whole fleet would hit. Requests for a LoRA adapter (``model`` other
 than the base model) are salted with the adapter name, because the servers root their block-hash
 chains in it. The result is an upper bound for the server-side hit rate of any router.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bench.workloads import RequestSpec, oracle_hit_rate
 from simulator.protocol import chat_token_ids, prompt_token_lists
 from simulator.tokenizer import OfflineTokenizer, Tokenizer
+from simulator.workloads import RequestSpec, oracle_hit_rate
 
 __all__ = ["prompt_ids", "workload_oracle"]
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.loadgen import RequestResult
-from bench.workloads import percentile
+from simulator.loadgen import RequestResult
+from simulator.workloads import percentile
 
 __all__ = ["RouterRun", "Summary", "histogram_quantile", "summarize", "write_report"]
 
@@ -66,6 +66,8 @@ class Summary:
     decision_p99: float
     cpu_s_per_1k: float
     idle_while_queued: float = math.nan  # fraction of load samples with one replica idle, another queueing
+    makespan_s: float = math.nan  # first request sent to last request finished
+    shares: tuple[float, ...] = ()  # fraction of the successful requests each server got (run.servers order)
 
     def row(self) -> list[str]:
         def ms(v: float) -> str:
@@ -84,6 +86,7 @@ class Summary:
             ms(self.e2e_p90),
             num(self.output_tps, ".0f"),
             num(self.rps, ".2f"),
+            num(self.makespan_s, ".1f"),
             str(self.errors),
             "–" if math.isnan(self.hit_rate) else f"{self.hit_rate:.1%}",
             "–" if math.isnan(self.hit_vs_oracle) else f"{self.hit_vs_oracle:.0%}",
@@ -105,6 +108,7 @@ HEADER = [
     "e2e p90 ms",
     "out tok/s",
     "req/s",
+    "makespan s",
     "errors",
     "hit rate",
     "hit/oracle",
@@ -174,6 +178,8 @@ def summarize(run: RouterRun) -> Summary:
         if run.picker_cpu_s is not None and run.results
         else math.nan,
         idle_while_queued=_idle_while_queued(run),
+        makespan_s=dur,
+        shares=tuple(shares.get(label, 0) / len(ok) for label in run.servers) if ok else (),
     )
 
 
@@ -264,6 +270,7 @@ def write_report(
     header_notes: Sequence[str] = (),
     checks: Mapping[str, Sequence[str]] | None = None,
     sweeps: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]] | None = None,
+    scenario_notes: Mapping[str, Sequence[str]] | None = None,
 ) -> Path:
     """Write ``report.md`` and PNG plots into ``out_dir``; return the report path."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -273,6 +280,8 @@ def write_report(
         if not runs:
             continue
         parts += ["", f"## {scenario}", ""]
+        for note in (scenario_notes or {}).get(scenario, ()):
+            parts += [note, ""]
         oracle = runs[0].oracle_hit_rate
         if not math.isnan(oracle):
             parts.append(f"Oracle (infinite-cache) prefix hit rate: {oracle:.1%}.")

@@ -130,6 +130,7 @@ def running_router(
     servers: int,
     sim_args: Sequence[str],
     model: str,
+    server_args: Sequence[Sequence[str]] = (),
     workdir: Path,
     picker_args: Sequence[str] = (),
     progress: Callable[[str], None] = lambda _m: None,
@@ -146,6 +147,7 @@ def running_router(
     stack_spec = StackSpec(
         servers=servers,
         sim_args=tuple(sim_args),
+        server_args=tuple(tuple(a) for a in server_args),
         picker=spec.kind == "picker",
         picker_args=tuple(args),
         envoy_variant="gie-fail-closed" if spec.kind == "picker" else None,

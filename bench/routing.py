@@ -2,7 +2,7 @@
 
 For each scenario (:mod:`bench.scenarios`) and each router (:mod:`bench.routers`) in turn: start a
 fresh fleet of ``epp-sim`` servers (cold caches) and the router, drive the scenario's seeded workload
-with the load generator (:mod:`bench.loadgen`), and collect what the report needs: per-request results
+with the load generator (:mod:`simulator.loadgen`), and collect what the report needs: per-request results
 (JSONL under ``<out>/raw/``), the servers' prefix-cache counter deltas, per-replica running+waiting
 sampled every 0.5 s, and for the picker its decision-time histogram delta and CPU seconds. The oracle
 hit rate is computed with the simulator's tokenizer and block size. A short rate sweep of the
@@ -12,8 +12,8 @@ target lines, plots) is written into ``--out`` (default ``bench/results/<UTC dat
 Usage::
 
     epp-bench routing --scenario shared-prefix [--routers picker-default,envoy-round-robin]
-    epp-bench routing --quick          # the short suite `make bench` runs
-    epp-bench routing --scenario all   # every scenario
+    epp-bench routing --quick          # every scenario, no rate sweep (what `make bench` runs)
+    epp-bench routing                  # every scenario and the shared-prefix rate sweep
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from pathlib import Path
 
 import httpx
 
-from bench.loadgen import LoadOptions, RequestResult, run_load
 from bench.metrics_scrape import (
     LoadSampler,
     bucket_delta,
@@ -41,9 +40,10 @@ from bench.metrics_scrape import (
 from bench.oracle import workload_oracle
 from bench.report import RouterRun, summarize, write_report
 from bench.routers import ROUTERS, RouterSpec, RunningRouter, running_router
-from bench.scenarios import MODEL, QUICK, SCENARIOS, Scenario, sim_args, smoke
+from bench.scenarios import MODEL, SCENARIOS, Scenario, server_args, sim_args, smoke
 from bench.targets import check
-from bench.workloads import Workload, build_workload
+from simulator.loadgen import LoadOptions, RequestResult, run_load
+from simulator.workloads import Workload, build_workload
 
 __all__ = ["main", "run_router", "run_scenario"]
 
@@ -121,6 +121,7 @@ def run_router(
         spec,
         servers=scenario.servers,
         sim_args=sim_args(scenario),
+        server_args=server_args(scenario),
         model=MODEL,
         workdir=workdir,
         progress=_log,
@@ -136,8 +137,20 @@ def run_router(
     return run
 
 
+COMPARED = (
+    "envoy-round-robin",
+    "envoy-least-request",
+    "vllm-router-round-robin",
+    "vllm-router-cache-aware",
+    "vllm-router-power-of-two",
+    "picker-default",
+    "picker-gie-default",
+)
+"""The routers every scenario runs unless ``--routers`` or the scenario says otherwise."""
+
+
 def _routers_for(scenario: Scenario, names: Sequence[str] | None) -> list[RouterSpec]:
-    chosen = list(names) if names else list(scenario.routers or ROUTERS)
+    chosen = list(names) if names else list(scenario.routers or COMPARED)
     return [ROUTERS[n] for n in chosen]
 
 
@@ -182,9 +195,15 @@ def run_sweep(
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="epp-bench routing", description=__doc__.split("\n\n")[0])
-    p.add_argument("--scenario", action="append", help=f"one of {', '.join(SCENARIOS)} or 'all' (repeatable)")
-    p.add_argument("--routers", help=f"comma-separated subset of: {', '.join(ROUTERS)}")
-    p.add_argument("--quick", action="store_true", help=f"the short suite: {', '.join(QUICK)} + a rate sweep")
+    p.add_argument(
+        "--scenario",
+        action="append",
+        help=f"one of {', '.join(SCENARIOS)} or 'all' (repeatable; default all)",
+    )
+    p.add_argument(
+        "--routers", help=f"comma-separated subset of: {', '.join(ROUTERS)} (default: {', '.join(COMPARED)})"
+    )
+    p.add_argument("--quick", action="store_true", help="every scenario, without the rate sweep (make bench)")
     p.add_argument("--smoke", action="store_true", help="scaled-down scenarios (the end-to-end test)")
     p.add_argument("--no-sweep", action="store_true", help="skip the throughput-vs-load sweep")
     p.add_argument("--sweep-routers", default="envoy-round-robin,vllm-router-cache-aware,picker-default")
@@ -196,10 +215,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _scenarios(ns: argparse.Namespace) -> list[Scenario]:
     names: list[str] = []
-    for n in ns.scenario or ([] if not ns.quick else list(QUICK)):
+    for n in ns.scenario or ["all"]:
         names += list(SCENARIOS) if n == "all" else [n]
-    if not names:
-        raise SystemExit("epp-bench routing: give --scenario NAME (or 'all') or --quick")
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise SystemExit(
@@ -245,14 +262,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     for scenario in scenarios:
         runs = run_scenario(scenario, _routers_for(scenario, names), out, progress=not ns.no_progress)
         results[scenario.name] = runs
-        checks[scenario.name] = check(scenario.name, {r.router: summarize(r) for r in runs})
-        if scenario.sweep_rates and not ns.no_sweep:
+        checks[scenario.name] = check(scenario, {r.router: summarize(r) for r in runs})
+        if scenario.sweep_rates and not ns.no_sweep and not ns.quick:
             sweep_names = [n for n in ns.sweep_routers.split(",") if n in ROUTERS]
             sweeps[scenario.name] = run_sweep(
                 scenario, [ROUTERS[n] for n in sweep_names], out, not ns.no_progress
             )
     report = write_report(
-        out, results, header_notes=_notes(argv, scenarios, started), checks=checks, sweeps=sweeps
+        out,
+        results,
+        header_notes=_notes(argv, scenarios, started),
+        checks=checks,
+        sweeps=sweeps,
+        scenario_notes={s.name: s.notes for s in scenarios},
     )
     for lines in checks.values():
         for line in lines:

@@ -19,17 +19,17 @@ few-prefixes: 3 groups at 40 simulated req/s (real time: the clock is not sped u
 more than three cache-hitting servers can prefill (about 12 req/s each), so sending each group only to
 the server that holds it leaves one server idle while the others queue.
 
-``smoke`` scales a scenario down (fewer requests, faster clock) for the end-to-end test;
-``quick`` is what ``make bench`` runs.
+``smoke`` scales a scenario down (fewer requests, faster clock) for the end-to-end test. Every
+scenario runs in ``make bench`` (``epp-bench routing --quick``: all scenarios, no rate sweep).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from bench.workloads import WorkloadParams
+from simulator.workloads import WorkloadParams
 
-__all__ = ["MODEL", "QUICK", "SCENARIOS", "Scenario", "sim_args", "smoke"]
+__all__ = ["MODEL", "SCENARIOS", "Scenario", "capacity_shares", "server_args", "sim_args", "smoke"]
 
 MODEL = "sim-model"
 
@@ -49,11 +49,27 @@ class Scenario:
     extra_sim_args: tuple[str, ...] = ()
     routers: tuple[str, ...] = ()  # () = every router
     sweep_rates: tuple[float, ...] = ()  # simulated req/s for the throughput-vs-load plot
+    server_speeds: tuple[float, ...] = ()  # relative engine speed per server (() = all 1.0)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def real_params(self, rate: float | None = None) -> WorkloadParams:
         """Workload parameters with the rate converted to real requests per second."""
         return replace(self.params, rate=(rate if rate is not None else self.params.rate) * self.time_scale)
+
+
+def server_args(scenario: Scenario) -> list[list[str]]:
+    """Per-server extra simulator args: a server of relative speed s runs at ``time_scale x s``."""
+    return [
+        [] if speed == 1.0 else ["--time-scale", f"{scenario.time_scale * speed:g}"]
+        for speed in scenario.server_speeds
+    ]
+
+
+def capacity_shares(scenario: Scenario) -> list[float]:
+    """Each server's share of the fleet's capacity (its speed over the sum of speeds)."""
+    speeds = list(scenario.server_speeds) or [1.0] * scenario.servers
+    speeds += [1.0] * (scenario.servers - len(speeds))
+    return [v / sum(speeds) for v in speeds]
 
 
 def sim_args(scenario: Scenario) -> list[str]:
@@ -104,9 +120,73 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "multi-turn",
             "multi-turn",
-            replace(_SHARED, sessions=24, turns=5, system_tokens=1600, question_tokens=150),
+            replace(_SHARED, sessions=24, turns=6, system_tokens=1600, question_tokens=150),
+            time_scale=1.0,
             mode="concurrency",
             concurrency=24,
+            extra_sim_args=("--kv-cache-size", "512"),
+            notes=(
+                "24 chat clients, each sending 6 turns through /v1/chat/completions, every turn the whole "
+                "history plus a new message (a turn waits for the previous answer); up to ~110 blocks per "
+                "conversation, 512 KV blocks per server: a server holds about 4 conversations, the fleet "
+                "all 24 only if each stays on one server. Real time.",
+            ),
+        ),
+        Scenario(
+            "working-set",
+            "shared-prefix",
+            replace(_SHARED, groups=24, prompts_per_group=10, system_tokens=2000, rate=5.0),
+            extra_sim_args=("--kv-cache-size", "384"),
+            notes=(
+                "24 groups x 2,000-token system prompts = 3,000 blocks against 4 x 384 = 1,536 blocks of "
+                "KV in the fleet: the working set is 2x what the fleet can hold.",
+            ),
+        ),
+        Scenario(
+            "saturated",
+            "shared-prefix",
+            replace(_SHARED, groups=24, prompts_per_group=12, system_tokens=2000),
+            time_scale=1.0,
+            mode="concurrency",
+            concurrency=24,
+            extra_sim_args=("--kv-cache-size", "512"),
+            notes=(
+                "24 closed-loop clients keep the fleet saturated (one prefill at a time per server); "
+                "24 groups x 125 blocks against 4 x 512 blocks: working set 1.5x the fleet's KV. Real time.",
+            ),
+        ),
+        Scenario(
+            "half-shared",
+            "half-shared",
+            replace(_SHARED, groups=12, prompts_per_group=10, system_tokens=1500, rate=8.0),
+            notes=(
+                "120 shared-prefix prompts (12 groups) and 120 unique prompts of the same length, shuffled.",
+            ),
+        ),
+        Scenario(
+            "heterogeneous",
+            "shared-prefix",
+            replace(_SHARED, groups=12, prompts_per_group=16, rate=8.0),
+            server_speeds=(0.5, 1.0, 1.0, 1.0),
+            notes=(
+                "one server (the first) runs its engine at half the speed of the others; its capacity share "
+                "is 0.5 / 3.5 = 14% of the requests.",
+            ),
+        ),
+        Scenario(
+            "shared-prefix-8",
+            "shared-prefix",
+            replace(_SHARED, groups=32, prompts_per_group=10, rate=24.0),
+            servers=8,
+            notes=("8 servers, 32 groups: the shared-prefix shape at twice the fleet.",),
+        ),
+        Scenario(
+            "shared-prefix-16",
+            "shared-prefix",
+            replace(_SHARED, groups=64, prompts_per_group=6, rate=40.0),
+            servers=16,
+            time_scale=1.0,
+            notes=("16 servers, 64 groups, real time (to spare the CPU): shared-prefix at 4x the fleet",),
         ),
         Scenario(
             "lora-mix",
@@ -140,11 +220,19 @@ SCENARIOS: dict[str, Scenario] = {
     )
 }
 
-QUICK = ("shared-prefix", "no-sharing", "few-prefixes", "bursty")
-
 
 def smoke(scenario: Scenario) -> Scenario:
-    """A scaled-down scenario for the end-to-end test: 8 groups x 6 prompts, 256 KV blocks, a 4x clock."""
+    """A scaled-down scenario for the end-to-end tests: 256 KV blocks per server, a 4x clock.
+
+    Shared prefixes: 8 groups x 6 prompts of 75 blocks (more than one server holds, less than four).
+    Multi-turn: 12 conversations of 4 turns (up to ~65 blocks each), 12 clients: a server holds about 4
+    conversations, so only a router that keeps each conversation on one server hits its cache.
+    """
+    kv = ("--kv-cache-size", "256")
+    if scenario.workload == "multi-turn":
+        p = replace(scenario.params, sessions=12, turns=4, system_tokens=800, question_tokens=100)
+        return replace(
+            scenario, params=p, time_scale=4.0, time_limit_s=40.0, concurrency=12, extra_sim_args=kv
+        )
     p = replace(scenario.params, groups=8, prompts_per_group=6, system_tokens=1200, rate=6.0)
-    kv = ("--kv-cache-size", "256")  # 8 groups x 75 blocks: more than one server holds, less than four
     return replace(scenario, params=p, time_scale=4.0, time_limit_s=40.0, sweep_rates=(), extra_sim_args=kv)

@@ -31,9 +31,9 @@ from types import FrameType
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.loadgen import LoadOptions, RequestResult, run_load
-from bench.workloads import Workload, WorkloadParams, build_workload, percentile
 from epp.stack import Stack, StackError, StackSpec
+from simulator.loadgen import LoadOptions, RequestResult, run_load
+from simulator.workloads import Workload, WorkloadParams, build_workload, percentile
 
 __all__ = ["FULL", "QUICK", "DemoSettings", "RunSummary", "format_table", "main", "run_demo", "summarize"]
 

@@ -140,6 +140,7 @@ class StackSpec:
     envoy_concurrency: int = 1
     subset_hint_header: str = ""
     single_sim_process: bool = False  # all servers in one epp-sim process (cheaper; no stop_server)
+    server_args: tuple[tuple[str, ...], ...] = ()  # extra epp-sim args per server (after sim_args)
     ready_timeout_s: float = 30.0
     stop_timeout_s: float = 5.0
 
@@ -249,13 +250,16 @@ class Stack:
 
     def _sim_argv(self, port: int, index: int) -> list[str]:
         sim = [self.python, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port)]
-        return [*sim, "--seed", str(index + 1), "--pod-name", f"sim-{index}", *self.spec.sim_args]
+        own = self.spec.server_args[index] if index < len(self.spec.server_args) else ()
+        return [*sim, "--seed", str(index + 1), "--pod-name", f"sim-{index}", *self.spec.sim_args, *own]
 
     def start_servers(self) -> None:
         self.progress(f"starting {self.spec.servers} simulated model servers")
         for s in self.servers:
             s.stop(self.spec.stop_timeout_s)
         if self.spec.single_sim_process:
+            if any(self.spec.server_args):
+                raise StackError("server_args needs one process per server (single_sim_process is set)")
             ports = ",".join(str(p) for p in self.ports.servers)
             argv = [
                 self.python,

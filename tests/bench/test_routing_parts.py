@@ -13,7 +13,7 @@ from bench.report import Summary
 from bench.routers import ROUTERS
 from bench.scenarios import SCENARIOS, sim_args, smoke
 from bench.targets import check
-from bench.workloads import RequestSpec
+from simulator.workloads import RequestSpec
 
 SERVER = """\
 # TYPE vllm:num_requests_running gauge
@@ -76,22 +76,42 @@ def _summary(router: str, **kw: float) -> Summary:
     return Summary(**base)  # type: ignore[arg-type]
 
 
-def test_shared_prefix_targets_pass_and_miss() -> None:
-    good = _summary("picker-default", ttft_p90=0.1, output_tps=300, hit_rate=0.9, hit_vs_oracle=0.95)
-    rr = _summary("envoy-round-robin", ttft_p90=2.0, output_tps=150, hit_rate=0.3)
-    ca = _summary("vllm-router-cache-aware", ttft_p90=0.05, output_tps=300, hit_rate=0.92)
-    lines = check("shared-prefix", {s.router: s for s in (good, rr, ca)})
-    assert [line.split()[0] for line in lines] == ["PASS", "PASS", "PASS", "MISS", "MISS"]
-    assert check("shared-prefix", {"picker-default": good})[0].startswith("SKIP")
+def _kinds(lines: list[str]) -> list[str]:
+    return [line.split()[0] for line in lines]
 
 
-def test_balance_and_no_sharing_targets() -> None:
+def test_every_scenario_is_checked_against_cache_aware_and_round_robin() -> None:
+    pick = _summary(
+        "picker-default", ttft_p50=0.03, ttft_p90=0.1, output_tps=300, hit_rate=0.9, hit_vs_oracle=0.95
+    )
+    rr = _summary("envoy-round-robin", ttft_p50=1.0, ttft_p90=2.0, output_tps=150, hit_rate=0.3)
+    ca = _summary("vllm-router-cache-aware", ttft_p50=0.04, ttft_p90=0.05, output_tps=300, hit_rate=0.905)
+    runs = {s.router: s for s in (pick, rr, ca)}
+    lines = check(SCENARIOS["multi-turn"], runs)
+    # hit within 1 pt PASS, p50 lower PASS, p90 higher MISS, throughput equal PASS, 2x round-robin PASS
+    assert _kinds(lines) == ["PASS", "PASS", "MISS", "PASS", "PASS"], lines
+    worse = _summary("picker-default", ttft_p50=0.05, ttft_p90=0.1, output_tps=240, hit_rate=0.89)
+    assert _kinds(check(SCENARIOS["saturated"], {**runs, "picker-default": worse})) == ["MISS"] * 4 + ["PASS"]
+    shared = check(SCENARIOS["shared-prefix"], runs)
+    assert _kinds(shared) == ["PASS", "PASS", "MISS", "PASS", "PASS", "PASS", "PASS"], shared
+    assert _kinds(check(SCENARIOS["shared-prefix"], {"picker-default": pick}))[0] == "SKIP"
+    assert _kinds(check(SCENARIOS["multi-turn"], {"envoy-round-robin": rr})) == ["SKIP"]
+
+
+def test_balance_no_sharing_and_capacity_share_targets() -> None:
     hot = _summary("picker-default", share_max_vs_mean=1.8, share_max_min=4.0)
-    assert [x.split()[0] for x in check("few-prefixes", {"picker-default": hot})] == ["MISS", "PASS"]
-    pick = _summary("picker-default", output_tps=95, ttft_p90=1.05)
+    assert _kinds(check(SCENARIOS["few-prefixes"], {"picker-default": hot}))[-2:] == ["MISS", "PASS"]
+    pick = _summary("picker-default", output_tps=96, ttft_p90=1.04)
     lr = _summary("envoy-least-request", output_tps=100, ttft_p90=1.0)
-    assert [x.split()[0] for x in check("no-sharing", {s.router: s for s in (pick, lr)})] == ["PASS", "PASS"]
-    assert check("multi-turn", {"picker-default": pick}) == []
+    lines = check(SCENARIOS["no-sharing"], {s.router: s for s in (pick, lr)})
+    assert _kinds(lines) == ["SKIP", "PASS", "PASS"], lines  # no round-robin line: nothing is shared
+    slow = _summary("picker-default")
+    hetero = SCENARIOS["heterogeneous"]
+    ok = Summary(**{**{k: getattr(slow, k) for k in Summary.__slots__}, "shares": (0.14, 0.29, 0.29, 0.28)})
+    bad = Summary(**{**{k: getattr(slow, k) for k in Summary.__slots__}, "shares": (0.25, 0.25, 0.25, 0.25)})
+    assert _kinds(check(hetero, {"picker-default": ok}))[-1] == "PASS"
+    assert _kinds(check(hetero, {"picker-default": bad}))[-1] == "MISS"
+    assert "server 0: 25.0% (capacity 14.3%)" in check(hetero, {"picker-default": bad})[-1]
 
 
 def test_scenarios_name_known_routers_and_smoke_shrinks() -> None:
@@ -104,8 +124,8 @@ def test_scenarios_name_known_routers_and_smoke_shrinks() -> None:
 
 
 def test_shares_count_idle_replicas_and_idle_while_queued() -> None:
-    from bench.loadgen import RequestResult
     from bench.report import RouterRun, summarize
+    from simulator.loadgen import RequestResult
 
     results = [RequestResult(index=i, group="g", sent_at=0.0, status=200, ttft=0.1, e2e=0.2, server="a")
                for i in range(4)]  # fmt: skip

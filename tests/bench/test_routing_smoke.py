@@ -1,9 +1,9 @@
 """End to end: a scaled-down ``epp-bench routing`` run (simulated fleet, Envoy, the picker).
 
-Runs the smoke version of the shared-prefix scenario with Envoy round-robin and the picker's default
-profile, each on a fresh fleet, and checks that the report and its plots are written and that the
-picker's server-side prefix-cache hit rate beats round-robin's (a routing-quality check, not a timing
-check).
+Runs the smoke versions of the shared-prefix and the multi-turn chat scenarios with Envoy round-robin
+and the picker's default profile, each on a fresh fleet, and checks that the report and its plots are
+written and that the picker's server-side prefix-cache hit rate beats round-robin's (a routing-quality
+check, not a timing check).
 """
 
 from __future__ import annotations
@@ -51,3 +51,19 @@ def test_smoke_report_and_picker_beats_round_robin_on_hit_rate(tmp_path: Path) -
     assert _percent(picker["hit rate"]) > _percent(rr["hit rate"]), report
     assert picker["decide p50 ms"] != "–" and picker["picker CPU s/1k req"] != "–", report
     assert "TTFT p90 at least 10x lower than round-robin" in report
+
+
+def test_smoke_multi_turn_chat_picker_beats_round_robin_on_hit_rate(tmp_path: Path) -> None:
+    """Multi-turn chat through /v1/chat/completions with growing history, through the real Envoy."""
+    if not envoy_binary().exists():
+        pytest.skip("Envoy is not installed")
+    argv = ["--smoke", "--scenario", "multi-turn", "--routers", "envoy-round-robin,picker-default",
+            "--out", str(tmp_path), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    rows = _table((tmp_path / "report.md").read_text())
+    assert set(rows) == {"envoy-round-robin", "picker-default"}
+    for row in rows.values():
+        assert row["errors"] == "0", rows
+    assert _percent(rows["picker-default"]["hit rate"]) > _percent(rows["envoy-round-robin"]["hit rate"]), (
+        rows
+    )

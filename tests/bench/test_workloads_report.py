@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.loadgen import RequestResult
 from bench.report import RouterRun, histogram_quantile, summarize, write_report
-from bench.workloads import WorkloadParams, arrival_times, build_workload, oracle_hit_rate, percentile
+from simulator.loadgen import RequestResult
+from simulator.workloads import WorkloadParams, arrival_times, build_workload, oracle_hit_rate, percentile
 
 
 @pytest.mark.parametrize("name", ["shared-prefix", "few-prefixes", "no-sharing", "multi-turn", "lora-mix"])

@@ -1,4 +1,5 @@
-"""Layering: scheduler/ never imports epp/ or datalayer/; datalayer/ never imports epp/."""
+"""Layering: scheduler/ never imports epp/ or datalayer/; datalayer/ never imports epp/; nothing of the
+product, nor the simulator, imports the benchmark (bench/)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,12 @@ def imported_modules(path: Path) -> set[str]:
 
 @pytest.mark.parametrize(
     ("package", "forbidden"),
-    [("scheduler", ("epp", "datalayer")), ("datalayer", ("epp",))],
+    [
+        ("scheduler", ("epp", "datalayer", "bench", "simulator")),
+        ("datalayer", ("epp", "bench", "simulator")),
+        ("epp", ("bench",)),
+        ("simulator", ("bench", "epp")),
+    ],
 )
 def test_no_upward_imports(package: str, forbidden: tuple[str, ...]) -> None:
     files = sorted((ROOT / package).rglob("*.py"))

@@ -13,6 +13,8 @@ Workloads (see ``WORKLOADS``):
   a unique question (Q tokens), O output tokens (a scaled-down llm-d shared-prefix benchmark).
 * ``few-prefixes``: the same shape with 2-3 groups at a high rate (naive prefix routing hot-spots).
 * ``no-sharing``: unique random prompts (prefix routing must not lose to load-only routing).
+* ``half-shared``: half the requests are shared-prefix prompts (G groups), half unique prompts of the
+  same length, shuffled together.
 * ``multi-turn``: chat sessions; each turn resends the whole conversation plus a new user message.
 * ``lora-mix``: requests for several LoRA adapters with Zipf-skewed popularity.
 * ``large-prompts``: 100-250 KB prompts (the processor's own overhead on big bodies).
@@ -183,6 +185,17 @@ def _no_sharing(p: WorkloadParams, rng: random.Random) -> list[tuple[str, dict[s
     return items
 
 
+def _half_shared(p: WorkloadParams, rng: random.Random) -> list[tuple[str, dict[str, Any], str, str, str]]:
+    shared = _shared_prefix(p, rng)
+    unique = []
+    for i in range(len(shared)):
+        prompt = words(rng, p.system_tokens + p.question_tokens)
+        unique.append(("/v1/completions", _completion_body(p, prompt), f"u{i}", "", prompt))
+    items = shared + unique
+    rng.shuffle(items)
+    return items
+
+
 def _multi_turn(p: WorkloadParams, rng: random.Random) -> list[tuple[str, dict[str, Any], str, str, str]]:
     # Interleave sessions: turn t of every session comes before turn t+1 of any session.
     convs: list[list[dict[str, str]]] = [
@@ -228,6 +241,7 @@ WORKLOADS: dict[str, _Builder] = {
     "shared-prefix": _shared_prefix,
     "few-prefixes": _shared_prefix,
     "no-sharing": _no_sharing,
+    "half-shared": _half_shared,
     "multi-turn": _multi_turn,
     "lora-mix": _lora_mix,
     "large-prompts": _large_prompts,

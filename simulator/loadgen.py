@@ -1,7 +1,8 @@
-"""Async load generator: sends a :class:`~bench.workloads.Workload` and measures every request.
+"""Async load generator: sends a :class:`~simulator.workloads.Workload` and measures every request.
 
 Two modes: ``arrival`` sends each request at its arrival offset (open loop: a slow server does not
-slow the offered load down), ``concurrency`` keeps ``concurrency`` requests in flight (closed loop).
+slow the offered load down), ``concurrency`` keeps ``concurrency`` requests in flight (closed loop;
+a session's next turn is sent only after its previous turn finished, as a chat client does).
 Both stop at ``time_limit_s`` (requests not yet sent are not sent; those in flight are cancelled and
 recorded as errors) so a run is bounded in time as well as in requests.
 
@@ -26,7 +27,7 @@ from typing import Any, TextIO
 import aiohttp
 import orjson
 
-from bench.workloads import RequestSpec, Workload, percentile
+from simulator.workloads import RequestSpec, Workload, percentile
 
 __all__ = ["LoadOptions", "RequestResult", "run_load"]
 
@@ -202,9 +203,23 @@ async def run_load(
             for s in specs:
                 queue.put_nowait(s)
 
+            # A conversation's next turn resends its history: it is sent only after the previous
+            # turn of the same session finished (a real chat client waits for the answer).
+            turn_done: dict[str, asyncio.Event] = {}
+
             async def worker() -> None:
                 while not queue.empty() and time.perf_counter() < deadline:
-                    await run(queue.get_nowait())
+                    spec = queue.get_nowait()
+                    previous = turn_done.get(spec.session) if spec.session else None
+                    done = asyncio.Event()
+                    if spec.session:
+                        turn_done[spec.session] = done
+                    try:
+                        if previous is not None:
+                            await previous.wait()
+                        await run(spec)
+                    finally:
+                        done.set()
 
             tasks = [asyncio.create_task(worker()) for _ in range(max(1, opts.concurrency))]
         elif opts.mode == "arrival":
