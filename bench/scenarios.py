@@ -135,7 +135,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "working-set",
             "shared-prefix",
-            replace(_SHARED, groups=24, prompts_per_group=10, system_tokens=2000, rate=5.0),
+            replace(_SHARED, groups=24, prompts_per_group=10, system_tokens=2000, rate=10.0),
             extra_sim_args=("--kv-cache-size", "384"),
             notes=(
                 "24 groups x 2,000-token system prompts = 3,000 blocks against 4 x 384 = 1,536 blocks of "
@@ -158,7 +158,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "half-shared",
             "half-shared",
-            replace(_SHARED, groups=12, prompts_per_group=10, system_tokens=1500, rate=8.0),
+            replace(_SHARED, groups=12, prompts_per_group=10, system_tokens=1500, rate=13.0),
             notes=(
                 "120 shared-prefix prompts (12 groups) and 120 unique prompts of the same length, shuffled.",
             ),
@@ -232,7 +232,9 @@ def smoke(scenario: Scenario) -> Scenario:
     if scenario.workload == "multi-turn":
         p = replace(scenario.params, sessions=12, turns=4, system_tokens=800, question_tokens=100)
         return replace(
-            scenario, params=p, time_scale=4.0, time_limit_s=40.0, concurrency=12, extra_sim_args=kv
+            scenario, params=p, time_scale=4.0, time_limit_s=40.0, concurrency=12, extra_sim_args=kv, notes=()
         )
     p = replace(scenario.params, groups=8, prompts_per_group=6, system_tokens=1200, rate=6.0)
-    return replace(scenario, params=p, time_scale=4.0, time_limit_s=40.0, sweep_rates=(), extra_sim_args=kv)
+    return replace(
+        scenario, params=p, time_scale=4.0, time_limit_s=40.0, sweep_rates=(), extra_sim_args=kv, notes=()
+    )
