@@ -225,14 +225,16 @@ def smoke(scenario: Scenario) -> Scenario:
     """A scaled-down scenario for the end-to-end tests: 256 KV blocks per server, a 4x clock.
 
     Shared prefixes: 8 groups x 6 prompts of 75 blocks (more than one server holds, less than four).
-    Multi-turn: 12 conversations of 4 turns (up to ~65 blocks each), 12 clients: a server holds about 4
-    conversations, so only a router that keeps each conversation on one server hits its cache.
+    Multi-turn: 13 conversations of 4 turns (up to ~65 blocks each), 13 clients: a server holds about 4
+    conversations, so only a router that keeps each conversation on one server hits its cache. 13, not
+    a multiple of the 4 servers: clients in step would otherwise send each conversation back to the
+    same server under round-robin.
     """
     kv = ("--kv-cache-size", "256")
     if scenario.workload == "multi-turn":
-        p = replace(scenario.params, sessions=12, turns=4, system_tokens=800, question_tokens=100)
+        p = replace(scenario.params, sessions=13, turns=4, system_tokens=800, question_tokens=100)
         return replace(
-            scenario, params=p, time_scale=4.0, time_limit_s=40.0, concurrency=12, extra_sim_args=kv, notes=()
+            scenario, params=p, time_scale=4.0, time_limit_s=40.0, concurrency=13, extra_sim_args=kv, notes=()
         )
     p = replace(scenario.params, groups=8, prompts_per_group=6, system_tokens=1200, rate=6.0)
     return replace(
