@@ -124,12 +124,12 @@ SCENARIOS: dict[str, Scenario] = {
             time_scale=1.0,
             mode="concurrency",
             concurrency=24,
-            extra_sim_args=("--kv-cache-size", "512"),
+            extra_sim_args=("--kv-cache-size", "768"),
             notes=(
                 "24 chat clients, each sending 6 turns through /v1/chat/completions, every turn the whole "
                 "history plus a new message (a turn waits for the previous answer); up to ~110 blocks per "
-                "conversation, 512 KV blocks per server: a server holds about 4 conversations, the fleet "
-                "all 24 only if each stays on one server. Real time.",
+                "conversation, 768 KV blocks per server: a server holds about 6 conversations, so the fleet "
+                "holds all 24 only if each stays on one server. Real time.",
             ),
         ),
         Scenario(
