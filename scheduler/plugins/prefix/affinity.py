@@ -11,7 +11,7 @@ Placement (consistent hashing with bounded loads, with owners instead of hash po
 candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flight to ``e``
 (dispatched, not completed), ``m = Σ load(e)`` and ``n = |E|``::
 
-    bound          = max(minLoadBound, ceil(loadFactor · (m + 1) / n))
+    bound          = min(max(minLoadBound, ceil(loadFactor · (m + 1) / n)), min_e load(e) + maxImbalance)
     eligible(e)    ⇔  load(e) + 1 <= bound
     (d, owners)    = the deepest anchor of the prompt that has owners (depth d of t blocks)
     chosen         = the first eligible owner, in assignment order (primary first, then spills)
@@ -24,8 +24,9 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
   spill owner (at most ``maxOwners``; beyond, the newest spill owner is replaced), so a hot prefix
   grows onto a second server instead of scattering over all of them;
 * the score never goes to an endpoint above the bound, and with ``loadFactor`` c no endpoint receives
-  affinity traffic above c times the mean load (CH-BL's guarantee), ``minLoadBound`` keeping low-load
-  bursts of one group together;
+  affinity traffic above c times the mean load (CH-BL's guarantee) nor more than ``maxImbalance``
+  requests above the least loaded candidate, ``minLoadBound`` keeping low-load bursts of one group
+  together;
 * ``d / t`` makes a long shared prefix decisive and a short shared preamble (a common first block)
   nearly neutral.
 
@@ -35,7 +36,8 @@ configured, else computed here with ``blockSizeTokens`` x 4 characters per block
 flight; ``on_completed`` uncounts it; ``on_response_headers`` follows a fallback that served;
 ``on_endpoints_removed`` forgets the endpoint's ownerships and counts.
 
-Parameters: ``loadFactor`` (c >= 1, default 1.25), ``minLoadBound`` (requests >= 1, default 4),
+Parameters: ``loadFactor`` (c >= 1, default 2.0), ``minLoadBound`` (requests >= 1, default 16),
+``maxImbalance`` (requests >= 1, default 8),
 ``maxOwners`` (>= 1, default 2), ``maxIndexBytes`` (ownership memory, >= 64 KiB, default 32 MiB =
 ~200,000 anchors), ``blockSizeTokens`` (>= 1, default 16; only without a prefix-cache-scorer),
 ``maxPrefixBlocksToMatch`` (>= 1, default 256; idem), ``requestTimeout`` (duration, default
