@@ -14,16 +14,20 @@ GIE's fail-closed Envoy with a subset-hint header and served-endpoint reporting)
 
 Where we deliberately differ from GIE (README, "Where we chose differently") the assertions are ours:
 errors carry a JSON body ``{"error": {"type", "message"}}`` instead of GIE's plain-text ``inference
-error: BadRequest - ...``; model rewrites come from the ``x-gateway-model-name-rewrite`` header (no
-InferenceModelRewrite objects here).
+error: BadRequest - ...``. GIE's "rewrite request model" case uses an InferenceModelRewrite object,
+which this picker does not read: the rewrite here is the ``x-gateway-model-name-rewrite`` header (as in
+GIE's "split body across chunks" case).
 
-Already covered elsewhere, not repeated here: subset routing through ``envoy.lb.subset_hint`` (GIE's
-"subsetting: select best from subset" / "partial match" / "no pods match") in
-``test_e2e_routing.py::test_subset_hint_restricts_the_choice``; a malformed body, a missing model and a
-body over the limit in ``test_e2e_routing.py::test_bad_requests_get_json_errors_through_envoy`` (here:
-GIE's exact request bodies); SSE frames arriving token by token in
+Covered elsewhere, not repeated here: subset routing through ``envoy.lb.subset_hint`` (GIE's
+"subsetting: select best from subset" / "partial match") in
+``test_e2e_routing.py::test_subset_hint_restricts_the_choice``; other malformed bodies and a body over
+the limit in ``test_e2e_routing.py::test_bad_requests_get_json_errors_through_envoy`` (here: GIE's
+exact request bodies); SSE frames arriving token by token in
 ``test_e2e_routing.py::test_sse_streams_token_by_token``; usage counted from a second, observer ext_proc
-stream in ``test_e2e_observability.py``.
+stream in ``test_e2e_observability.py``; GIE's conformance ``EppUnavailableFailOpen`` in
+``test_e2e_failure_modes.py``; the table's scheduling cases (queue, KV cache, LoRA affinity, subset
+winner) in ``tests/epp/admission/test_hermetic_table.py``; its response-buffering cases byte for byte in
+``tests/epp/protocol/test_protocol_response_path.py``.
 """
 
 from __future__ import annotations
