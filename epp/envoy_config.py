@@ -11,7 +11,13 @@ cannot express are applied to the parsed document:
 * ``subset_hint_header`` inserts a ``header_to_metadata`` filter in front of the first ext_proc filter
   that copies the request header of that name into the dynamic metadata namespace
   ``envoy.lb.subset_hint``, key ``x-gateway-destination-endpoint-subset`` (how a gateway passes a
-  subset hint to the picker; used by the end-to-end tests).
+  subset hint to the picker; used by the end-to-end tests);
+* ``report_served_endpoint`` makes Envoy report which endpoint served each request the way a gateway
+  such as GKE's does: the route configuration adds response header
+  ``x-gateway-destination-endpoint-served: %UPSTREAM_HOST%`` and a ``header_to_metadata`` filter in
+  front of the router moves it into the dynamic metadata ``envoy.lb``, key
+  ``x-gateway-destination-endpoint-served`` (the header is removed), which the ext_proc filters
+  forward to the picker with the response (GIE's conformance verifier reads it).
 
 Rendering is pure (no I/O besides reading the template); :func:`validate` runs
 ``envoy --mode validate`` and raises :class:`EnvoyConfigError` with Envoy's message on failure.
@@ -62,6 +68,8 @@ PLACEHOLDERS = ("LISTEN_ADDRESS", "LISTEN_PORT", "ADMIN_ADDRESS", "ADMIN_PORT", 
 
 _SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 _SUBSET_KEY = "x-gateway-destination-endpoint-subset"
+_LB_NAMESPACE = "envoy.lb"
+_SERVED_KEY = "x-gateway-destination-endpoint-served"
 
 
 class EnvoyConfigError(ValueError):
@@ -73,7 +81,8 @@ class EnvoyParams:
     """Concrete values for one rendered configuration.
 
     ``endpoints`` are ``host:port`` strings (IPv4 or a DNS name); ``subset_hint_header`` is a request
-    header name or ``""`` for none.
+    header name or ``""`` for none; ``report_served_endpoint`` passes the served endpoint to the
+    picker in ``envoy.lb`` metadata (see the module docstring).
     """
 
     listen_port: int
@@ -85,6 +94,7 @@ class EnvoyParams:
     listen_address: str = "127.0.0.1"
     admin_address: str = "127.0.0.1"
     subset_hint_header: str = ""
+    report_served_endpoint: bool = False
 
     def substitutions(self) -> dict[str, str]:
         return {
@@ -149,6 +159,34 @@ def _subset_hint_filter(header: str) -> dict[str, Any]:
     }
 
 
+def _report_served_endpoint(doc: dict[str, Any], variant: str) -> None:
+    filters = _http_filters(doc)
+    if not filters or filters[-1]["name"] != "envoy.filters.http.router":
+        raise EnvoyConfigError(f"variant {variant!r}: the last HTTP filter is not the router")
+    listener = doc["static_resources"]["listeners"][0]
+    route_config = listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
+    header = {"key": _SERVED_KEY, "value": "%UPSTREAM_HOST%"}
+    route_config.setdefault("response_headers_to_add", []).append(
+        {"header": header, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+    )
+    rule = {
+        "header": _SERVED_KEY,
+        "on_header_present": {"metadata_namespace": _LB_NAMESPACE, "key": _SERVED_KEY, "type": "STRING"},
+        "remove": True,
+    }
+    # just before the router: on the response path it runs before every ext_proc filter
+    filters.insert(
+        len(filters) - 1,
+        {
+            "name": "envoy.filters.http.header_to_metadata",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+                "response_rules": [rule],
+            },
+        },
+    )
+
+
 def render(variant: str, params: EnvoyParams) -> dict[str, Any]:
     """The parsed configuration of ``variant`` filled with ``params`` (a fresh dict each call)."""
     path = _template_path(variant)
@@ -172,6 +210,8 @@ def render(variant: str, params: EnvoyParams) -> dict[str, Any]:
         filters.insert(
             names.index("envoy.filters.http.ext_proc"), _subset_hint_filter(params.subset_hint_header)
         )
+    if params.report_served_endpoint:
+        _report_served_endpoint(doc, variant)
     return doc
 
 

@@ -139,6 +139,7 @@ class StackSpec:
     envoy_variant: str | None = "gie-fail-closed"
     envoy_concurrency: int = 1
     subset_hint_header: str = ""
+    report_served_endpoint: bool = False  # Envoy reports the served endpoint (see epp.envoy_config)
     single_sim_process: bool = False  # all servers in one epp-sim process (cheaper; no stop_server)
     server_args: tuple[tuple[str, ...], ...] = ()  # extra epp-sim args per server (after sim_args)
     ready_timeout_s: float = 30.0
@@ -323,6 +324,7 @@ class Stack:
             picker_tls=self.spec.picker_tls,
             endpoints=tuple(self.endpoints),
             subset_hint_header=self.spec.subset_hint_header,
+            report_served_endpoint=self.spec.report_served_endpoint,
         )
 
     def start_envoy(self, variant: str) -> None:

@@ -18,7 +18,9 @@ goes to the injected observer.
 
 Hooks (``dispatched``, ``response_headers``, ``response_chunk``, ``completed``,
 ``endpoints_removed``) call every plugin implementing them, in configuration order; a plugin that
-raises is reported to the observer and the remaining plugins still run. ``has_chunk_hooks`` and
+raises is reported to the observer and the remaining plugins still run. ``added_response_headers``
+merges the headers of every ``ResponseHeadersProvider`` (configuration order, a later plugin wins
+on the same name) for the response sent to the client. ``has_chunk_hooks`` and
 friends let the caller skip per-chunk work when no plugin wants it. Not thread-safe: call from one
 thread (the event loop).
 """
@@ -41,6 +43,7 @@ from scheduler.interfaces import (
     ProfileHandler,
     ResponseChunkHook,
     ResponseHeadersHook,
+    ResponseHeadersProvider,
     SaturationDetector,
 )
 from scheduler.observer import LoggingObserver, SchedulerObserver
@@ -82,6 +85,7 @@ class Scheduler:
         self._prepare = [p for p in self.plugins if isinstance(p, PrepareHook)]
         self._dispatch = [p for p in self.plugins if isinstance(p, DispatchHook)]
         self._headers = [p for p in self.plugins if isinstance(p, ResponseHeadersHook)]
+        self._providers = [p for p in self.plugins if isinstance(p, ResponseHeadersProvider)]
         self._chunks = [p for p in self.plugins if isinstance(p, ResponseChunkHook)]
         self._completed = [p for p in self.plugins if isinstance(p, CompletionHook)]
         self._removed = [p for p in self.plugins if isinstance(p, EndpointRemovalHook)]
@@ -97,6 +101,11 @@ class Scheduler:
     @property
     def has_response_header_hooks(self) -> bool:
         return bool(self._headers)
+
+    @property
+    def has_response_header_providers(self) -> bool:
+        """False when no plugin adds client response headers (the caller may skip the call)."""
+        return bool(self._providers)
 
     @property
     def has_chunk_hooks(self) -> bool:
@@ -214,6 +223,25 @@ class Scheduler:
             except Exception as exc:
                 observer.plugin_error("response_headers", plugin.plugin_type, plugin.name, exc)
             observer.observe_plugin("response_headers", plugin.plugin_type, plugin.name, perf_counter() - t0)
+
+    def added_response_headers(
+        self, request: LLMRequest, result: SchedulingResult, served: str | None
+    ) -> Mapping[str, str]:
+        """Headers for the client response: every provider's, merged in configuration order.
+
+        ``served`` is the ``ip:port`` the proxy reported as having served the request (None when it
+        reported none). A provider that raises is reported to the observer and adds nothing.
+        """
+        observer = self._observer
+        added: dict[str, str] = {}
+        for plugin in self._providers:
+            t0 = perf_counter()
+            try:
+                added.update(plugin.response_headers(request, result, served))
+            except Exception as exc:
+                observer.plugin_error("response_headers", plugin.plugin_type, plugin.name, exc)
+            observer.observe_plugin("response_headers", plugin.plugin_type, plugin.name, perf_counter() - t0)
+        return added
 
     def response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
         observer = self._observer

@@ -57,11 +57,13 @@ class Schedule:
     """Admit and schedule ``request``; ``subset`` is the proxy's endpoint subset hint (None = all).
 
     Subset entries are ``ip:port`` (match the endpoint address exactly) or a bare IP (match the IP
-    part); see :func:`epp.admission.subset.select_subset`.
+    part); see :func:`epp.admission.subset.select_subset`. ``header_only``: the request has no body
+    (``end_of_stream`` on its headers, or request body mode NONE).
     """
 
     request: LLMRequest
     subset: frozenset[str] | None
+    header_only: bool = False
 
 
 @value_type

@@ -351,7 +351,7 @@ class Session:
             body_size=self._body_size,
         )
         self.state = _SCHEDULING
-        return [Schedule(request, self._subset)]
+        return [Schedule(request, self._subset, self._header_only)]
 
     # ------------------------------------------------------------------------------ response path
 

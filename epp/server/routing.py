@@ -4,8 +4,10 @@
 the endpoints from the data layer, lets the admitter restrict it (subset hint, shedding), runs the
 scheduler inline (pure CPU, no awaits) and returns what ``session.scheduled(result)`` or
 ``session.reject(...)`` returns. Rejections: admission's own status (503 / 429), 503 when the scheduler
-finds no endpoint, 500 (short message, logged with the traceback) for any unexpected exception. It never
-raises for a request's sake.
+finds no endpoint, 500 (short message, logged with the traceback) for any unexpected exception. As in
+GIE, a header-only request (no body, e.g. ``GET /v1/models``) meeting an empty pool gets 500 ("no
+endpoints available in the pool"); a request with a body gets admission's 503. It never raises for a
+request's sake.
 
 The seams are protocols so tests and benchmarks plug fakes: :class:`EndpointSource` (the data layer),
 :class:`RequestScheduler` (the scheduler: ``schedule`` plus the lifecycle hooks fired by the servicer).
@@ -88,7 +90,10 @@ class Router:
         self._metrics.received(request.model, request.target_model, request.priority, request.body_size)
         start = self._clock()
         try:
-            candidates = self._admitter.admit(request, action.subset, self._source.snapshot())
+            endpoints = self._source.snapshot()
+            if action.header_only and not endpoints:  # GIE: Internal, "no pods available in datastore"
+                return session.reject(500, INTERNAL_ERROR, "no endpoints available in the pool"), 0.0
+            candidates = self._admitter.admit(request, action.subset, endpoints)
             result = self._scheduler.schedule(request, candidates)
         except RequestError as exc:
             return session.reject(exc.status, exc.error_type, exc.message), 0.0

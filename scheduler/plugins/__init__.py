@@ -1,7 +1,8 @@
 """In-tree plugins, one per module, grouped by kind.
 
 Layout: ``scorers/``, ``filters/``, ``pickers/``, ``handlers/`` (profile handlers and P/D deciders),
-``prefix/`` (the approximate prefix-cache index), ``saturation/`` (saturation detectors). Each plugin
+``prefix/`` (the approximate prefix-cache index), ``saturation/`` (saturation detectors),
+``response/`` (plugins acting on the response). Each plugin
 module exports its class and a ``factory``; :func:`register_builtin` is the one place that assembles
 them into a registry (one line per plugin type).
 """
@@ -44,6 +45,7 @@ def register_builtin(registry: Registry) -> None:
         roles,
     )
     from scheduler.plugins.handlers import disagg, disagg_deciders
+    from scheduler.plugins.response import served_verifier
     from scheduler.plugins.saturation import concurrency, utilization
     from scheduler.plugins.scorers import (
         active_request,
@@ -74,6 +76,7 @@ def register_builtin(registry: Registry) -> None:
     registry.register("kv-headroom-filter", kv_headroom.factory)
     registry.register("prefix-cache-affinity-filter", prefix_affinity.factory)
     registry.register("header-based-testing-filter", header_testing.factory)
+    registry.register("destination-endpoint-served-verifier", served_verifier.factory)
     registry.register("prefill-filter", roles.prefill_factory)
     registry.register("decode-filter", roles.decode_factory)
     registry.register("encode-filter", roles.encode_factory)

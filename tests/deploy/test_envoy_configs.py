@@ -59,6 +59,18 @@ def test_subset_hint_filter_config_passes_envoy_validate(tmp_path: Path) -> None
     validate(write_config("gie-fail-closed", params, tmp_path / "subset.yaml"))
 
 
+@pytest.mark.parametrize("variant", ["gie-fail-closed", "override-host", "observability"])
+def test_served_endpoint_report_passes_envoy_validate(tmp_path: Path, variant: str) -> None:
+    params = EnvoyParams(**{**_fields(PARAMS), "report_served_endpoint": True})
+    doc = render(variant, params)
+    filters = http_filters(doc)
+    assert filters[-2]["name"] == "envoy.filters.http.header_to_metadata"  # before the router
+    rule = filters[-2]["typed_config"]["response_rules"][0]
+    assert rule["on_header_present"]["metadata_namespace"] == "envoy.lb"
+    assert rule["header"] == rule["on_header_present"]["key"] == "x-gateway-destination-endpoint-served"
+    validate(write_config(variant, params, tmp_path / "served.yaml"))
+
+
 def test_validate_reports_envoy_message_for_a_broken_config(tmp_path: Path) -> None:
     doc = render("gie-fail-closed", PARAMS)
     clusters(doc)["original_destination_cluster"]["lb_policy"] = "NOT_A_POLICY"

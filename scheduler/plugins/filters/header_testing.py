@@ -1,8 +1,10 @@
 """``header-based-testing-filter`` (tests only): keep the endpoints named by a request header.
 
 Header ``test-epp-endpoint-selection`` holds a comma-separated list of ``ip:port`` (or bare ``ip``,
-which matches every port of that IP); whitespace around entries is ignored. Endpoints listed are
-kept, in endpoint order. As in GIE, a request without the header (or with an empty one) keeps
+which matches every port of that IP); whitespace around entries is ignored; IPv6 as ``[ip]:port``, a
+bare IPv6 with or without brackets. Endpoints listed are kept, in endpoint order (GIE returns header
+order, deduplicated by IP, and a bare IP keeps one of its ports; the picker breaks ties at random, so
+only the set matters). As in GIE, a request without the header (or with an empty one) keeps
 nothing, so the profile fails: the filter is meant for tests that pin requests to endpoints and
 must never be configured for production traffic. Parameters: none. Pure.
 """
@@ -20,16 +22,22 @@ __all__ = ["TEST_SELECTION_HEADER", "HeaderBasedTestingFilter", "factory", "sele
 TEST_SELECTION_HEADER = "test-epp-endpoint-selection"
 
 
+def _bare(entry: str) -> str:
+    """``entry`` without IPv6 brackets when it is a bare IP (``[fd00::1]`` -> ``fd00::1``)."""
+    return entry[1:-1] if entry.startswith("[") and entry.endswith("]") else entry
+
+
 def selected(header: str | None) -> frozenset[str]:
-    """The addresses / bare IPs listed in the header value."""
+    """The addresses / bare IPs listed in the header value (bare IPv6 without brackets)."""
     if not header:
         return frozenset()
-    return frozenset(part.strip() for part in header.split(",") if part.strip())
+    return frozenset(_bare(part.strip()) for part in header.split(",") if part.strip())
 
 
 def _ip(address: str) -> str:
+    """The host of ``ip:port`` without IPv6 brackets (``[fd00::1]:8000`` -> ``fd00::1``)."""
     host, sep, _ = address.rpartition(":")
-    return host if sep else address
+    return _bare(host) if sep else address
 
 
 class HeaderBasedTestingFilter(PluginBase):

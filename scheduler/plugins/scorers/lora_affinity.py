@@ -1,17 +1,21 @@
 """``lora-affinity-scorer``: prefer endpoints where the request's LoRA adapter is (or can be) loaded.
 
-Inputs: ``request.adapter`` and each endpoint's ``running_adapters``, ``waiting_adapters`` and
-``max_lora``. Score per endpoint, first rule that applies:
+Inputs: the model looked up, ``request.adapter`` when set, else ``request.target_model`` (as GIE, which
+looks the target model up among the adapters: the EPP does not know which names are base models), and
+each endpoint's ``running_adapters``, ``waiting_adapters`` and ``max_lora``. Score per endpoint, first
+rule that applies:
 
 ==========================================================  =====
-request for a base model (``adapter`` is None)              1.0
-adapter running on the endpoint                             1.0
+no model at all (header-only / passthrough request)         1.0
+model running on the endpoint as an adapter                 1.0
 free slot: ``len(running) + len(waiting) < max_lora``       0.8
-adapter waiting on the endpoint                             0.6
+model waiting on the endpoint                               0.6
 otherwise (no slot; or ``max_lora`` unknown, i.e. 0)        0.0
 ==========================================================  =====
 
-Parameters: none. Pure.
+A base-model request thus scores like an adapter that is not loaded: the same on every endpoint of a
+pool without LoRA, higher on endpoints with a free slot otherwise (GIE's behaviour). Parameters: none.
+Pure.
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ class LoraAffinityScorer(PluginBase):
     plugin_type = "lora-affinity-scorer"
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        adapter = request.adapter
-        if adapter is None:
+        adapter = request.adapter if request.adapter is not None else request.target_model
+        if not adapter:
             return [1.0] * len(endpoints)
         out: list[float] = []
         append = out.append

@@ -385,3 +385,31 @@ def test_failing_response_headers_provider_adds_nothing() -> None:
     assert not hdr.response.response_headers.response.HasField("header_mutation")
     (done,) = completions(s.receive(response_body(b"{}", eos=True)))
     assert done.outcome is Outcome.OK
+
+
+# GIE's hermetic table, response cases ("response buffering: ..."): the body comes back byte for byte
+SHEDDABLE_JSON = b'{"max_tokens":100,"model":"sql-lora-sheddable","prompt":"test6","temperature":0}'
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [SHEDDABLE_JSON[:33], SHEDDABLE_JSON[33:]],  # multi-chunk JSON
+        [b"no healthy upstream"],  # invalid JSON: passed through, no usage
+        [SHEDDABLE_JSON, b""],  # empty EOS chunk (JSON)
+    ],
+    ids=["multi-chunk-json", "invalid-json", "empty-eos-chunk"],
+)
+def test_gie_response_buffering_cases_pass_the_body_through(chunks: list[bytes]) -> None:
+    s = dispatched()
+    s.receive(response_headers(200))
+    forwarded: list[tuple[bytes, bool]] = []
+    done: list[Completion] = []
+    for i, chunk in enumerate(chunks):
+        actions = s.receive(response_body(chunk, eos=i == len(chunks) - 1))
+        forwarded += streamed_chunks(sent(actions), "response_body")
+        done += completions(actions)
+    assert b"".join(body for body, _ in forwarded) == b"".join(chunks)
+    assert forwarded[-1][1] is True
+    (completion,) = done
+    assert completion.outcome is Outcome.OK and completion.usage == Usage()

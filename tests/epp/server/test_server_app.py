@@ -21,6 +21,7 @@ from srv_helpers import destination, free_port, request_body, request_headers, s
 from epp.app import StartupError, build_app, run
 from epp.cli import main
 from epp.options import parse_options
+from scheduler.types import LLMRequest, SchedulingResult
 
 VLLM_METRICS = b"""# TYPE vllm:num_requests_waiting gauge
 vllm:num_requests_waiting{model_name="m1"} %d
@@ -325,3 +326,29 @@ async def test_session_reads_response_headers_only_for_plugins_that_want_them(
     app = await build_app(parse_options(_flags(model_servers, "--secure-serving=false", *extra)))
     session_config = app.server.core.config
     assert session_config.response_header_map is hooks
+
+
+CONFORMANCE = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: header-based-testing-filter
+- type: destination-endpoint-served-verifier
+schedulingProfiles:
+- name: conformance-profile
+  plugins:
+  - pluginRef: header-based-testing-filter
+"""
+
+
+async def test_response_header_providers_reach_the_session(model_servers: list[str]) -> None:
+    """The plugins' client response headers (conformance verifier, session token) are wired in."""
+    flags = _flags(model_servers, "--secure-serving=false")
+    plain = await build_app(parse_options(flags))
+    assert plain.server.core.config.response_headers is None  # no provider: nothing to call
+    app = await build_app(parse_options([*flags, "--config-text", CONFORMANCE]))
+    provider = app.server.core.config.response_headers
+    assert provider is not None
+    req = LLMRequest(request_id="r", model="m", target_model="m")
+    result = SchedulingResult(endpoints=(), profile_results={}, primary_profile="")
+    assert provider(req, result, "10.0.0.1:8000") == {"x-conformance-test-served-endpoint": "10.0.0.1:8000"}

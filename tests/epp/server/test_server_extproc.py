@@ -105,7 +105,7 @@ async def test_bad_bodies_get_json_errors(
     assert value == 1.0
 
 
-async def test_no_endpoints_is_503_and_scheduler_bug_is_500(sched: FakeScheduler, engine: str) -> None:
+async def test_empty_pool_is_503_or_500_without_body_bug_is_500(sched: FakeScheduler, engine: str) -> None:
     srv = make_server(sched, source=StaticSource(()), engine=engine)
     await srv.start()
     try:
@@ -114,6 +114,17 @@ async def test_no_endpoints_is_503_and_scheduler_bug_is_500(sched: FakeScheduler
             await call.write(request_headers())
             await call.write(request_body(BODY))
             assert (await call.read()).immediate_response.status.code == 503
+            call.cancel()
+            # GIE's hermetic "no backend pods available": a header-only request on an empty pool -> 500
+            call = stub(ch).Process()
+            get = {":method": "GET"}
+            await call.write(request_headers(end_of_stream=True, path="/v1/models", headers=get))
+            resp = (await call.read()).immediate_response
+            assert resp.status.code == 500
+            assert orjson.loads(resp.body)["error"] == {
+                "type": "internal_error",
+                "message": "no endpoints available in the pool",
+            }
             call.cancel()
             srv.source.endpoints = StaticSource().endpoints  # type: ignore[attr-defined]
             sched.fail = ZeroDivisionError("bug")

@@ -35,6 +35,7 @@ TYPES = [
     "lora-affinity-filter",
     "by-label-selector",
     "encode-filter",
+    "destination-endpoint-served-verifier",
 ]
 
 

@@ -17,8 +17,9 @@ def ep(running: set[str] = frozenset(), waiting: set[str] = frozenset(), max_lor
 @pytest.mark.parametrize(
     ("adapter", "endpoint", "expected"),
     [
-        (None, ep(), 1.0),  # base-model request
-        (None, ep(running={"a"}, max_lora=1), 1.0),
+        (None, ep(), 0.0),  # base-model request: looked up like an adapter, as GIE does
+        (None, ep(running={"a"}, max_lora=1), 0.0),
+        (None, ep(running={"a"}, max_lora=2), 0.8),
         ("a", ep(running={"a"}, max_lora=1), 1.0),  # running, even with no free slot
         ("a", ep(running={"a", "b"}, max_lora=4), 1.0),
         ("a", ep(running={"b"}, max_lora=2), 0.8),  # free slot
@@ -37,3 +38,12 @@ def test_scores(adapter: str | None, endpoint: Endpoint, expected: float) -> Non
 def test_aligned_with_input() -> None:
     endpoints = [ep(running={"a"}, max_lora=1), ep(running={"b"}, max_lora=1), ep(running={"b"}, max_lora=2)]
     assert LoraAffinityScorer("l").score(CycleState(), req("a"), endpoints) == [1.0, 0.0, 0.8]
+
+
+def test_target_model_is_the_adapter_when_none_is_set() -> None:
+    """The EPP sets no ``adapter``: GIE looks the target model up among the running adapters."""
+    request = LLMRequest(request_id="r", model="sql-lora", target_model="sql-lora-1fdg2")
+    endpoints = [ep(running={"foo", "bar"}), ep(running={"foo", "sql-lora-1fdg2"})]
+    assert LoraAffinityScorer("l").score(CycleState(), request, endpoints) == [0.0, 1.0]
+    no_model = LLMRequest(request_id="r", model="", target_model="")
+    assert LoraAffinityScorer("l").score(CycleState(), no_model, endpoints) == [1.0, 1.0]

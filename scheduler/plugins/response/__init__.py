@@ -1,0 +1,1 @@
+"""Plugins that act on the model server's response (one per module)."""
