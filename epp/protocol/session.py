@@ -76,7 +76,7 @@ from epp.protocol.response import ResponseState
 from epp.protocol.subset import subset_hint
 from epp.request.build import build_request
 from epp.request.errors import INTERNAL_ERROR, UNAVAILABLE, BodyTooLargeError, RequestError
-from epp.request.parser import ParsedBody, api_kind_of
+from epp.request.parser import ParsedBody, UsageReader, api_kind_of
 from scheduler.types import Completion, LLMRequest, Outcome, SchedulingResult, Usage
 
 __all__ = ["Session", "State"]
@@ -134,6 +134,7 @@ class Session:
         "_rewrite",
         "_served",
         "_subset",
+        "_usage_reader",
         "state",
     )
 
@@ -146,6 +147,7 @@ class Session:
         self._generated_id: str | None = None
         self._subset: frozenset[str] | None = None
         self._chunks: list[bytes] = []
+        self._usage_reader: UsageReader | None = None
         self._body_size = 0
         self._body = b""
         self._changed_body: bytes | None = None
@@ -332,6 +334,7 @@ class Session:
         self._chunks = []
         self._body = body
         parsed = self._config.parser.parse(self._headers.get(":path", ""), body)
+        self._usage_reader = parsed.usage_reader
         target = self._headers.get(MODEL_REWRITE_HEADER)
         if target and parsed.model and target != parsed.model:
             new_body = self._config.parser.rewrite_model(parsed, body, target)
@@ -369,7 +372,9 @@ class Session:
         streaming = "text/event-stream" in headers.get(CONTENT_TYPE, "")
         hold = self._response_mode != _STREAMED  # STREAMED answers every chunk: rewrite in place
         capture = self._config.usage_capture_bytes
-        self._response = resp = ResponseState(status, streaming, self._rewrite, capture, hold)
+        self._response = resp = ResponseState(
+            status, streaming, self._rewrite, capture, hold, self._usage_reader
+        )
         rewritten = resp.rewrites and self._response_mode != _BUFFERED and CONTENT_LENGTH in headers
         remove = [CONTENT_LENGTH] if rewritten else []
         extra = self._extra_response_headers()
