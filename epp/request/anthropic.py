@@ -7,6 +7,7 @@ Requests (every violation is an HTTP 400 naming the problem):
   ``role`` and a ``content`` that is a string or a list of block objects); ``model`` a non-empty
   string (the model rewrite of ``x-gateway-model-name-rewrite`` sets it in the body); ``stream`` a
   boolean; ``system`` a string or a list of blocks; ``max_tokens`` a non-negative integer;
+  ``cache_salt`` a string (the prefix-cache salt);
 * any other path claimed by no one else: 400 ``unsupported API endpoint``.
 
 ``prompt_text`` (for prefix hashing and the token estimate) is the canonical JSON of ``system``
@@ -148,6 +149,9 @@ class AnthropicParser:
             isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0
         ):
             raise InvalidRequestError("'max_tokens' must be a non-negative integer")
+        cache_salt = doc.get("cache_salt", "")
+        if not isinstance(cache_salt, str):
+            raise InvalidRequestError("'cache_salt' must be a string")
         prompt = canonical_json(messages) if system is None else canonical_json([system, *messages])
         return ParsedBody(
             api=api_kind_of(clean),
@@ -155,6 +159,7 @@ class AnthropicParser:
             prompt_text=prompt,
             messages=messages,
             stream=bool(stream),
+            cache_salt=cache_salt,
             max_tokens=max_tokens,
             document=doc,
             usage_reader=_USAGE,
