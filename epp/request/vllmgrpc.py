@@ -15,8 +15,8 @@ sets the target) and the body is never rewritten.
 
 Response usage: every complete frame of the captured body is decoded as a ``GenerateResponse``
 (``chunk`` or ``complete``: ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``, kept
-when either count is non-zero) or else an ``EmbedResponse`` (``prompt_tokens``); the last frame
-with usage wins. Total = prompt + completion.
+when either count is non-zero), failing that as an ``EmbedResponse`` (``prompt_tokens`` when
+non-zero); the last frame with usage wins. Total = prompt + completion.
 """
 
 from __future__ import annotations
@@ -43,15 +43,15 @@ VLLMGRPC_CLAIMS = (_GENERATE, _EMBED)
 def _frame_usage(payload: bytes) -> Usage | None:
     try:
         response = pb.GenerateResponse.FromString(payload)
+        kind = response.WhichOneof("response")
     except DecodeError:
-        response = None
-    kind = response.WhichOneof("response") if response is not None else None
-    if response is not None and kind is not None:
+        kind = None
+    if kind is not None:
         part = getattr(response, kind)
         prompt, completion = part.prompt_tokens, part.completion_tokens
         if prompt or completion:
             return Usage(prompt, completion, prompt + completion, part.cached_tokens)
-        return None
+    # An EmbedResponse's packed embedding (field 1) can also decode as a GenerateResponse chunk.
     try:
         embed = pb.EmbedResponse.FromString(payload)
     except DecodeError:
