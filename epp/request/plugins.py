@@ -103,10 +103,13 @@ def parser_factories() -> Mapping[str, Callable[[str, Mapping[str, Any], Any], P
 
 
 def _declared_types(plugins: Sequence[Any] | None) -> dict[str, Any]:
+    """Declared plugin name -> type (a plugin without a name is named after its type)."""
     found: dict[str, Any] = {}
     for entry in plugins or ():
-        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
-            found[entry["name"]] = entry.get("type")
+        if isinstance(entry, Mapping):
+            name = entry.get("name") if entry.get("name") is not None else entry.get("type")
+            if isinstance(name, str):
+                found[name] = entry.get("type")
     return found
 
 

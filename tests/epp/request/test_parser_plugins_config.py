@@ -164,3 +164,14 @@ def test_check_config_accepts_parser_plugins(monkeypatch: pytest.MonkeyPatch) ->
     finally:
         sys.stdin = stdin
     assert "anthropic-parser" in out.getvalue()
+
+
+def test_unnamed_parser_plugin_is_referenced_by_its_type() -> None:
+    # llm-d-router's routerlib chart: ``- type: vllmgrpc-parser`` then ``pluginRef: vllmgrpc-parser``
+    loaded = load_picker_config(
+        None,
+        HEAD
+        + "plugins:\n- type: vllmgrpc-parser\nrequestHandler:\n  parsers:\n  - pluginRef: vllmgrpc-parser\n",
+    )
+    assert isinstance(loaded.parser, ParserChain)
+    assert loaded.parser.parsers == (loaded.config.plugin("vllmgrpc-parser"),)
