@@ -8,9 +8,10 @@ from typing import Any
 import orjson
 import pytest
 
+from epp.protocol.usage import usage_from_json
 from epp.request import InvalidRequestError, OpenAIParser
 from epp.request.openai import OPENAI_CLAIMS
-from scheduler.types import ApiKind
+from scheduler.types import ApiKind, Usage
 
 P = OpenAIParser("p")
 
@@ -86,3 +87,42 @@ def test_wrapped_json_may_omit_the_model() -> None:
     with pytest.raises(InvalidRequestError, match="'model'"):
         P.parse("/chat/completions", body)
     assert P.parse_json("/chat/completions", body, require_model=False).model == ""
+
+
+@pytest.mark.parametrize(
+    "body, want",
+    [
+        # openai_extractusage_test.go: malformed fields never crash; numeric strings are coerced
+        (b'{"object":"chat.completion","usage":"oops"}', None),
+        (
+            b'{"object":"chat.completion","usage":{"prompt_tokens_details":0,"prompt_tokens":7}}',
+            Usage(7, 0, 7, 0),
+        ),
+        (
+            b'{"usage":{"prompt_tokens":"1024","completion_tokens":"7","total_tokens":"1031"}}',
+            Usage(1024, 7, 1031, 0),
+        ),
+        (b'{"usage":{"prompt_tokens":"x","completion_tokens":2.0}}', Usage(0, 2, 2, 0)),
+        (b'{"usage":{"prompt_tokens":1e300,"completion_tokens":-3,"total_tokens":true}}', Usage(0, 0, 0, 0)),
+        # openai_test.go ParseResponse
+        (b'{"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}', Usage(10, 20, 30, 0)),
+        (
+            b'{"object":"conversation","usage":{"input_tokens":15,"output_tokens":25,"total_tokens":40}}',
+            Usage(15, 25, 40, 0),
+        ),
+        (
+            b'{"usage":{"prompt_tokens":100,"completion_tokens":50,"total_tokens":150,'
+            b'"prompt_tokens_details":{"cached_tokens":40}}}',
+            Usage(100, 50, 150, 40),
+        ),
+        (
+            b'{"usage":{"input_tokens":100,"output_tokens":50,"total_tokens":150,'
+            b'"input_tokens_details":{"cached_tokens":40}}}',
+            Usage(100, 50, 150, 40),
+        ),
+        (b'{"object": "chat.completion"}', None),
+        (b"{malformed", None),
+    ],
+)
+def test_openai_response_usage(body: bytes, want: Usage | None) -> None:
+    assert usage_from_json(body) == want
