@@ -75,6 +75,7 @@ from epp.protocol.replies import response_body_replies, routing_replies
 from epp.protocol.response import ResponseState
 from epp.protocol.subset import subset_hint
 from epp.request.build import build_request
+from epp.request.chain import path_of
 from epp.request.errors import INTERNAL_ERROR, UNAVAILABLE, BodyTooLargeError, RequestError
 from epp.request.parser import ParsedBody, UsageReader, api_kind_of
 from scheduler.types import Completion, LLMRequest, Outcome, SchedulingResult, Usage
@@ -333,7 +334,7 @@ class Session:
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._chunks = []
         self._body = body
-        parsed = self._config.parser.parse(self._headers.get(":path", ""), body)
+        parsed = self._config.parser.parse(path_of(self._headers), body)
         self._usage_reader = parsed.usage_reader
         target = self._headers.get(MODEL_REWRITE_HEADER)
         if target and parsed.model and target != parsed.model:

@@ -9,14 +9,15 @@ Built from the configured parsers in order (upstream's ``ParserRegistry``):
   trailing slash removed; a plain string suffix); none matching, to the fallback; without a
   fallback the request is rejected with HTTP 400 ``no parser registered matching path suffix``.
 
-An empty ``:path`` is read as ``/v1/completions`` (upstream's default). The chain is itself a
+The path is ``:path``, else ``x-original-path``, else ``x-forwarded-path`` (:func:`path_of`); an
+empty path is read as ``/v1/completions`` (upstream's default). The chain is itself a
 :class:`~epp.request.parser.RequestParser`, so the protocol session uses it unchanged; it is
 immutable and safe to share between streams.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import orjson
 import structlog
@@ -24,11 +25,17 @@ import structlog
 from epp.request.errors import InvalidRequestError
 from epp.request.parser import ParsedBody, ParserPlugin
 
-__all__ = ["DEFAULT_PATH", "ParserChain"]
+__all__ = ["DEFAULT_PATH", "ParserChain", "path_of"]
 
 _log = structlog.get_logger(__name__)
 
 DEFAULT_PATH = "/v1/completions"
+
+
+def path_of(headers: Mapping[str, str]) -> str:
+    """The request path a parser is chosen by: ``:path``, ``x-original-path`` or ``x-forwarded-path``
+    (the first non-empty; "" when none)."""
+    return headers.get(":path") or headers.get("x-original-path") or headers.get("x-forwarded-path") or ""
 
 
 def request_path(path: str) -> str:

@@ -160,3 +160,10 @@ def test_bad_bodies_of_every_format_get_400_with_a_json_error(
     status, headers, payload = immediate(s.receive(request_body(body)))
     assert status == 400 and headers["content-type"] == "application/json"
     assert payload["error"]["type"] == "invalid_request_error" and fragment in payload["error"]["message"]
+
+
+def test_path_falls_back_to_x_original_path(config: SessionConfig) -> None:
+    s = Session(config)
+    s.receive(request_headers({":path": None, "x-original-path": "/v1/messages"}))  # type: ignore[dict-item]
+    actions = s.receive(request_body(orjson.dumps(MESSAGES)))
+    assert isinstance(actions[0], Schedule) and actions[0].request.model == "claude-sonnet-4-6"
