@@ -3,7 +3,10 @@
 The scheduler validates its own fields (``plugins``, ``schedulingProfiles``, ``saturationDetector``);
 every other top-level section is validated here, through the validator of its owner:
 
-* ``parser``: :func:`epp.request.config.validate_parser_section` (openai | passthrough);
+* ``requestHandler``: its ``parsers`` list of ``pluginRef`` entries naming parser plugins
+  (:mod:`epp.request.plugins`); the deprecated ``parser: {pluginRef: NAME}`` is a one-entry list
+  when ``requestHandler.parsers`` is absent, ``parser: {type: openai | passthrough}`` selects that
+  one parser for every path; neither: upstream's default parser list;
 * ``dataLayer`` / ``data``: the data layer's validator (data sources and their extractors, engine
   metric mappings);
 * ``flowControl`` and ``featureGates``: rejected with a clear message, flow control (request queueing
@@ -29,8 +32,14 @@ from datalayer.config import (
     validate_datalayer_section,
 )
 from epp.request.config import ParserConfigError, validate_parser_section
-from epp.request.openai import OpenAIParser
 from epp.request.parser import RequestParser
+from epp.request.plugins import (
+    ParserRef,
+    build_chain,
+    parser_factories,
+    validate_parser_ref,
+    validate_request_handler,
+)
 from scheduler.config import DEFAULT_CONFIG_TEXT, ResolvedConfig, SectionValidator, resolve_document
 from scheduler.config.loader import DEFAULT_SOURCE
 from scheduler.config.yaml_io import TEXT_SOURCE, read_yaml_file, read_yaml_text
@@ -45,11 +54,33 @@ _NO_FLOW_CONTROL = (
 )
 
 
-def _parser(value: Any, location: str) -> RequestParser:
-    try:
-        return validate_parser_section(value, location)
-    except ParserConfigError as exc:
-        raise ConfigError(exc.message, location=exc.location) from None
+_LEGACY = ("openai", "passthrough")  # pyepp's own names: one parser for every path, as before
+
+
+def _parser(plugins: Sequence[Mapping[str, Any]] | None) -> SectionValidator:
+    def validate(value: Any, location: str) -> RequestParser | tuple[ParserRef, ...]:
+        try:
+            if (
+                isinstance(value, Mapping)
+                and set(value) == {"pluginRef"}
+                and value["pluginRef"] not in _LEGACY
+            ):
+                return (validate_parser_ref(value["pluginRef"], plugins, f"{location}.pluginRef"),)
+            return validate_parser_section(value, location)
+        except ParserConfigError as exc:
+            raise ConfigError(exc.message, location=exc.location) from None
+
+    return validate
+
+
+def _request_handler(plugins: Sequence[Mapping[str, Any]] | None) -> SectionValidator:
+    def validate(value: Any, location: str) -> tuple[ParserRef, ...]:
+        try:
+            return validate_request_handler(value, plugins, location)
+        except ParserConfigError as exc:
+            raise ConfigError(exc.message, location=exc.location) from None
+
+    return validate
 
 
 def _flow_control(value: Any, location: str) -> Any:
@@ -85,7 +116,8 @@ def section_validators(
     data layer resolves its ``pluginRef`` entries against it)."""
     data_layer = _data_layer(plugins)
     return {
-        "parser": _parser,
+        "parser": _parser(plugins),
+        "requestHandler": _request_handler(plugins),
         "dataLayer": data_layer,
         "data": data_layer,
         "flowControl": _flow_control,
@@ -103,12 +135,25 @@ class LoadedConfig:
 
 
 def picker_registry() -> Registry:
-    """The scheduler's plugins (in-tree and entry points) plus the data layer's plugin types, so
-    ``plugins`` entries such as ``metrics-data-source`` validate like every other plugin."""
+    """The scheduler's plugins (in-tree and entry points) plus the data layer's and the request
+    parsers' plugin types, so ``plugins`` entries such as ``metrics-data-source`` or
+    ``openai-parser`` validate like every other plugin."""
     registry = default_registry()
     for plugin_type, factory in plugin_factories().items():
         registry.register(plugin_type, factory, origin="datalayer")
+    for plugin_type, parser_factory in parser_factories().items():
+        registry.register(plugin_type, parser_factory, origin="epp.request")
     return registry
+
+
+def _selected_parser(config: ResolvedConfig) -> RequestParser:
+    """``requestHandler.parsers``, else the ``parser`` section, else the default parser list."""
+    legacy = config.sections.get("parser")
+    refs = config.sections.get("requestHandler") or (legacy if isinstance(legacy, tuple) else ())
+    if refs or legacy is None:
+        return build_chain(refs, config.plugin)
+    assert not isinstance(legacy, tuple)
+    return legacy  # type: ignore[no-any-return]
 
 
 def load_picker_config(
@@ -125,7 +170,7 @@ def load_picker_config(
     plugins = raw.get("plugins") if isinstance(raw, Mapping) else None
     sections = section_validators(plugins if isinstance(plugins, list) else None)
     config = resolve_document(raw, where, registry=picker_registry(), sections=sections, seed=seed)
-    parser = config.sections.get("parser") or OpenAIParser()
+    parser = _selected_parser(config)
     data_layer = config.sections.get("dataLayer") or config.sections.get("data")
     return LoadedConfig(config, parser, data_layer or validate_datalayer_section(None))
 

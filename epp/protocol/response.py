@@ -12,6 +12,10 @@ Per chunk the work is: appending a reference to a bounded container, and an opti
   to parse the usage at the end. When the model name must be rewritten back the body is held
   until complete, rewritten as JSON, and then sent (its ``content-length`` is removed from the
   response headers since they are answered before the body is known).
+* A request parsed by a parser with its own response format (Anthropic, SGLang, gRPC) passes that
+  parser's :class:`~epp.request.parser.UsageReader`; for a streamed response the first
+  :data:`SSE_HEAD` chunks are kept too (Anthropic reports the input tokens in its first event), and
+  the reader gets the head and the window joined (each chunk once).
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from collections import deque
 import orjson
 
 from epp.protocol.usage import rewrite_model_bytes, usage_from_json, usage_from_sse
+from epp.request.parser import UsageReader
 from scheduler.types import Usage
 
-__all__ = ["SSE_WINDOW", "ResponseState"]
+__all__ = ["SSE_HEAD", "SSE_WINDOW", "ResponseState"]
 
 SSE_WINDOW = 16
+SSE_HEAD = 4
 
 
 class ResponseState:
@@ -34,9 +40,11 @@ class ResponseState:
     __slots__ = (
         "_captured",
         "_captured_bytes",
+        "_head",
         "_held",
         "_new_model",
         "_old_model",
+        "_reader",
         "_recent",
         "capture_limit",
         "chunks",
@@ -52,12 +60,15 @@ class ResponseState:
         rewrite: tuple[str, str] | None,
         capture_limit: int,
         hold: bool = True,
+        reader: UsageReader | None = None,
     ) -> None:
         """``rewrite`` is ``(target_model, original_model)``: replace the first by the second.
 
         ``hold`` allows holding a non-streamed body for a JSON rewrite; without it such bodies are
-        rewritten chunk by chunk like streamed ones.
+        rewritten chunk by chunk like streamed ones. ``reader`` reads the usage of the request's
+        format (None: the OpenAI-compatible ``usage``).
         """
+        self._reader = reader
         self.status = status
         self.streaming = streaming
         self.capture_limit = capture_limit if 200 <= status < 300 else 0
@@ -74,6 +85,7 @@ class ResponseState:
         self._recent: deque[bytes] | None = (
             deque(maxlen=SSE_WINDOW) if streaming and self.capture_limit else None
         )
+        self._head: list[bytes] | None = [] if self._recent is not None and reader is not None else None
 
     @property
     def rewrites(self) -> bool:
@@ -94,6 +106,8 @@ class ResponseState:
             return None
         if self._recent is not None:
             self._recent.append(data)
+            if self._head is not None and len(self._head) < SSE_HEAD:
+                self._head.append(data)
         elif not self.streaming and self._captured_bytes < self.capture_limit:
             self._captured.append(data)
             self._captured_bytes += len(data)
@@ -120,6 +134,8 @@ class ResponseState:
 
     def usage(self) -> Usage:
         """The usage reported by the model server (zeros when it reported none)."""
+        if self._reader is not None:
+            return self._read_with(self._reader) or Usage()
         found: Usage | None = None
         if self.streaming:
             if self._recent:
@@ -127,3 +143,15 @@ class ResponseState:
         elif self._captured and self._captured_bytes <= self.capture_limit:
             found = usage_from_json(b"".join(self._captured))
         return found if found is not None else Usage()
+
+    def _read_with(self, reader: UsageReader) -> Usage | None:
+        if self.streaming:
+            if not self._recent:
+                return None
+            recent = list(self._recent)
+            head = self._head or []
+            overlap = max(0, len(head) + len(recent) - self.chunks)
+            return reader.read(b"".join(head + recent[overlap:]), True)
+        if self._captured and self._captured_bytes <= self.capture_limit:
+            return reader.read(b"".join(self._captured), False)
+        return None

@@ -75,8 +75,9 @@ from epp.protocol.replies import response_body_replies, routing_replies
 from epp.protocol.response import ResponseState
 from epp.protocol.subset import subset_hint
 from epp.request.build import build_request
+from epp.request.chain import path_of
 from epp.request.errors import INTERNAL_ERROR, UNAVAILABLE, BodyTooLargeError, RequestError
-from epp.request.parser import ParsedBody, api_kind_of
+from epp.request.parser import ParsedBody, UsageReader, api_kind_of
 from scheduler.types import Completion, LLMRequest, Outcome, SchedulingResult, Usage
 
 __all__ = ["Session", "State"]
@@ -134,6 +135,7 @@ class Session:
         "_rewrite",
         "_served",
         "_subset",
+        "_usage_reader",
         "state",
     )
 
@@ -146,6 +148,7 @@ class Session:
         self._generated_id: str | None = None
         self._subset: frozenset[str] | None = None
         self._chunks: list[bytes] = []
+        self._usage_reader: UsageReader | None = None
         self._body_size = 0
         self._body = b""
         self._changed_body: bytes | None = None
@@ -331,7 +334,8 @@ class Session:
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._chunks = []
         self._body = body
-        parsed = self._config.parser.parse(self._headers.get(":path", ""), body)
+        parsed = self._config.parser.parse(path_of(self._headers), body)
+        self._usage_reader = parsed.usage_reader
         target = self._headers.get(MODEL_REWRITE_HEADER)
         if target and parsed.model and target != parsed.model:
             new_body = self._config.parser.rewrite_model(parsed, body, target)
@@ -369,7 +373,9 @@ class Session:
         streaming = "text/event-stream" in headers.get(CONTENT_TYPE, "")
         hold = self._response_mode != _STREAMED  # STREAMED answers every chunk: rewrite in place
         capture = self._config.usage_capture_bytes
-        self._response = resp = ResponseState(status, streaming, self._rewrite, capture, hold)
+        self._response = resp = ResponseState(
+            status, streaming, self._rewrite, capture, hold, self._usage_reader
+        )
         rewritten = resp.rewrites and self._response_mode != _BUFFERED and CONTENT_LENGTH in headers
         remove = [CONTENT_LENGTH] if rewritten else []
         extra = self._extra_response_headers()

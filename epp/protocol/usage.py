@@ -27,8 +27,17 @@ USAGE_MARKER = b'"usage"'
 
 
 def _int(mapping: Mapping[str, Any], key: str) -> int:
+    """A non-negative count; JSON floats are truncated and numeric strings (sent by some
+    non-conforming servers) parsed, as upstream does; anything else is 0."""
     value = mapping.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        return 0
+    return int(value) if value < 2**63 else 0
 
 
 def usage_from_mapping(usage: Any) -> Usage | None:

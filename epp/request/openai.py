@@ -12,7 +12,12 @@ Rules (every violation is an HTTP 400 naming the field):
 * chat: ``messages`` is a non-empty list of objects, each with a string ``role`` and a ``content``
   that is a string, a list of part objects or null;
 * embeddings: ``input`` as a completions prompt; responses: ``input`` a string or a list of item
-  objects; conversations: ``items`` (optional) a list of objects.
+  objects; conversations: ``items`` (optional) a list of objects; images (``/images/generations``):
+  ``prompt`` a non-empty string. ``/chat/completions/render`` and ``/completions/render`` are read
+  as their parent API.
+
+As the ``openai-parser`` plugin it claims the suffixes of :data:`OPENAI_CLAIMS`. Response usage is
+the OpenAI ``usage`` object (see :mod:`epp.protocol.usage`).
 
 ``prompt_text`` for prefix hashing: the prompt string; a list of strings joined with ``"\\n"``;
 token lists as their JSON text; chat messages, response items and conversation items as a
@@ -31,8 +36,20 @@ from epp.request.errors import InvalidRequestError
 from epp.request.parser import ParsedBody, api_kind_of
 from scheduler.types import ApiKind
 
-__all__ = ["OpenAIParser", "canonical_json"]
+__all__ = ["OPENAI_CLAIMS", "OPENAI_PARSER_TYPE", "OpenAIParser", "canonical_json"]
 
+OPENAI_PARSER_TYPE = "openai-parser"
+OPENAI_CLAIMS = (
+    "chat/completions",
+    "completions",
+    "embeddings",
+    "responses",
+    "conversations",
+    "chat/completions/render",
+    "completions/render",
+    "images/generations",
+)
+_IMAGES = "/images/generations"
 _MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
@@ -119,6 +136,19 @@ def _max_tokens(doc: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _images(doc: dict[str, Any]) -> ParsedBody:
+    model = doc.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequestError("'model' is required and must be a non-empty string")
+    prompt = doc.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise InvalidRequestError("'prompt' is required and must be a non-empty string")
+    stream = doc.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequestError("'stream' must be a boolean")
+    return ParsedBody(api=ApiKind.OTHER, model=model, prompt_text=prompt, stream=bool(stream), document=doc)
+
+
 def _decode(body: bytes) -> dict[str, Any]:
     try:
         doc = orjson.loads(body)
@@ -132,17 +162,29 @@ def _decode(body: bytes) -> dict[str, Any]:
 class OpenAIParser:
     """Parser for OpenAI-compatible JSON bodies (see the module docstring for the rules)."""
 
-    __slots__ = ()
+    __slots__ = ("name",)
 
-    @property
-    def name(self) -> str:
-        return "openai"
+    plugin_type = OPENAI_PARSER_TYPE
+    claims = OPENAI_CLAIMS
+
+    def __init__(self, name: str = OPENAI_PARSER_TYPE) -> None:
+        self.name = name
 
     def parse(self, path: str, body: bytes) -> ParsedBody:
-        api = api_kind_of(path)
+        return self.parse_json(path, body)
+
+    def parse_json(self, path: str, body: bytes, *, require_model: bool = True) -> ParsedBody:
+        """:meth:`parse`; ``require_model=False`` lets ``model`` be absent on every API (for bodies
+        wrapped in a message that is never rewritten, as Vertex AI's)."""
+        clean = path.split("?", 1)[0].rstrip("/")
+        if clean.endswith("/render"):
+            clean = clean[: -len("/render")]
+        api = api_kind_of(clean)
         doc = _decode(body)
+        if api is ApiKind.OTHER and clean.endswith(_IMAGES):
+            return _images(doc)
         model = doc.get("model")
-        if model is None and api in (ApiKind.CONVERSATIONS, ApiKind.OTHER):
+        if model is None and (not require_model or api in (ApiKind.CONVERSATIONS, ApiKind.OTHER)):
             model = ""
         elif not isinstance(model, str) or not model:
             raise InvalidRequestError("'model' is required and must be a non-empty string")

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from scheduler.types import ApiKind
+from scheduler.types import ApiKind, Usage
 from scheduler.values import value_type
 
-__all__ = ["ParsedBody", "RequestParser", "api_kind_of"]
+__all__ = ["NO_USAGE", "ParsedBody", "ParserPlugin", "RequestParser", "UsageReader", "api_kind_of"]
 
 _SUFFIXES: tuple[tuple[str, ApiKind], ...] = (
     ("/chat/completions", ApiKind.CHAT_COMPLETIONS),
@@ -38,13 +38,38 @@ def api_kind_of(path: str) -> ApiKind:
     return ApiKind.OTHER
 
 
+class UsageReader(Protocol):
+    """Reads the token usage out of a model server's response to a request of one format.
+
+    ``read(body, streaming)`` gets the bytes the response state kept: the whole (captured)
+    non-streamed body, or for ``text/event-stream`` responses the first and the last chunks joined.
+    It returns None when the body reports no usage; it never raises for a malformed body.
+    """
+
+    def read(self, body: bytes, streaming: bool) -> Usage | None: ...
+
+
+class _NoUsage:
+    """The reader of a format whose responses are not processed (upstream ``SkipResponseProcessing``)."""
+
+    __slots__ = ()
+
+    def read(self, body: bytes, streaming: bool) -> Usage | None:
+        return None
+
+
+NO_USAGE: UsageReader = _NoUsage()
+
+
 @value_type
 class ParsedBody:
     """What a parser extracted from one request body.
 
     ``prompt_text`` is the text used for prefix hashing ("" when unknown); ``messages`` the chat
     messages (chat only); ``document`` the decoded JSON object (None for passthrough), kept so a model
-    rewrite does not decode twice. ``max_tokens`` is None when absent.
+    rewrite does not decode twice; a parser sets it only when it rewrites the model in that JSON
+    object. ``max_tokens`` is None when absent. ``usage_reader`` reads the response usage of this
+    format; None means the OpenAI-compatible ``usage`` object (JSON or SSE).
     """
 
     api: ApiKind
@@ -55,6 +80,7 @@ class ParsedBody:
     cache_salt: str = ""
     max_tokens: int | None = None
     document: Mapping[str, Any] | None = None
+    usage_reader: UsageReader | None = None
 
 
 class RequestParser(Protocol):
@@ -62,7 +88,7 @@ class RequestParser(Protocol):
 
     @property
     def name(self) -> str:
-        """Configuration name of the parser (``openai``, ``passthrough``)."""
+        """Instance name of the parser (its ``plugins`` entry name, or its type when defaulted)."""
         ...
 
     def parse(self, path: str, body: bytes) -> ParsedBody:
@@ -72,3 +98,18 @@ class RequestParser(Protocol):
     def rewrite_model(self, parsed: ParsedBody, body: bytes, target_model: str) -> bytes:
         """The body to forward with ``model`` replaced by ``target_model`` (called only when they differ)."""
         ...
+
+
+class ParserPlugin(RequestParser, Protocol):
+    """A request parser declared in ``plugins`` and listed in ``requestHandler.parsers``.
+
+    ``claims`` are the path suffixes it handles (a plain string suffix of ``:path`` without its
+    query and trailing slash; the longest matching suffix wins across the chain); an empty tuple
+    makes it the fallback for every path no other parser claims.
+    """
+
+    @property
+    def plugin_type(self) -> str: ...
+
+    @property
+    def claims(self) -> tuple[str, ...]: ...

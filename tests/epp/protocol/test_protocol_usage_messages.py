@@ -31,7 +31,8 @@ from scheduler.types import Usage
             {"input_tokens": 5, "output_tokens": 1, "input_tokens_details": {"cached_tokens": 4}},
             Usage(5, 1, 6, 4),
         ),
-        ({"prompt_tokens": -1, "completion_tokens": True, "total_tokens": "9"}, Usage(0, 0, 0, 0)),
+        ({"prompt_tokens": -1, "completion_tokens": True, "total_tokens": "x"}, Usage(0, 0, 0, 0)),
+        ({"prompt_tokens": "3", "total_tokens": "9"}, Usage(3, 0, 9, 0)),  # numeric strings, as upstream
         ({"prompt_tokens_details": None}, Usage()),
         (None, None),
         ([1], None),

@@ -161,7 +161,7 @@ def test_passthrough_parser() -> None:
     parsed = pp.parse("/v1/chat/completions", b"\xff\xfe")
     assert parsed.api is ApiKind.CHAT_COMPLETIONS and parsed.model == "" and parsed.prompt_text == ""
     assert pp.rewrite_model(parsed, b"x", "m") == b"x"
-    assert pp.name == "passthrough" and P.name == "openai"
+    assert pp.name == "passthrough-parser" and P.name == "openai-parser"
 
 
 def test_build_request() -> None:
