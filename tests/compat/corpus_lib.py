@@ -1,0 +1,81 @@
+"""Shared by the corpus test, the gap listing and the compatibility report: the corpus files, their
+upstream verdicts, and loading one exactly as the server does."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from epp.config_sections import load_picker_config
+from scheduler.errors import ConfigError
+
+__all__ = ["CORPUS", "Entry", "entries", "gap_cause", "try_load"]
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    name: str  # <repo>/<file>.yaml, relative to CORPUS
+    expect: str  # "load" | "reject"
+    why: str
+    repositories: tuple[str, ...]  # the repository it is stored under, then those of its other locations
+
+    @property
+    def path(self) -> Path:
+        return CORPUS / self.name
+
+
+_ALSO_AT = re.compile(r"^# also at: ([\w.-]+):", re.MULTILINE)
+
+
+@cache
+def entries() -> tuple[Entry, ...]:
+    manifest = yaml.safe_load((CORPUS / "manifest.yaml").read_text())
+    out = []
+    for name, item in sorted(manifest.items()):
+        text = (CORPUS / name).read_text()
+        repos = [name.split("/", 1)[0]]
+        repos += [r for r in _ALSO_AT.findall(text) if r not in repos]
+        out.append(Entry(name, item["expect"], item["why"], tuple(repos)))
+    return tuple(out)
+
+
+def try_load(entry: Entry) -> ConfigError | None:
+    """Load the file as the server does; the ConfigError, or None when it loads."""
+    try:
+        load_picker_config(str(entry.path), None)
+    except ConfigError as exc:
+        return exc
+    return None
+
+
+_CAUSES: tuple[tuple[str, str], ...] = (
+    (r"^requestHandler: unknown field", "requestHandler.parsers section"),
+    (r"unknown feature gate '([^']+)'", r"featureGates: \1"),
+    (r"flow control \(request queueing", "flow control (flowControl section / gate)"),
+    (r"has type '([^']+)'; expected one of", r"data-layer source type \1"),
+    (r'unknown plugin type "([^"]+)"', r"plugin type \1"),
+    (r"^parser\.pluginRef: expected one of", "parser section naming a parser plugin"),
+    (r"\(metrics-data-source [^)]*\): plugin could not be created", "metrics-data-source parameters"),
+    (r"parameters\.insecureSkipVerify: unknown parameter", "models-data-source insecureSkipVerify"),
+    (r"^dataLayer\.sources: expected a non-empty list", "empty dataLayer.sources"),
+    (r"the encode stage \(E/P/D\)", "E/P/D encode stage"),
+    (r"^dataLayer\.(\w+): unknown parameter", r"dataLayer.\1"),
+)
+
+
+def gap_cause(error: ConfigError | None) -> str:
+    """A short cause for a load failure, used to group KNOWN_GAPS."""
+    if error is None:
+        return "loads"
+    text = f"{error.location}: {error.message}" if getattr(error, "location", None) else str(error)
+    for pattern, cause in _CAUSES:
+        m = re.search(pattern, text)
+        if m:
+            return m.expand(cause)
+    return text[:100]
