@@ -13,7 +13,15 @@ import yaml
 from epp.config_sections import load_picker_config
 from scheduler.errors import ConfigError
 
-__all__ = ["CORPUS", "Entry", "entries", "gap_cause", "try_load"]
+__all__ = [
+    "CORPUS",
+    "Entry",
+    "entries",
+    "error_text",
+    "gap_cause",
+    "rejected_for_upstreams_reason",
+    "try_load",
+]
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -24,6 +32,7 @@ class Entry:
     expect: str  # "load" | "reject"
     why: str
     repositories: tuple[str, ...]  # the repository it is stored under, then those of its other locations
+    match: str = ""  # for "reject": the pattern pyepp's error ("<location>: <message>") must match
 
     @property
     def path(self) -> Path:
@@ -41,7 +50,7 @@ def entries() -> tuple[Entry, ...]:
         text = (CORPUS / name).read_text()
         repos = [name.split("/", 1)[0]]
         repos += [r for r in _ALSO_AT.findall(text) if r not in repos]
-        out.append(Entry(name, item["expect"], item["why"], tuple(repos)))
+        out.append(Entry(name, item["expect"], item["why"], tuple(repos), item.get("match", "")))
     return tuple(out)
 
 
@@ -69,11 +78,20 @@ _CAUSES: tuple[tuple[str, str], ...] = (
 )
 
 
+def error_text(error: ConfigError) -> str:
+    """``<location>: <message>`` (without the file name), what the manifest's ``match`` patterns see."""
+    return f"{error.location}: {error.message}" if error.location else error.message
+
+
+def rejected_for_upstreams_reason(entry: Entry, error: ConfigError | None) -> bool:
+    return error is not None and re.search(entry.match, error_text(error)) is not None
+
+
 def gap_cause(error: ConfigError | None) -> str:
     """A short cause for a load failure, used to group KNOWN_GAPS."""
     if error is None:
         return "loads"
-    text = f"{error.location}: {error.message}" if getattr(error, "location", None) else str(error)
+    text = error_text(error)
     for pattern, cause in _CAUSES:
         m = re.search(pattern, text)
         if m:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["GO_TEST_FAKES", "expect", "uses_go_test_fakes"]
+__all__ = ["GO_TEST_FAKES", "REJECT_REASONS", "expect", "uses_go_test_fakes"]
 
 LOADER_FIXTURES = "pkg/epp/config/loader/testdata_test.go"
 
@@ -59,33 +59,64 @@ _API_RE = re.compile(r"^apiVersion:\s*(\S+)\s*$", re.MULTILINE)
 _USER_PLUGIN_TYPES = ("custom-scorer",)
 
 
-def expect(source: str, path: str, how: str, text: str) -> tuple[str, str]:
-    """("load" | "reject", why) for one collected document."""
+# Why each wantErr fixture is rejected upstream, as a pattern the pyepp error ("<location>: <message>")
+# must match: the corpus test checks that pyepp rejects it for the same reason, not for another one.
+REJECT_REASONS: dict[str, str] = {
+    "errorBadYamlText": r"^plugins\[0\]: expected a mapping",
+    "errorBadPluginReferenceText": r"^plugins\[\d+\]\.type: required",
+    "errorBadPluginReferencePluginText": r'unknown plugin type "unknown-plugin-type"',
+    "errorBadPluginJsonText": r"blockSize",
+    "errorBadPluginJSONText": r"blockSize",
+    "errorUnknownFeatureGateText": r"^featureGates\[\d+\]: unknown feature gate",
+    "errorBadFeatureGateText": r"^featureGates\[\d+\]:.*qwerty",
+    "errorNoProfileNameText": r"^schedulingProfiles\[\d+\]\.name: required",
+    "errorBadProfilePluginText": r"^schedulingProfiles\[\d+\]\.plugins\[\d+\]\.pluginRef: required",
+    "errorBadProfilePluginRefText": r"^schedulingProfiles\[\d+\]\.plugins\[\d+\]\.pluginRef",
+    "errorUndefinedSaturationDetectorPluginText": r"^saturationDetector",
+    "errorDuplicatePluginText": r"duplicate plugin name",
+    "errorDuplicateProfileText": r"duplicate profile name",
+    "errorTwoPickersText": r"picker",
+    "errorTwoProfileHandlersText": r"second profile handler",
+    "errorNoProfileHandlersText": r"profile handler",
+    "errorMultiProfilesUseSingleProfileHandlerText": r"single-profile-handler .* exactly one profile",
+    "errorPluginsRefedInLoopText": r"(?i)loop|cycle|circular",
+    "errorBadSourceReferenceText": r"^dataLayer\.sources\[\d+\]\.pluginRef",
+    "errorBadExtractorReferenceText": r"^dataLayer\.sources\[\d+\]\.extractors\[\d+\]\.pluginRef",
+    "errorFlowControlMissingPluginText": r"^flowControl\.",
+    "errorFlowControlWrongPluginTypeText": r"^flowControl\.",
+    "errorParserWrongPluginTypeText": r"^(parser|requestHandler\.parsers\[\d+\])\.pluginRef",
+    "errorParserWrongPluginNameText": r"^(parser|requestHandler\.parsers\[\d+\])\.pluginRef",
+}
+
+
+def expect(source: str, path: str, how: str, text: str) -> tuple[str, str, str]:
+    """("load" | "reject", why, the pattern a rejection's error must match or "") for one document."""
     if path.endswith(LOADER_FIXTURES):
         m = _CONST_RE.search(how)
         name = m.group(1) if m else "?"
         fakes = " (with the Go test's fake plugin types registered)" if uses_go_test_fakes(text) else ""
         if name.startswith("error"):
-            return "reject", f"Go loader test: {name} is a wantErr case of configloader_test.go{fakes}"
-        return "load", f"Go loader test: {name} is a no-error case of configloader_test.go{fakes}"
+            why = f"Go loader test: {name} is a wantErr case of configloader_test.go{fakes}"
+            return "reject", why, REJECT_REASONS[name]
+        return "load", f"Go loader test: {name} is a no-error case of configloader_test.go{fakes}", ""
     if path.endswith("_test.go"):
-        return "load", "Go test loads it and fails on any error (require.NoError / t.Fatalf)"
+        return "load", "Go test loads it and fails on any error (require.NoError / t.Fatalf)", ""
     if "/templates/" in path:
-        return "load", "the Helm chart's default EPP config, rendered with the chart defaults"
+        return "load", "the Helm chart's default EPP config, rendered with the chart defaults", ""
     if path.endswith(".md"):
         api = _API_RE.search(text)
         if api and api.group(1) not in API_VERSIONS[source]:
-            return (
-                "reject",
-                f"documentation example with apiVersion {api.group(1)}, a group this loader does not decode",
-            )
+            why = f"documentation example with apiVersion {api.group(1)}, a group this loader does not decode"
+            return "reject", why, r"^apiVersion: "
         if _PLACEHOLDER_RE.search(text):
-            return "reject", "documentation skeleton with '...' placeholders: not a loadable document"
+            why = "documentation skeleton with '...' placeholders: not a loadable document"
+            return "reject", why, r"expected a (mapping|list), got .*\.\.\."
         if any(f"type: {t}" in text for t in _USER_PLUGIN_TYPES):
-            return "reject", "example of a user's own plugin type, unknown to upstream's plugin registry"
-        return "load", "documentation example presented as a working configuration"
+            why = "example of a user's own plugin type, unknown to upstream's plugin registry"
+            return "reject", why, r'unknown plugin type "custom-scorer"'
+        return "load", "documentation example presented as a working configuration", ""
     if path.startswith("deploy/") or path.startswith("config/") or path.startswith("conformance/"):
-        return "load", "shipped configuration"
+        return "load", "shipped configuration", ""
     if path.startswith("test/"):
-        return "load", "configuration the upstream e2e / integration tests deploy"
-    return "load", "shipped configuration"
+        return "load", "configuration the upstream e2e / integration tests deploy", ""
+    return "load", "shipped configuration", ""

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.compat.corpus_lib import entries, gap_cause, try_load
+from tests.compat.collect import SOURCES
+from tests.compat.corpus_lib import entries, gap_cause, rejected_for_upstreams_reason, try_load
 from tests.compat.surface import _leaves, load_list
 
 __all__ = ["BEGIN", "DOC", "END", "main", "our_chart_keys", "our_flags", "our_metrics", "render"]
@@ -90,17 +91,24 @@ def _configs() -> list[str]:
         "Every EndpointPickerConfig of the upstream repositories (`tests/compat/corpus`), loaded as `epp`",
         "loads `--config-file`. A document found in several repositories counts for each.",
         "",
-        "| Repository | upstream-valid configs that load | upstream-rejected configs rejected |",
-        "|---|---|---|",
+        "| Repository | upstream-valid configs that load | upstream-rejected configs rejected "
+        "| ... for upstream's reason |",
+        "|---|---|---|---|",
     ]
     for repo in (*_REPOS, None):
         mine = [(e, err) for e, err in results if repo is None or repo in e.repositories]
         valid = [err for e, err in mine if e.expect == "load"]
         rejected = [err for e, err in mine if e.expect == "reject"]
+        same = sum(rejected_for_upstreams_reason(e, err) for e, err in mine if e.expect == "reject")
         label = f"`{repo}`" if repo else "all (each document once)"
         ok = sum(err is None for err in valid)
         rej = sum(err is not None for err in rejected)
-        lines.append(f"| {label} | {_pct(ok, len(valid))} | {_pct(rej, len(rejected))} |")
+        lines.append(
+            f"| {label} | {_pct(ok, len(valid))} | {_pct(rej, len(rejected))} | {_pct(same, len(rejected))} |"
+        )
+    empty = [s.short for s in SOURCES if not any(s.short in e.repositories for e, _ in results)]
+    if empty:
+        lines += ["", f"No EndpointPickerConfig found in: {', '.join(f'`{r}`' for r in empty)}."]
     causes: dict[str, int] = {}
     for e, err in results:
         if e.expect == "load" and err is not None:
