@@ -4,14 +4,20 @@ upstream verdicts, and loading one exactly as the server does."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import yaml
 
+import epp.config_sections
 from epp.config_sections import load_picker_config
 from scheduler.errors import ConfigError
+from scheduler.registry import Registry
+from tests.compat.expectations import LOADER_FIXTURES, uses_go_test_fakes
+from tests.compat.go_fakes import register_go_test_fakes
 
 __all__ = [
     "CORPUS",
@@ -33,6 +39,7 @@ class Entry:
     why: str
     repositories: tuple[str, ...]  # the repository it is stored under, then those of its other locations
     match: str = ""  # for "reject": the pattern pyepp's error ("<location>: <message>") must match
+    go_test_fakes: bool = False  # a loader fixture naming the Go test's fake plugin types
 
     @property
     def path(self) -> Path:
@@ -50,14 +57,37 @@ def entries() -> tuple[Entry, ...]:
         text = (CORPUS / name).read_text()
         repos = [name.split("/", 1)[0]]
         repos += [r for r in _ALSO_AT.findall(text) if r not in repos]
-        out.append(Entry(name, item["expect"], item["why"], tuple(repos), item.get("match", "")))
+        fakes = f"# path: {LOADER_FIXTURES}\n" in text and uses_go_test_fakes(text)
+        out.append(Entry(name, item["expect"], item["why"], tuple(repos), item.get("match", ""), fakes))
     return tuple(out)
 
 
-def try_load(entry: Entry) -> ConfigError | None:
-    """Load the file as the server does; the ConfigError, or None when it loads."""
+_PICKER_REGISTRY = epp.config_sections.picker_registry
+
+
+@contextmanager
+def _go_test_fakes() -> Iterator[None]:
+    """While active, the server's registry also holds the Go loader tests' fake plugin types."""
+
+    def registry() -> Registry:
+        return register_go_test_fakes(_PICKER_REGISTRY())
+
+    epp.config_sections.picker_registry = registry  # type: ignore[assignment]
     try:
-        load_picker_config(str(entry.path), None)
+        yield
+    finally:
+        epp.config_sections.picker_registry = _PICKER_REGISTRY  # type: ignore[assignment]
+
+
+def try_load(entry: Entry) -> ConfigError | None:
+    """Load the file as the server does (with the Go test's fakes registered for a loader fixture that
+    names them, as the Go test does); the ConfigError, or None when it loads."""
+    try:
+        if entry.go_test_fakes:
+            with _go_test_fakes():
+                load_picker_config(str(entry.path), None)
+        else:
+            load_picker_config(str(entry.path), None)
     except ConfigError as exc:
         return exc
     return None
@@ -75,6 +105,10 @@ _CAUSES: tuple[tuple[str, str], ...] = (
     (r"^dataLayer\.sources: expected a non-empty list", "empty dataLayer.sources"),
     (r"the encode stage \(E/P/D\)", "E/P/D encode stage"),
     (r"^dataLayer\.(\w+): unknown parameter", r"dataLayer.\1"),
+    (
+        r"failed to find dependency",
+        "a plugin parameter naming a plugin declared later (upstream orders by dependency)",
+    ),
 )
 
 

@@ -37,6 +37,7 @@ GO_TEST_FAKES: dict[str, str] = {
     "test-extractor": "extractor",
     "test-with-dependencies": "filter",
     "test-with-nested-dependencies": "filter",
+    "test-order-filter": "filter",  # GIE's TestFilterExecutionOrderFromYAML
 }
 _FAKE_RE = re.compile(r"type:\s*(" + "|".join(re.escape(t) for t in GO_TEST_FAKES) + r")\s*$", re.MULTILINE)
 _CONST_RE = re.compile(r"Go raw string literal (\w+)")

@@ -144,6 +144,12 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.config.loader.testdata_test__14.yaml",
     ),
     # 3 file(s)
+    "a plugin parameter naming a plugin declared later (upstream orders by dependency)": (
+        "llm-d-router/pkg.epp.config.loader.testdata_test__4.yaml",
+        "llm-d-router/pkg.epp.config.loader.testdata_test__5.yaml",
+        "llm-d-router/pkg.epp.config.loader.testdata_test__6.yaml",
+    ),
+    # 3 file(s)
     "data-layer source type dcgm-data-source": (
         "llm-d-router/deploy.config.sim-epp-gpu-config.yaml",
         "llm-d-router/pkg.epp.framework.plugins.datalayer.extractor.dcgm.README.yaml",
@@ -160,12 +166,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-inference-scheduler/deploy.config.sim-epp-no-hit-lru.yaml",
         "llm-d-inference-scheduler/docs.architecture__2.yaml",
         "llm-d-inference-scheduler/test.config.prefix_cache_mode_test.yaml",
-    ),
-    # 3 file(s)
-    "plugin type test-plugin": (
-        "gie/pkg.epp.config.loader.testdata_test__2.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__2.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__3.yaml",
     ),
     # 2 file(s)
     "E/P/D encode stage": (
@@ -227,26 +227,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-inference-scheduler/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
     ),
-    # 2 file(s)
-    "plugin type test-order-filter": (
-        "gie/pkg.epp.config.loader.testdata_test__36.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__37.yaml",
-    ),
-    # 2 file(s)
-    "plugin type test-picker": (
-        "gie/pkg.epp.config.loader.testdata_test__6.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__6.yaml",
-    ),
-    # 2 file(s)
-    "plugin type test-scorer": (
-        "gie/pkg.epp.config.loader.testdata_test__4.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__4.yaml",
-    ),
-    # 2 file(s)
-    "plugin type test-with-dependencies": (
-        "llm-d-router/pkg.epp.config.loader.testdata_test__4.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__5.yaml",
-    ),
     # 1 file(s)
     "data-layer source type mock-metrics-source": (
         "gie/test.integration.epp.testdata.datalayer-config.yaml",
@@ -270,13 +250,8 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
     # 1 file(s)
     "plugin type predicted-latency-producer": ("gie/site-src.guides.troubleshooting__2.yaml",),
     # 1 file(s)
-    "plugin type test-with-nested-dependencies": (
-        "llm-d-router/pkg.epp.config.loader.testdata_test__6.yaml",
-    ),
-    # 1 file(s)
     "plugin type vllmhttp-parser": ("llm-d-router/test.e2e.configs_test__7.yaml",),
 }
-
 
 # Files upstream rejects that pyepp rejects too, but for another reason than upstream's (the manifest's
 # ``match`` pattern), grouped by the error pyepp stops at (usually an earlier unsupported part, or a
@@ -297,27 +272,14 @@ WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.config.loader.testdata_test__23.yaml",
     ),
     # 2 file(s)
-    "plugin type test-plugin": (
-        "gie/pkg.epp.config.loader.testdata_test__20.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__20.yaml",
-    ),
-    # 2 file(s)
-    "plugin type test-profile-handler": (
-        "gie/pkg.epp.config.loader.testdata_test__19.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__19.yaml",
-    ),
-    # 2 file(s)
-    "plugin type test-scorer": (
-        "gie/pkg.epp.config.loader.testdata_test__15.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__15.yaml",
-    ),
-    # 2 file(s)
     "requestHandler.parsers section": (
         "llm-d-router/pkg.epp.config.loader.testdata_test__24.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__25.yaml",
     ),
     # 1 file(s)
-    "plugin type test-with-dependencies": ("llm-d-router/pkg.epp.config.loader.testdata_test__21.yaml",),
+    "a plugin parameter naming a plugin declared later (upstream orders by dependency)": (
+        "llm-d-router/pkg.epp.config.loader.testdata_test__21.yaml",
+    ),
 }
 
 
