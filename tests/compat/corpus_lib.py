@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 import epp.config_sections
-from epp.config_sections import load_picker_config
+from epp.config_sections import LoadedConfig, load_picker_config
 from scheduler.errors import ConfigError
 from scheduler.registry import Registry
 from tests.compat.expectations import LOADER_FIXTURES, uses_go_test_fakes
@@ -25,6 +25,8 @@ __all__ = [
     "entries",
     "error_text",
     "gap_cause",
+    "go_fixture",
+    "load",
     "rejected_for_upstreams_reason",
     "try_load",
 ]
@@ -79,18 +81,30 @@ def _go_test_fakes() -> Iterator[None]:
         epp.config_sections.picker_registry = _PICKER_REGISTRY  # type: ignore[assignment]
 
 
-def try_load(entry: Entry) -> ConfigError | None:
+def load(entry: Entry) -> LoadedConfig:
     """Load the file as the server does (with the Go test's fakes registered for a loader fixture that
-    names them, as the Go test does); the ConfigError, or None when it loads."""
+    names them, as the Go test does). Raises ConfigError."""
+    if entry.go_test_fakes:
+        with _go_test_fakes():
+            return load_picker_config(str(entry.path), None)
+    return load_picker_config(str(entry.path), None)
+
+
+def try_load(entry: Entry) -> ConfigError | None:
+    """:func:`load`'s ConfigError, or None when the file loads."""
     try:
-        if entry.go_test_fakes:
-            with _go_test_fakes():
-                load_picker_config(str(entry.path), None)
-        else:
-            load_picker_config(str(entry.path), None)
+        load(entry)
     except ConfigError as exc:
         return exc
     return None
+
+
+def go_fixture(repository: str, constant: str) -> Entry:
+    """The corpus entry of the Go loader fixture ``constant`` as found in ``repository``."""
+    for entry in entries():
+        if repository in entry.repositories and f"raw string literal {constant} at" in entry.path.read_text():
+            return entry
+    raise LookupError(f"no fixture {constant} of {repository} in the corpus")
 
 
 _CAUSES: tuple[tuple[str, str], ...] = (
