@@ -24,6 +24,7 @@ import re
 __all__ = ["GO_TEST_FAKES", "REJECT_REASONS", "expect", "uses_go_test_fakes"]
 
 LOADER_FIXTURES = "pkg/epp/config/loader/testdata_test.go"
+ORPHAN_FIXTURE = "test/testdata/configloader_1_test.yaml"
 
 # The plugin types and feature gate the Go loader tests register (configloader_test.go,
 # registerTestPlugins / RegisterFeatureGate), by extension point.
@@ -100,8 +101,20 @@ def expect(source: str, path: str, how: str, text: str) -> tuple[str, str, str]:
             why = f"Go loader test: {name} is a wantErr case of configloader_test.go{fakes}"
             return "reject", why, REJECT_REASONS[name]
         return "load", f"Go loader test: {name} is a no-error case of configloader_test.go{fakes}", ""
+    harness = (
+        " (with the integration harness's mock-metrics-source registered)"
+        if "mock-metrics-source" in text
+        else ""
+    )
     if path.endswith("_test.go"):
-        return "load", "Go test loads it and fails on any error (require.NoError / t.Fatalf)", ""
+        return "load", f"Go test loads it and fails on any error (require.NoError / t.Fatalf){harness}", ""
+    if path == ORPHAN_FIXTURE:
+        why = (
+            "test fixture no Go test reads at this commit, naming plugin types no registry holds "
+            "(test-one, test-two, and the Go tests' fakes): the EPP rejects it"
+        )
+        return "reject", why, r"test-(one|two|profile-handler|picker|source|extractor|feature-gate)\b"
+
     if "/templates/" in path:
         return "load", "the Helm chart's default EPP config, rendered with the chart defaults", ""
     if path.endswith(".md"):
@@ -119,5 +132,5 @@ def expect(source: str, path: str, how: str, text: str) -> tuple[str, str, str]:
     if path.startswith("deploy/") or path.startswith("config/") or path.startswith("conformance/"):
         return "load", "shipped configuration", ""
     if path.startswith("test/"):
-        return "load", "configuration the upstream e2e / integration tests deploy", ""
+        return "load", f"configuration the upstream e2e / integration tests deploy{harness}", ""
     return "load", "shipped configuration", ""

@@ -87,16 +87,14 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.wellknown_configs_test__2.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__5.yaml",
     ),
-    # 8 file(s)
+    # 6 file(s)
     "data-layer source type test-source": (
         "gie/pkg.epp.config.loader.testdata_test__29.yaml",
         "gie/pkg.epp.config.loader.testdata_test__3.yaml",
-        "gie/test.testdata.configloader_1_test.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__3.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__30.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__19.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__8.yaml",
-        "llm-d-router/test.testdata.configloader_1_test.yaml",
     ),
     # 5 file(s)
     "featureGates: enableLegacyMetrics": (
