@@ -9,8 +9,9 @@ section is stale. Everything on pyepp's side is computed from the code:
 * flags: the long options of ``epp.options.build_parser()`` (and ``-v``);
 * metrics: the metric families registered by ``epp.app.build_app`` with default options and a static
   endpoint (counters with their ``_total`` suffix, as exposed);
-* chart keys: the leaf keys of ``deploy/helm/inferencepool/values.yaml``; an upstream key counts as
-  present when ours has it, a key under it, or a key above it (a map or list value that holds it).
+* chart keys: the leaf keys of ``deploy/helm/{inferencepool,standalone}/values.yaml``; an upstream key
+  counts as present when ours has it, a key under it, or a key above it (a map or list value that holds
+  it). Lists of keys show three or more under one two-part prefix as ``prefix.* (n keys)``.
 
 Upstream's side comes from the corpus and the checked-in lists of ``tests/compat/upstream/``.
 """
@@ -26,7 +27,7 @@ import yaml
 
 from tests.compat.collect import SOURCES
 from tests.compat.corpus_lib import entries, gap_cause, rejected_for_upstreams_reason, try_load
-from tests.compat.surface import _leaves, load_list
+from tests.compat.surface import CHARTS, _leaves, load_list
 
 __all__ = ["BEGIN", "DOC", "END", "main", "our_chart_keys", "our_flags", "our_metrics", "render"]
 
@@ -65,8 +66,8 @@ def our_metrics() -> set[str]:
     return asyncio.run(build())
 
 
-def our_chart_keys() -> set[str]:
-    values = yaml.safe_load((ROOT / "deploy/helm/inferencepool/values.yaml").read_text()) or {}
+def our_chart_keys(chart: str = "inferencepool") -> set[str]:
+    values = yaml.safe_load((ROOT / f"deploy/helm/{chart}/values.yaml").read_text()) or {}
     return set(_leaves(values, ""))
 
 
@@ -125,10 +126,29 @@ def _configs() -> list[str]:
     return lines
 
 
+def _collapse(names: Iterable[str], depth: int = 2) -> list[str]:
+    """Dotted keys, with three or more under one ``depth``-part prefix shown as ``prefix.* (n keys)``."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(".".join(name.split(".")[:depth]), []).append(name)
+    out: list[str] = []
+    for prefix, members in groups.items():
+        out += [f"{prefix}.* ({len(members)} keys)"] if len(members) >= 3 else members
+    return out
+
+
 def _surface(
-    title: str, what: str, upstream: dict[str, str], present: set[str], ours_only: set[str]
+    title: str,
+    what: str,
+    upstream: dict[str, str],
+    present: set[str],
+    ours_only: set[str],
+    *,
+    keys: bool = False,
 ) -> list[str]:
-    missing = set(upstream) - present
+    missing: Iterable[str] = set(upstream) - present
+    if keys:
+        missing, ours_only = _collapse(missing), set(_collapse(ours_only))
     return [
         "",
         f"### {title}",
@@ -163,18 +183,19 @@ def render() -> str:
         set(metrics) & ours,
         ours - set(metrics),
     )
-    keys = load_list("chart_keys")
-    ours = our_chart_keys()
-    present = {k for k in keys if _chart_present(k, ours)}
-    lines += _surface(
-        "Helm chart values",
-        "Upstream: the leaf keys of GIE's `inferencepool` chart values "
-        "(`tests/compat/upstream/chart_keys.txt`); "
-        "pyepp: `deploy/helm/inferencepool/values.yaml`.",
-        keys,
-        present,
-        {o for o in ours if not any(_chart_present(k, {o}) for k in keys)},
-    )
+    for chart in CHARTS:
+        keys = load_list(f"chart_keys_{chart}")
+        ours = our_chart_keys(chart)
+        present = {k for k in keys if _chart_present(k, ours)}
+        lines += _surface(
+            f"Helm chart values: {chart}",
+            f"Upstream: the leaf keys of GIE's `{chart}` chart values "
+            f"(`tests/compat/upstream/chart_keys_{chart}.txt`); pyepp: `deploy/helm/{chart}/values.yaml`.",
+            keys,
+            present,
+            {o for o in ours if not any(_chart_present(k, {o}) for k in keys)},
+            keys=True,
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,8 @@
 """Upstream's command-line flags, metric names and Helm chart keys, read from the git mirrors.
 
 ``python -m tests.compat.surface [MIRROR_ROOT]`` rewrites ``tests/compat/upstream/{flags,metrics,
-chart_keys}.txt``: one name per line, ``name<TAB>where`` (repositories and files that define it). The
+chart_keys_inferencepool,chart_keys_standalone}.txt``: one name per line, ``name<TAB>where`` (the
+repositories and files that define it). The
 compatibility report compares these checked-in lists with what pyepp defines (:mod:`tests.compat.report`).
 
 * flags: the ``fs.<Type>Var[P](&field, "name", ...)`` definitions of the EPP's ``Options.AddFlags``
@@ -11,9 +12,8 @@ compatibility report compares these checked-in lists with what pyepp defines (:m
 * metrics: every ``prometheus.{Counter,Gauge,Histogram,Summary}Opts{Namespace, Subsystem, Name}`` and
   ``prometheus.NewDesc("name", ...)`` in the EPP's non-test Go files (``pkg/epp``, ``pkg/common``),
   the parts joined with ``_`` after resolving string constants of the repository;
-* chart keys: the leaf keys (dotted paths; a list is a leaf) of the ``inferencepool`` chart's
-  ``values.yaml``, including commented-out optional keys (``#  key: value`` lines under a live key are
-  not parsed: only live YAML counts).
+* chart keys: the leaf keys (dotted paths; a list or an empty map is a leaf) of GIE's ``inferencepool``
+  and ``standalone`` charts' ``values.yaml`` (only live YAML: commented-out examples do not count).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import yaml
 
 from tests.compat.collect import SOURCES, Source
 
-__all__ = ["UPSTREAM", "chart_keys", "flags", "load_list", "main", "metrics"]
+__all__ = ["CHARTS", "UPSTREAM", "chart_keys", "flags", "load_list", "main", "metrics"]
 
 UPSTREAM = Path(__file__).parent / "upstream"
 
@@ -37,7 +37,7 @@ UPSTREAM = Path(__file__).parent / "upstream"
 ZAP_FLAGS = ("zap-devel", "zap-encoder", "zap-log-level", "zap-stacktrace-level", "zap-time-encoding")
 
 _EPP_SOURCES = ("gie", "llm-d-router")  # the EPPs whose flags and metrics are compared
-_CHARTS = (("gie", "config/charts/inferencepool/values.yaml"),)
+CHARTS = ("inferencepool", "standalone")  # GIE's config/charts/<chart>, compared with deploy/helm/<chart>
 
 
 def _git(source: Source, root: Path, *args: str) -> str:
@@ -114,14 +114,11 @@ def _leaves(value: Any, prefix: str) -> Iterator[str]:
         yield prefix
 
 
-def chart_keys(root: Path) -> dict[str, set[str]]:
-    found: dict[str, set[str]] = {}
-    for short, path in _CHARTS:
-        source = next(s for s in SOURCES if s.short == short)
-        values = yaml.safe_load(_git(source, root, "show", f"{source.rev}:{path}")) or {}
-        for key in _leaves(values, ""):
-            found.setdefault(key, set()).add(f"{short}:{path}")
-    return found
+def chart_keys(root: Path, chart: str) -> dict[str, set[str]]:
+    source = next(s for s in SOURCES if s.short == "gie")
+    path = f"config/charts/{chart}/values.yaml"
+    values = yaml.safe_load(_git(source, root, "show", f"{source.rev}:{path}")) or {}
+    return {key: {f"gie:{path}"} for key in _leaves(values, "")}
 
 
 def load_list(kind: str) -> dict[str, str]:
@@ -149,8 +146,9 @@ def main(argv: list[str]) -> int:
     revs = ", ".join(f"{s.short}@{_git(s, root, 'rev-parse', s.rev).strip()[:12]}" for s in SOURCES[:3])
     _write("flags", flags(root), f"Upstream EPP command-line flags ({revs})")
     _write("metrics", metrics(root), f"Upstream EPP metric names ({revs})")
-    _write("chart_keys", chart_keys(root), f"Upstream inferencepool chart values keys ({revs})")
-    for kind in ("flags", "metrics", "chart_keys"):
+    for chart in CHARTS:
+        _write(f"chart_keys_{chart}", chart_keys(root, chart), f"Upstream {chart} chart values keys ({revs})")
+    for kind in ("flags", "metrics", *(f"chart_keys_{c}" for c in CHARTS)):
         print(kind, len(load_list(kind)))
     return 0
 

@@ -22,7 +22,7 @@ def test_updated_doc_replaces_only_the_generated_section() -> None:
         updated_doc("no markers", "new\n")
 
 
-@pytest.mark.parametrize("kind", ["flags", "metrics", "chart_keys"])
+@pytest.mark.parametrize("kind", ["flags", "metrics", "chart_keys_inferencepool", "chart_keys_standalone"])
 def test_upstream_lists_are_checked_in(kind: str) -> None:
     names = load_list(kind)
     assert len(names) > 20
@@ -32,4 +32,5 @@ def test_upstream_lists_are_checked_in(kind: str) -> None:
 def test_our_side_is_read_from_the_code() -> None:
     assert {"grpc-port", "config-file", "v"} <= our_flags()
     assert "help" not in our_flags()
-    assert "inferenceExtension.replicas" in our_chart_keys()
+    assert "inferenceExtension.replicas" in our_chart_keys("inferencepool")
+    assert our_chart_keys("standalone")
