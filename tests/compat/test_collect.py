@@ -77,13 +77,14 @@ def test_helm_renderer_refuses_unknown_actions() -> None:
 @pytest.mark.skipif(not MIRRORS.is_dir(), reason="the upstream git mirrors are not on this machine")
 def test_checked_in_corpus_matches_the_mirrors(tmp_path: Path) -> None:
     """The corpus is generated: refreshing it from the mirrors changes nothing (no hand edits)."""
-    items = collect.collect(MIRRORS)
-    collect.write(items, tmp_path)
+    items, skipped = collect.collect(MIRRORS)
+    collect.write(items, skipped, tmp_path)
     for item in items:
         assert (tmp_path / item.filename).read_text() == (collect.CORPUS / item.filename).read_text(), (
             item.filename
         )
-    assert (tmp_path / "manifest.yaml").read_text() == (collect.CORPUS / "manifest.yaml").read_text()
+    for name in ("manifest.yaml", "skipped.txt"):
+        assert (tmp_path / name).read_text() == (collect.CORPUS / name).read_text(), name
     assert len(items) == len(list(collect.CORPUS.glob("*/*.yaml")))
 
 
