@@ -97,3 +97,9 @@ def test_checked_in_upstream_lists_match_the_mirrors() -> None:
     assert names(surface.metrics(MIRRORS)) == set(surface.load_list("metrics"))
     for chart in surface.CHARTS:
         assert names(surface.chart_keys(MIRRORS, chart)) == set(surface.load_list(f"chart_keys_{chart}"))
+
+
+def test_config_in_a_manifest_that_is_not_valid_yaml() -> None:
+    manifest = "kind: Deployment\nspec:\n  ...\n  args:\n  - --config-text\n  - |\n"
+    manifest += "".join(f"    {line}\n" for line in DOC.splitlines()) + "  ...\n"
+    assert list(yaml_documents(manifest)) == [("the file (not valid YAML), block scalar at line 6", DOC)]
