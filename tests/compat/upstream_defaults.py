@@ -1,0 +1,206 @@
+"""Upstream's default parameters of every plugin type pyepp registers that exists upstream.
+
+Read from the Go source (the citations name file and commit); values are written in pyepp's resolved form
+(durations in seconds). Only parameters upstream gives a default value are listed: a parameter whose
+default is Go's zero value meaning "unset" (an empty string, a nil pointer or slice) is not.
+``test_defaults.py`` builds each plugin with no parameters through the registry and compares its
+resolved parameters (what ``epp check-config`` renders) with this table.
+
+Mismatches are listed in :data:`DEFAULT_MISMATCHES` with the reason; that table is shrink-only (the test
+fails when a listed parameter starts to match, so its entry must go).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DEFAULT_MISMATCHES", "NOT_UPSTREAM", "REQUIRED", "UPSTREAM_DEFAULTS", "Upstream"]
+
+ROUTER = "llm-d-router@ebab68792"
+GIE = "gie@1748e829d116"
+_P = "pkg/epp/framework/plugins/"
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    source: str  # repository@commit:file
+    defaults: Mapping[str, Any]  # parameter (dotted path for nested ones) -> default
+
+
+UPSTREAM_DEFAULTS: dict[str, Upstream] = {
+    # Scorers
+    "active-request-scorer": Upstream(
+        f"{ROUTER}:{_P}scheduling/scorer/activerequest/active_request.go (NewActiveRequest)",
+        {"idleThreshold": 0, "maxBusyScore": 1.0},
+    ),
+    "kv-cache-utilization-scorer": Upstream(
+        f"{ROUTER}:{_P}scheduling/scorer/kvcacheutilization/kvcache_utilization.go (no parameters)", {}
+    ),
+    "load-aware-scorer": Upstream(
+        f"{ROUTER}:{_P}scheduling/scorer/loadaware/load_aware.go (QueueThresholdDefault)", {"threshold": 128}
+    ),
+    "lora-affinity-scorer": Upstream(
+        f"{ROUTER}:{_P}scheduling/scorer/loraaffinity/lora_affinity.go (no parameters)", {}
+    ),
+    "no-hit-lru-scorer": Upstream(
+        f"{ROUTER}:{_P}scheduling/scorer/nohitlru/no_hit_lru.go (defaultLRUSize)", {"lruSize": 1024}
+    ),
+    "prefix-cache-scorer": Upstream(
+        f"{GIE}:{_P}requestcontrol/dataproducer/approximateprefix/types.go (defaultConfig)",
+        {
+            "autoTune": True,
+            "blockSizeTokens": 16,
+            "maxPrefixBlocksToMatch": 256,
+            "lruCapacityPerServer": 31250,
+        },
+    ),
+    "queue-scorer": Upstream(f"{ROUTER}:{_P}scheduling/scorer/queuedepth/queue.go (no parameters)", {}),
+    "running-requests-size-scorer": Upstream(
+        f"{ROUTER}:{_P}scheduling/scorer/runningrequests/runningrequest.go (no parameters)", {}
+    ),
+    "session-affinity-scorer": Upstream(
+        f"{ROUTER}:{_P}scheduling/scorer/sessionaffinity/session_affinity.go (defaultParameters, "
+        "EncodedEndpointHeaderConfig.ApplyDefaults)",
+        {"strategy": "encoded_endpoint_header", "encodedEndpointHeaderConfig.header": "x-session-token"},
+    ),
+    "token-load-scorer": Upstream(
+        f"{ROUTER}:{_P}scheduling/scorer/tokenload/token_load.go (tokenQueueThresholdDefault)",
+        {"queueThresholdTokens": 4194304},
+    ),
+    # Filters
+    "by-label-selector": Upstream(f"{ROUTER}:{_P}scheduling/filter/bylabel/selector.go (no defaults)", {}),
+    "label-selector-filter": Upstream(
+        f"{ROUTER}:{_P}scheduling/filter/bylabel/selector.go (no defaults)", {}
+    ),
+    "decode-filter": Upstream(f"{ROUTER}:{_P}scheduling/filter/bylabel/roles.go (no parameters)", {}),
+    "prefill-filter": Upstream(f"{ROUTER}:{_P}scheduling/filter/bylabel/roles.go (no parameters)", {}),
+    "encode-filter": Upstream(f"{ROUTER}:{_P}scheduling/filter/bylabel/roles.go (no parameters)", {}),
+    "header-based-testing-filter": Upstream(
+        f"{ROUTER}:{_P}scheduling/test/filter/request_header_based_filter.go (no parameters)", {}
+    ),
+    "prefix-cache-affinity-filter": Upstream(
+        f"{ROUTER}:{_P}scheduling/filter/prefixcacheaffinity/plugin.go (DefaultConfig)",
+        {
+            "affinityThreshold": 0.8,
+            "explorationProbability": 0.0,
+            "maxTTFTPenaltyMs": 18000.0,
+            "ttftSource": "prefillThroughput",
+            "peakPrefillThroughput": 15928.0,
+        },
+    ),
+    # Pickers
+    "max-score-picker": Upstream(
+        f"{ROUTER}:{_P}scheduling/picker/common.go (DefaultMaxNumOfEndpoints)", {"maxNumOfEndpoints": 1}
+    ),
+    "random-picker": Upstream(
+        f"{ROUTER}:{_P}scheduling/picker/common.go (DefaultMaxNumOfEndpoints)", {"maxNumOfEndpoints": 1}
+    ),
+    "weighted-random-picker": Upstream(
+        f"{ROUTER}:{_P}scheduling/picker/common.go (DefaultMaxNumOfEndpoints)", {"maxNumOfEndpoints": 1}
+    ),
+    # Profile handlers and deciders
+    "single-profile-handler": Upstream(
+        f"{ROUTER}:{_P}scheduling/profilehandler/single/single_profile_handler.go (no parameters)", {}
+    ),
+    "disagg-profile-handler": Upstream(
+        f"{ROUTER}:{_P}scheduling/profilehandler/disagg/disagg_profile_handler.go (defaultDecodeProfile, "
+        "defaultPrefillProfile, defaultEncodeProfile)",
+        {"profiles.decode": "decode", "profiles.prefill": "prefill", "profiles.encode": "encode"},
+    ),
+    "always-disagg-pd-decider": Upstream(
+        f"{ROUTER}:{_P}scheduling/profilehandler/disagg/always_disagg_pd_decider.go (no parameters)", {}
+    ),
+    "prefix-based-pd-decider": Upstream(
+        f"{ROUTER}:{_P}scheduling/profilehandler/disagg/prefix_based_pd_decider.go (factory)",
+        {"nonCachedTokens": 0, "promptTokens": 0},
+    ),
+    # Saturation detectors
+    "concurrency-detector": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/saturationdetector/concurrency/config.go (defaults)",
+        {
+            "concurrencyMode": "requests",
+            "maxConcurrency": 100,
+            "maxTokenConcurrency": 1000000,
+            "headroom": 0.0,
+        },
+    ),
+    "utilization-detector": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/saturationdetector/utilization/config.go (Default*)",
+        {
+            "queueDepthThreshold": 5,
+            "kvCacheUtilThreshold": 0.8,
+            "metricsStalenessThreshold": 0.2,
+            "headroom": 0.0,
+        },
+    ),
+    # Data layer
+    "metrics-data-source": Upstream(
+        f"{ROUTER}:{_P}datalayer/source/metrics/datasource.go (defaultDataSourceConfigParams)",
+        {"scheme": "http", "path": "/metrics", "insecureSkipVerify": True},
+    ),
+    "models-data-source": Upstream(
+        f"{ROUTER}:{_P}datalayer/source/models/datasource.go (defaultModels*)",
+        {"scheme": "http", "path": "/v1/models", "insecureSkipVerify": True},
+    ),
+    "core-metrics-extractor": Upstream(
+        f'{ROUTER}:{_P}datalayer/extractor/metrics/factories.go (DefaultEngine: "Defaults to vllm")',
+        {"defaultEngine": "vllm"},
+    ),
+}
+
+# Types upstream also refuses to build without parameters: pyepp must raise ConfigError too.
+REQUIRED: dict[str, str] = {
+    "by-label": f"{ROUTER}:{_P}scheduling/filter/bylabel/filter.go: \"'label' must be specified\"",
+}
+
+# pyepp's own plugin types, which no upstream repository defines.
+NOT_UPSTREAM: frozenset[str] = frozenset(
+    {
+        "binpack-scorer",
+        "spread-scorer",
+        "kv-headroom-filter",
+        "lora-fit-filter",
+        "prefix-affinity-scorer",
+        "ready-filter",
+        "least-kv-cache-filter",
+        "least-queue-filter",
+        "lora-affinity-filter",
+        "low-queue-filter",
+    }
+)
+
+_NOT_YET = "not a parameter of this data-layer plugin in pyepp yet (see the corpus gaps)"
+_UNRESOLVED = (
+    "the data-layer plugins keep only the parameters the file sets; the default (or the matching "
+    "--model-server-metrics-* flag) is applied when the source is built, so the resolved render omits it"
+)
+_DISAGG = "pyepp resolves unset profile names when it builds the handler; the rendered parameter stays null"
+
+# (type, parameter) -> why pyepp's resolved default differs. Shrink-only.
+DEFAULT_MISMATCHES: dict[tuple[str, str], str] = {
+    ("prefix-cache-affinity-filter", "explorationProbability"): (
+        "pyepp keeps GIE's and llm-d-inference-scheduler's 0.01; llm-d-router changed it to 0"
+    ),
+    ("session-affinity-scorer", "strategy"): (
+        "pyepp's schema names it 'algorithm' (same value); llm-d-router's 'strategy' is not accepted yet"
+    ),
+    ("session-affinity-scorer", "encodedEndpointHeaderConfig.header"): (
+        "pyepp's schema has a flat 'headerName' (same default x-session-token); "
+        "the nested form is not accepted yet"
+    ),
+    ("token-load-scorer", "queueThresholdTokens"): (
+        "pyepp applies the same default (4194304) when it scores but renders the unset parameter as null"
+    ),
+    ("disagg-profile-handler", "profiles.decode"): (_DISAGG),
+    ("disagg-profile-handler", "profiles.prefill"): (_DISAGG),
+    ("disagg-profile-handler", "profiles.encode"): (_DISAGG),
+    ("metrics-data-source", "scheme"): _NOT_YET,
+    ("metrics-data-source", "insecureSkipVerify"): _NOT_YET,
+    ("metrics-data-source", "path"): _UNRESOLVED,
+    ("models-data-source", "scheme"): _NOT_YET,
+    ("models-data-source", "insecureSkipVerify"): _NOT_YET,
+    ("models-data-source", "path"): _UNRESOLVED,
+    ("core-metrics-extractor", "defaultEngine"): _NOT_YET,
+}
