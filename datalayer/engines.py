@@ -6,12 +6,15 @@ has that name and all those label values. A field holds a tuple of alternative s
 present in a body is used, so vLLM accepts both ``vllm:kv_cache_usage_perc`` and the older
 ``vllm:gpu_cache_usage_perc``. An empty tuple disables the field.
 
-Built-in engines: ``vllm`` (the default), ``sglang``, ``trtllm-serve``, ``triton-tensorrt-llm``. An
+Built-in engines: ``vllm`` (the default), ``sglang``, ``trtllm-serve``, ``triton-tensorrt-llm`` and
+``triton`` (Triton Inference Server without the TensorRT-LLM backend: queue and running only). An
 ``engineConfigs`` entry (see :func:`parse_engine_configs`) replaces the built-in entry of the same name
-field by field; an empty string disables a field; an entry with a new name defines a new engine whose
-unspecified fields are disabled. Cache configuration comes either from an info metric whose labels hold
-the block size and block count (``cacheInfoSpec`` + ``blockSizeLabel`` / ``numBlocksLabel``) or from
-two gauges (``blockSizeSpec`` / ``numBlocksSpec``).
+entirely, as upstream does: a field it leaves out (or sets to an empty string) is disabled; an entry
+with a new name defines a new engine. Cache configuration comes either from an info metric whose labels
+hold the block size and block count (``cacheInfoSpec`` + ``cacheBlockSizeLabelName`` /
+``cacheNumBlocksLabelName``, default ``block_size`` / ``num_gpu_blocks``) or from two gauges
+(``cacheBlockSizeSpec`` / ``cacheNumBlocksSpec``). The name ``default`` is reserved (upstream registers
+the default engine's mapping under it).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from datalayer.promtext import Samples
 __all__ = [
     "BUILTIN_ENGINES",
     "DEFAULT_ENGINE",
+    "RESERVED_ENGINE",
     "EngineConfigError",
     "EngineMapping",
     "MetricSpec",
@@ -35,6 +39,7 @@ __all__ = [
 ]
 
 DEFAULT_ENGINE = "vllm"
+RESERVED_ENGINE = "default"
 
 
 class EngineConfigError(ValueError):
@@ -164,6 +169,11 @@ BUILTIN_ENGINES: Mapping[str, EngineMapping] = MappingProxyType(
             block_size=_specs(f'{_TRITON_KV}{{kv_cache_block_type="tokens_per"}}'),
             num_blocks=_specs(f'{_TRITON_KV}{{kv_cache_block_type="max"}}'),
         ),
+        "triton": EngineMapping(
+            name="triton",
+            waiting=_specs("nv_inference_pending_request_count"),
+            running=_specs("nv_inference_exec_count"),
+        ),
     }
 )
 
@@ -174,10 +184,10 @@ _SPEC_KEYS = {
     "kvUsageSpec": "kv_usage",
     "loraSpec": "lora",
     "cacheInfoSpec": "cache_info",
-    "blockSizeSpec": "block_size",
-    "numBlocksSpec": "num_blocks",
+    "cacheBlockSizeSpec": "block_size",
+    "cacheNumBlocksSpec": "num_blocks",
 }
-_LABEL_KEYS = {"blockSizeLabel": "block_size_label", "numBlocksLabel": "num_blocks_label"}
+_LABEL_KEYS = {"cacheBlockSizeLabelName": "block_size_label", "cacheNumBlocksLabelName": "num_blocks_label"}
 _KNOWN_KEYS = {"name", *_SPEC_KEYS, *_LABEL_KEYS}
 
 
@@ -209,22 +219,29 @@ def _parse_entry(entry: Any, location: str) -> EngineMapping:
         )
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise EngineConfigError("expected a non-empty engine name", f"{location}.name")
-    base = BUILTIN_ENGINES.get(name, EngineMapping(name=name))
+        raise EngineConfigError("engine config name cannot be empty", f"{location}.name")
+    if name == RESERVED_ENGINE:
+        raise EngineConfigError(
+            f"engine config name cannot be {RESERVED_ENGINE!r} (reserved)", f"{location}.name"
+        )
+    base = EngineMapping(name=name)  # full replacement of a built-in of that name
     changes: dict[str, Any] = {}
     for key, attr in _SPEC_KEYS.items():
         if key in entry:
             changes[attr] = _spec_value(entry[key], f"{location}.{key}")
     for key, attr in _LABEL_KEYS.items():
         if key in entry:
-            if not isinstance(entry[key], str) or not _is_name(entry[key], allow_colon=False):
-                raise EngineConfigError(f"expected a label name, got {entry[key]!r}", f"{location}.{key}")
-            changes[attr] = entry[key]
+            value = entry[key]
+            if value == "":
+                continue  # upstream: empty means the default label name
+            if not isinstance(value, str) or not _is_name(value, allow_colon=False):
+                raise EngineConfigError(f"expected a label name, got {value!r}", f"{location}.{key}")
+            changes[attr] = value
     return replace(base, **changes)
 
 
 def parse_engine_configs(entries: Any, location: str = "engineConfigs") -> Mapping[str, EngineMapping]:
-    """The built-in engines with ``entries`` (an ``engineConfigs`` list) applied on top."""
+    """The built-in engines with ``entries`` (an ``engineConfigs`` list) replacing those of their names."""
     if entries is None:
         return BUILTIN_ENGINES
     if not isinstance(entries, Sequence) or isinstance(entries, str):

@@ -252,21 +252,25 @@ async def build_app(options: Options) -> PickerApp:
         options.model_server_metrics_scheme,
         verify_tls=not options.model_server_metrics_https_insecure_skip_verify,
     )
-    layer = DataLayer(
-        built.discovery,
-        http=http,
-        options=DataLayerOptions(
-            refresh_interval=options.refresh_metrics_interval,
-            staleness_threshold=options.metrics_staleness_threshold,
-            scheme=options.model_server_metrics_scheme,
-            metrics_path=options.model_server_metrics_path,
-            metrics_port=options.model_server_metrics_port,
-            engines=engines,
-        ),
-        sources=loaded.data_layer.build_sources(
-            engines=engines, metrics_path=options.model_server_metrics_path
-        ),
-    )
+    try:
+        layer = DataLayer(
+            built.discovery,
+            http=http,
+            options=DataLayerOptions(
+                refresh_interval=options.refresh_metrics_interval,
+                staleness_threshold=options.metrics_staleness_threshold,
+                scheme=options.model_server_metrics_scheme,
+                metrics_path=options.model_server_metrics_path,
+                metrics_port=options.model_server_metrics_port,
+                insecure_skip_verify=options.model_server_metrics_https_insecure_skip_verify,
+                engines=engines,
+            ),
+            sources=loaded.data_layer.build_sources(
+                engines=engines, metrics_path=options.model_server_metrics_path
+            ),
+        )
+    except ValueError as exc:  # TLS material of a data source (TlsSettingsError), a bad engine mapping
+        raise StartupError(f"dataLayer: {exc}") from None
     registry = CollectorRegistry()
     scheduler_metrics = SchedulerMetrics(registry)
     scheduler = config.build_scheduler(observer=scheduler_metrics)
