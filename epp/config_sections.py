@@ -6,8 +6,11 @@ every other top-level section is validated here, through the validator of its ow
 * ``parser``: :func:`epp.request.config.validate_parser_section` (openai | passthrough);
 * ``dataLayer`` / ``data``: the data layer's validator (data sources and their extractors, engine
   metric mappings);
-* ``flowControl`` and ``featureGates``: rejected with a clear message, flow control (request queueing
-  with fairness) is not implemented yet. An empty ``featureGates`` list is accepted.
+* ``flowControl``: rejected with a clear message, flow control (request queueing with fairness) is not
+  implemented yet;
+* ``featureGates``: :func:`epp.feature_gates.parse_feature_gates` (upstream's gates and ``name=false``
+  syntax; enabling ``flowControl`` is rejected). ``enableLegacyMetrics`` replaces the ``dataLayer``
+  section's sources with the legacy metrics-only source (flags decide path, scheme, port).
 
 :func:`load_picker_config` loads ``--config-file`` / ``--config-text`` (or the default configuration)
 with these validators and returns the resolved scheduler configuration plus the parser and engine
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from datalayer.config import (
@@ -28,6 +31,7 @@ from datalayer.config import (
     plugin_factories,
     validate_datalayer_section,
 )
+from epp.feature_gates import LEGACY_METRICS, NO_FLOW_CONTROL, FeatureGates, parse_feature_gates
 from epp.request.config import ParserConfigError, validate_parser_section
 from epp.request.openai import OpenAIParser
 from epp.request.parser import RequestParser
@@ -39,10 +43,7 @@ from scheduler.registry import PluginRegistrationError, Registry, default_regist
 
 __all__ = ["LoadedConfig", "check_config", "load_picker_config", "picker_registry", "section_validators"]
 
-_NO_FLOW_CONTROL = (
-    "flow control (request queueing with fairness and priority bands) is not implemented yet in pyepp; "
-    "remove this section (sheddable requests are still rejected with 429 when the pool is saturated)"
-)
+_NO_FLOW_CONTROL = NO_FLOW_CONTROL
 
 
 def _parser(value: Any, location: str) -> RequestParser:
@@ -56,16 +57,8 @@ def _flow_control(value: Any, location: str) -> Any:
     raise ConfigError(_NO_FLOW_CONTROL, location=location)
 
 
-def _feature_gates(value: Any, location: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError("expected a list of feature-gate names", location=location)
-    for i, gate in enumerate(value):
-        if gate == "flowControl":
-            raise ConfigError(_NO_FLOW_CONTROL, location=f"{location}[{i}]")
-        raise ConfigError(
-            f"unknown feature gate {gate!r}: pyepp has no feature gates yet", location=f"{location}[{i}]"
-        )
-    return ()
+def _feature_gates(value: Any, location: str) -> FeatureGates:
+    return parse_feature_gates(value, location)
 
 
 def _data_layer(plugins: Sequence[Mapping[str, Any]] | None) -> SectionValidator:
@@ -100,6 +93,7 @@ class LoadedConfig:
     config: ResolvedConfig
     parser: RequestParser
     data_layer: DataLayerConfig  # the dataLayer section (the default sources when absent)
+    feature_gates: FeatureGates = field(default_factory=FeatureGates)
 
 
 def picker_registry() -> Registry:
@@ -127,7 +121,10 @@ def load_picker_config(
     config = resolve_document(raw, where, registry=picker_registry(), sections=sections, seed=seed)
     parser = config.sections.get("parser") or OpenAIParser()
     data_layer = config.sections.get("dataLayer") or config.sections.get("data")
-    return LoadedConfig(config, parser, data_layer or validate_datalayer_section(None))
+    gates = config.sections.get("featureGates") or FeatureGates()
+    if gates.enabled(LEGACY_METRICS):  # GIE's legacy polling: metrics only, set by the flags
+        data_layer = DataLayerConfig(validate_datalayer_section(None).sources[:1])
+    return LoadedConfig(config, parser, data_layer or validate_datalayer_section(None), gates)
 
 
 def check_config(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
