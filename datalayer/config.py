@@ -322,13 +322,19 @@ def default_datalayer_config() -> DataLayerConfig:
 def validate_datalayer_section(
     section: Any, plugins: Sequence[Any] | None = None, location: str = "dataLayer"
 ) -> DataLayerConfig:
-    """Validate the parsed ``dataLayer`` mapping (None: defaults).
+    """Validate the parsed ``dataLayer`` mapping (None: the default sources, built from the ``plugins``
+    entries named ``metrics-data-source``, ``core-metrics-extractor``, ``models-data-source`` when
+    declared).
 
     ``plugins`` is the document's raw ``plugins`` list when available; references to names not
     found there stay unresolved until :meth:`DataLayerConfig.resolve`.
     """
     if section is None:
-        return default_datalayer_config()
+        if plugins is None:
+            return default_datalayer_config()
+        named = _named(plugins)  # the defaults use declared plugins of the default names, as upstream
+        models = _ref({"pluginRef": "models-data-source"}, SOURCE_TYPES, named, location)
+        return _checked((_injected(named, location), SourceSpec(models, ())), location)
     if not isinstance(section, Mapping):
         raise DataLayerConfigError(f"expected a mapping, got {section!r}", location)
     _check_keys(section, {"sources", "injectDefaults"}, location)

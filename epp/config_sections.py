@@ -117,14 +117,20 @@ def load_picker_config(
     else:
         raw, where = read_yaml_text(DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE), DEFAULT_SOURCE
     plugins = raw.get("plugins") if isinstance(raw, Mapping) else None
-    sections = section_validators(plugins if isinstance(plugins, list) else None)
+    plugins = plugins if isinstance(plugins, list) else None
+    sections = section_validators(plugins)
     config = resolve_document(raw, where, registry=picker_registry(), sections=sections, seed=seed)
     parser = config.sections.get("parser") or OpenAIParser()
     data_layer = config.sections.get("dataLayer") or config.sections.get("data")
     gates = config.sections.get("featureGates") or FeatureGates()
     if gates.enabled(LEGACY_METRICS):  # GIE's legacy polling: metrics only, set by the flags
         data_layer = DataLayerConfig(validate_datalayer_section(None).sources[:1])
-    return LoadedConfig(config, parser, data_layer or validate_datalayer_section(None), gates)
+    if data_layer is None:  # absent section: the defaults, with declared plugins of the default names
+        try:
+            data_layer = validate_datalayer_section(None, plugins)
+        except DataLayerConfigError as exc:
+            raise ConfigError(exc.message, location=exc.location) from None
+    return LoadedConfig(config, parser, data_layer, gates)
 
 
 def check_config(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:

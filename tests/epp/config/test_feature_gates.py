@@ -85,7 +85,8 @@ _PLUGINS = (
     "plugins:\n- type: queue-scorer\n- name: metrics\n  type: metrics-data-source\n"
     "  parameters: {path: /prom}\n- type: core-metrics-extractor\n"
     "schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n"
-    "dataLayer:\n  sources:\n  - pluginRef: metrics\n    extractors:\n    - pluginRef: core-metrics-extractor\n"
+    "dataLayer:\n  sources:\n  - pluginRef: metrics\n    extractors:\n"
+    "    - pluginRef: core-metrics-extractor\n"
     "  - pluginRef: models-data-source\n"
 )
 
