@@ -14,7 +14,9 @@ with a new name defines a new engine. Cache configuration comes either from an i
 hold the block size and block count (``cacheInfoSpec`` + ``cacheBlockSizeLabelName`` /
 ``cacheNumBlocksLabelName``, default ``block_size`` / ``num_gpu_blocks``) or from two gauges
 (``cacheBlockSizeSpec`` / ``cacheNumBlocksSpec``). The name ``default`` is reserved (upstream registers
-the default engine's mapping under it).
+the default engine's mapping under it). ``customMetrics`` (llm-d-router) lists ``{attributeKey,
+metricSpec}``: the value of the first series matching the spec becomes the endpoint attribute
+``attributeKey`` (a float) on each scrape; a scrape without the series leaves the previous value.
 """
 
 from __future__ import annotations
@@ -119,12 +121,13 @@ class EngineMapping:
     num_blocks_label: str = "num_gpu_blocks"
     block_size: Specs = ()
     num_blocks: Specs = ()
+    custom: tuple[tuple[str, MetricSpec], ...] = ()  # (attribute key, spec): llm-d-router customMetrics
 
     def wanted_names(self) -> frozenset[str]:
         """Every sample name this mapping reads (the parser skips all others)."""
         groups = (self.waiting, self.running, self.kv_usage, self.lora, self.cache_info)
         specs = [s for g in (*groups, self.block_size, self.num_blocks) for s in g]
-        return frozenset(s.name for s in specs)
+        return frozenset(s.name for s in specs) | {spec.name for _, spec in self.custom}
 
 
 def _specs(*texts: str) -> Specs:
@@ -188,7 +191,34 @@ _SPEC_KEYS = {
     "cacheNumBlocksSpec": "num_blocks",
 }
 _LABEL_KEYS = {"cacheBlockSizeLabelName": "block_size_label", "cacheNumBlocksLabelName": "num_blocks_label"}
-_KNOWN_KEYS = {"name", *_SPEC_KEYS, *_LABEL_KEYS}
+_KNOWN_KEYS = {"name", "customMetrics", *_SPEC_KEYS, *_LABEL_KEYS}
+
+
+def _custom_metrics(value: Any, location: str) -> tuple[tuple[str, MetricSpec], ...]:
+    """``customMetrics: [{attributeKey, metricSpec}]``: keys non-empty and unique, specs valid."""
+    if not isinstance(value, list):
+        raise EngineConfigError(f"expected a list of {{attributeKey, metricSpec}}, got {value!r}", location)
+    out: list[tuple[str, MetricSpec]] = []
+    for i, entry in enumerate(value):
+        where = f"{location}[{i}]"
+        if not isinstance(entry, Mapping):
+            raise EngineConfigError(f"expected a mapping, got {entry!r}", where)
+        unknown = sorted(set(entry) - {"attributeKey", "metricSpec"})
+        if unknown:
+            raise EngineConfigError(
+                "unknown key (expected attributeKey, metricSpec)", f"{where}.{unknown[0]}"
+            )
+        key, spec = entry.get("attributeKey"), entry.get("metricSpec")
+        if not isinstance(key, str) or not key:
+            raise EngineConfigError("custom metric attributeKey cannot be empty", f"{where}.attributeKey")
+        if any(key == k for k, _ in out):
+            raise EngineConfigError(
+                f"custom metric attributeKey {key!r} is duplicated", f"{where}.attributeKey"
+            )
+        if not isinstance(spec, str) or not spec.strip():
+            raise EngineConfigError(f"custom metric {key!r} spec cannot be empty", f"{where}.metricSpec")
+        out.append((key, parse_spec(spec, f"{where}.metricSpec")))
+    return tuple(out)
 
 
 def _spec_value(value: Any, location: str) -> Specs:
@@ -229,6 +259,8 @@ def _parse_entry(entry: Any, location: str) -> EngineMapping:
     for key, attr in _SPEC_KEYS.items():
         if key in entry:
             changes[attr] = _spec_value(entry[key], f"{location}.{key}")
+    if entry.get("customMetrics") is not None:
+        changes["custom"] = _custom_metrics(entry["customMetrics"], f"{location}.customMetrics")
     for key, attr in _LABEL_KEYS.items():
         if key in entry:
             value = entry[key]

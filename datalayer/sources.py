@@ -128,7 +128,14 @@ class CoreMetricsExtractor:
         return mapping if mapping is not None else self.engines[self.default_engine]
 
     def extract(self, samples: Samples, endpoint: EndpointSpec, now: float) -> SourceUpdate:
-        return SourceUpdate(metrics=extract_metrics(samples, self.mapping_for(endpoint), now))
+        mapping = self.mapping_for(endpoint)
+        metrics = extract_metrics(samples, mapping, now)
+        custom: dict[str, Any] = {}
+        for key, spec in mapping.custom:  # customMetrics: the first matching series' value
+            series = spec.select(samples)
+            if series:
+                custom[key] = series[0][1]
+        return SourceUpdate(metrics=metrics, attributes=custom or None)
 
 
 class MetricsDataSource:

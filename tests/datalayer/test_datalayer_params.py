@@ -72,7 +72,7 @@ def test_metrics_source_parameters_parse() -> None:
             "'tgi' not found in engineConfigs",
         ),
         ("core-metrics-extractor", {"engineLabelKey": 3}, "engineLabelKey", "expected a string"),
-        ("core-metrics-extractor", {"customMetrics": []}, "customMetrics", "unknown parameter"),
+        ("core-metrics-extractor", {"customMetrics": []}, "customMetrics", "unknown parameter"),  # per engine
     ],
 )
 def test_parameter_errors_name_the_parameter(plugin_type: str, params: Any, key: str, message: str) -> None:
@@ -164,3 +164,56 @@ def test_engine_label_key_and_gie_fallback() -> None:
     assert default.engine_label_key == "llm-d.ai/engine-type" and default.default_engine == "vllm"
     llmd = make_spec("a:1", labels={"llm-d.ai/engine-type": "triton"})
     assert default.mapping_for(llmd).name == "triton"
+
+
+def test_custom_metrics_become_endpoint_attributes() -> None:
+    # llm-d-router metrics_extraction_from_config_test.go: TestMetricsExtractionCustom*FromConfig.
+    extractor = _extractor(
+        {
+            "engineConfigs": [
+                {
+                    "name": "vllm",  # replaces the built-in: only the custom metrics are read
+                    "customMetrics": [
+                        {"attributeKey": "custom.queue_depth", "metricSpec": "custom_queue_depth{tier=gold}"},
+                        {"attributeKey": "custom.total_requests", "metricSpec": "custom_total_requests"},
+                    ],
+                }
+            ]
+        }
+    )
+    text = (
+        "# TYPE custom_total_requests counter\ncustom_total_requests 12\n"
+        'custom_queue_depth{tier="silver"} 1\ncustom_queue_depth{tier="gold"} 42.5\n'
+    )
+    update = extractor.extract(
+        LazySamples(text), make_spec("a:1", labels={"llm-d.ai/engine-type": "vllm"}), 1.0
+    )
+    assert update.attributes == {"custom.queue_depth": 42.5, "custom.total_requests": 12.0}
+    assert update.metrics is not None and update.metrics.waiting_queue_size == 0
+    missing = extractor.extract(LazySamples("other 1\n"), make_spec("a:1"), 1.0)
+    assert missing.attributes is None  # the previous values stay on the record
+
+
+@pytest.mark.parametrize(
+    ("custom", "location", "message"),
+    [
+        ([{"metricSpec": "q"}], "[0].attributeKey", "attributeKey cannot be empty"),
+        ([{"attributeKey": "k"}], "[0].metricSpec", "spec cannot be empty"),
+        ([{"attributeKey": "k", "metricSpec": "9q"}], "[0].metricSpec", "invalid metric name"),
+        (
+            [{"attributeKey": "k", "metricSpec": "a"}, {"attributeKey": "k", "metricSpec": "b"}],
+            "[1].attributeKey",
+            "duplicated",
+        ),
+        ([{"attributeKey": "k", "metricSpec": "a", "type": "gauge"}], "[0].type", "unknown key"),
+        ({"attributeKey": "k"}, "", "expected a list"),
+    ],
+)
+def test_custom_metric_errors(custom: Any, location: str, message: str) -> None:
+    with pytest.raises(DataLayerConfigError) as err:
+        _params("core-metrics-extractor", {"engineConfigs": [{"name": "custom", "customMetrics": custom}]})
+    assert (
+        err.value.location
+        == f"plugin 'p' (core-metrics-extractor).parameters.engineConfigs[0].customMetrics{location}"
+    )
+    assert message in err.value.message
