@@ -27,15 +27,15 @@ Unknown keys are rejected (llm-d-router decodes plugin parameters strictly). TLS
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from datalayer.connection import Connection, SourceConnection, TlsSettingsError
 from datalayer.engines import BUILTIN_ENGINES, DEFAULT_ENGINE, EngineConfigError, parse_engine_configs
 from datalayer.sources import ENGINE_LABEL_KEY
-from scheduler.plugins.saturation.duration import parse_duration as _go_duration
 
-__all__ = ["ParamError", "validate_plugin_params"]
+__all__ = ["ParamError", "go_duration", "validate_plugin_params"]
 
 _TLS_KEYS = {
     "scheme",
@@ -51,6 +51,29 @@ _KEYS = {
     "models-data-source": _TLS_KEYS,
     "core-metrics-extractor": {"engineConfigs", "defaultEngine", "engineLabelKey"},
 }
+
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def go_duration(text: str) -> float:
+    """Seconds from a Go ``time.ParseDuration`` string (``1s``, ``1m30s``, ``-2ms``, ``0``); ValueError."""
+    sign, body = (-1.0 if text[:1] == "-" else 1.0), text.lstrip("+-")
+    if len(text) - len(body) > 1:
+        raise ValueError(text)
+    if body == "0":
+        return 0.0
+    total, pos = 0.0, 0
+    while pos < len(body):
+        match = _PART.match(body, pos)
+        if match is None:
+            raise ValueError(text)
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos == 0:
+        raise ValueError(text)
+    return sign * total
 
 
 class ParamError(ValueError):
@@ -72,7 +95,7 @@ def _interval(p: Mapping[str, Any], location: str) -> float | None:
     if not raw:
         return None
     try:
-        seconds = _go_duration(raw)
+        seconds = go_duration(raw)
     except ValueError:
         raise ParamError(
             f"invalid interval {raw!r}: expected a duration such as 1s or 500ms", f"{location}.interval"

@@ -15,6 +15,7 @@ from dl_fakes import vllm_text
 from datalayer.config import DataLayerConfigError, plugin_factories, validate_datalayer_section
 from datalayer.connection import Connection, SourceConnection, TlsSettings
 from datalayer.discovery import make_spec
+from datalayer.params import go_duration
 from datalayer.promtext import LazySamples
 from datalayer.sources import CoreMetricsExtractor, MetricsDataSource, ModelsDataSource, tick_interval
 
@@ -217,3 +218,25 @@ def test_custom_metric_errors(custom: Any, location: str, message: str) -> None:
         == f"plugin 'p' (core-metrics-extractor).parameters.engineConfigs[0].customMetrics{location}"
     )
     assert message in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0.0),
+        ("1s", 1.0),
+        ("1m30s", 90.0),
+        ("1.5h", 5400.0),
+        ("300us", 3e-4),
+        ("-2ms", -0.002),
+        ("+5s", 5.0),
+    ],
+)
+def test_go_durations(text: str, seconds: float) -> None:
+    assert go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "1", "s", "1 s", "--1s", "1d", "1s2"])
+def test_go_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        go_duration(text)
