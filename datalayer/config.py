@@ -120,7 +120,7 @@ def plugin_factories() -> Mapping[str, Callable[[str, Mapping[str, Any], Any], D
 
     def factory_for(plugin_type: str) -> Callable[[str, Mapping[str, Any], Any], DataLayerPlugin]:
         def factory(name: str, parameters: Mapping[str, Any], handle: Any) -> DataLayerPlugin:
-            where = f"plugin {name!r} ({plugin_type}).parameters"
+            where = f'({plugin_type} "{name}"): parameters'  # the scheduler's plugin_location style
             return DataLayerPlugin(plugin_type, name, _validate_params(plugin_type, parameters, where))
 
         return factory

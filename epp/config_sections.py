@@ -21,7 +21,7 @@ the path in the document and what was expected.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -101,8 +101,20 @@ def picker_registry() -> Registry:
     ``plugins`` entries such as ``metrics-data-source`` validate like every other plugin."""
     registry = default_registry()
     for plugin_type, factory in plugin_factories().items():
-        registry.register(plugin_type, factory, origin="datalayer")
+        registry.register(plugin_type, _config_errors(factory), origin="datalayer")
     return registry
+
+
+def _config_errors(factory: Callable[[str, Mapping[str, Any], Any], Any]) -> Callable[..., Any]:
+    """The factory, raising ConfigError (named plugin and parameter) for bad parameters."""
+
+    def create(name: str, parameters: Mapping[str, Any], handle: Any) -> Any:
+        try:
+            return factory(name, parameters, handle)
+        except DataLayerConfigError as exc:
+            raise ConfigError(exc.message, location=exc.location) from None
+
+    return create
 
 
 def load_picker_config(

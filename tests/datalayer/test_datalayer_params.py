@@ -79,7 +79,7 @@ def test_metrics_source_parameters_parse() -> None:
 def test_parameter_errors_name_the_parameter(plugin_type: str, params: Any, key: str, message: str) -> None:
     with pytest.raises(DataLayerConfigError) as err:
         _params(plugin_type, params)
-    assert err.value.location == f"plugin 'p' ({plugin_type}).parameters.{key}"
+    assert err.value.location == f'({plugin_type} "p"): parameters.{key}'
     assert message in err.value.message
 
 
@@ -213,10 +213,8 @@ def test_custom_metrics_become_endpoint_attributes() -> None:
 def test_custom_metric_errors(custom: Any, location: str, message: str) -> None:
     with pytest.raises(DataLayerConfigError) as err:
         _params("core-metrics-extractor", {"engineConfigs": [{"name": "custom", "customMetrics": custom}]})
-    assert (
-        err.value.location
-        == f"plugin 'p' (core-metrics-extractor).parameters.engineConfigs[0].customMetrics{location}"
-    )
+    where = '(core-metrics-extractor "p"): parameters.engineConfigs[0].customMetrics'
+    assert err.value.location == where + location
     assert message in err.value.message
 
 
