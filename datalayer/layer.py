@@ -120,6 +120,15 @@ class DataLayer:
             if connection.scheme == "https" and connection.client_key != default.client_key:
                 connection.tls.ssl_context()  # read the TLS files now: fail at startup, not per poll
             self._connections.append(connection)
+            every = source.interval(o.refresh_interval)
+            if source.primary and every > o.staleness_threshold:
+                log.warning(
+                    "metrics source interval exceeds the staleness threshold: endpoints turn stale "
+                    "(not ready) between scrapes",
+                    source=source.name,
+                    interval_s=every,
+                    staleness_threshold_s=o.staleness_threshold,
+                )
 
     # -- public API ---------------------------------------------------------------------------------
 

@@ -11,12 +11,15 @@ from typing import Any
 
 import pytest
 from dl_fakes import vllm_text
+from structlog.testing import capture_logs
 
+from datalayer import DataLayer, DataLayerOptions, StaticDiscovery
 from datalayer.config import DataLayerConfigError, plugin_factories, validate_datalayer_section
 from datalayer.connection import Connection, SourceConnection, TlsSettings
 from datalayer.discovery import make_spec
 from datalayer.params import go_duration
 from datalayer.promtext import LazySamples
+from datalayer.rawhttp import RawHttpClient
 from datalayer.sources import CoreMetricsExtractor, MetricsDataSource, ModelsDataSource, tick_interval
 
 
@@ -238,3 +241,15 @@ def test_go_durations(text: str, seconds: float) -> None:
 def test_go_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         go_duration(text)
+
+
+def test_a_metrics_interval_longer_than_the_staleness_threshold_is_warned_about() -> None:
+    slow = MetricsDataSource("m", interval=5.0)
+    with capture_logs() as logs:
+        DataLayer(
+            StaticDiscovery.from_addresses(["127.0.0.1:1"]),
+            http=RawHttpClient(),
+            options=DataLayerOptions(staleness_threshold=2.0),
+            sources=[slow],
+        )
+    assert [e["interval_s"] for e in logs if "staleness threshold" in e["event"]] == [5.0]
