@@ -97,7 +97,7 @@ def make_pki(folder: Path) -> Path:
 
 
 class MetricsServer:
-    """HTTPS (or plain HTTP when ``pki`` is None) ``/metrics`` on 127.0.0.1; bounded: 64 KiB request heads."""
+    """HTTPS (plain HTTP when ``pki`` is None) ``/metrics`` and ``/v1/models`` on 127.0.0.1 (64 KiB heads)."""
 
     def __init__(self, body: str, pki: Path | None, *, require_client_cert: bool = False) -> None:
         self.body = body.encode()
@@ -131,7 +131,12 @@ class MetricsServer:
                     break
                 self.requests += 1
                 path = head.split(b" ", 2)[1]
-                status, body = (b"200 OK", self.body) if path == b"/metrics" else (b"404 Not Found", b"")
+                status, body = b"404 Not Found", b""
+                if path == b"/metrics":
+                    status, body = b"200 OK", self.body
+                elif path == b"/v1/models":
+                    status, body = b"200 OK", b'{"object":"list","data":[{"id":"base","parent":null}]}'
+
                 writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
                 await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ssl.SSLError):

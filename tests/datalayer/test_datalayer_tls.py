@@ -145,3 +145,36 @@ def test_data_layer_reads_tls_files_at_construction_when_https_comes_from_flags(
             sources=sources,
         )
     assert TlsSettings().ssl_context().verify_mode.name == "CERT_NONE"
+
+
+async def test_models_source_takes_the_same_tls_parameters(pki: Path) -> None:
+    async with MetricsServer(vllm_text(1), pki) as server:
+        address = f"127.0.0.1:{server.port}"
+        tls = {"scheme": "https", "insecureSkipVerify": False, "caCertPath": str(pki / "ca.pem")}
+        plugins = [
+            {"name": "m", "type": "metrics-data-source", "parameters": tls},
+            {"name": "v", "type": "models-data-source", "parameters": {**tls, "interval": "100ms"}},
+            {"type": "core-metrics-extractor"},
+        ]
+        section = {
+            "sources": [
+                {"pluginRef": "m", "extractors": [{"pluginRef": "core-metrics-extractor"}]},
+                {"pluginRef": "v"},
+            ]
+        }
+        http = RawHttpClient()
+        layer = DataLayer(
+            StaticDiscovery.from_addresses([address]),
+            http=http,
+            options=DataLayerOptions(refresh_interval=0.05),
+            sources=validate_datalayer_section(section, plugins).build_sources(),
+        )
+        await layer.start()
+        try:
+            async with asyncio.timeout(10):
+                while (record := layer.get(address)) is None or "models" not in record.attributes:
+                    await asyncio.sleep(0.01)
+        finally:
+            await layer.stop()
+            await http.aclose()
+        assert record.attributes["models"] == frozenset({"base"}) and record.health is Health.HEALTHY
