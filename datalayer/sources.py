@@ -39,7 +39,7 @@ from datalayer.connection import SourceConnection
 from datalayer.engines import BUILTIN_ENGINES, DEFAULT_ENGINE, EngineMapping
 from datalayer.extract import ExtractionError, extract_metrics
 from datalayer.promtext import LazySamples, Samples
-from datalayer.records import ENGINE_LABEL, EndpointMetrics, EndpointSpec
+from datalayer.records import ENGINE_LABEL, LLMD_ENGINE_LABEL, EndpointMetrics, EndpointSpec
 
 __all__ = [
     "ENGINE_LABEL_KEY",
@@ -52,7 +52,7 @@ __all__ = [
     "tick_interval",
 ]
 
-ENGINE_LABEL_KEY = "llm-d.ai/engine-type"
+ENGINE_LABEL_KEY = LLMD_ENGINE_LABEL
 """llm-d-router's engine label (the default ``engineLabelKey``); GIE's label is the fallback."""
 
 

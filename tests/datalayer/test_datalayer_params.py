@@ -253,3 +253,13 @@ def test_a_metrics_interval_longer_than_the_staleness_threshold_is_warned_about(
             sources=[slow],
         )
     assert [e["interval_s"] for e in logs if "staleness threshold" in e["event"]] == [5.0]
+
+
+def test_record_engine_follows_the_llmd_label_first() -> None:
+    both = {"llm-d.ai/engine-type": "sglang", "inference.networking.k8s.io/engine-type": "vllm"}
+    assert make_spec("a:1", labels=both).engine == "sglang"
+    assert (
+        make_spec("a:1", labels={"inference.networking.k8s.io/engine-type": "trtllm-serve"}).engine
+        == "trtllm-serve"
+    )
+    assert make_spec("a:1").engine == "vllm"
