@@ -52,7 +52,15 @@ from epp.admission import (
 )
 from epp.config_sections import load_picker_config
 from epp.discovery import DiscoveryError, build_discovery
-from epp.feature_gates import DATA_LAYER, HA_POPULATE_NON_LEADER_DATASTORE, LEGACY_METRICS, FeatureGates
+from epp.feature_gates import (
+    DATA_LAYER,
+    FLOW_CONTROL_ENV,
+    HA_POPULATE_NON_LEADER_DATASTORE,
+    LEGACY_METRICS,
+    NO_FLOW_CONTROL,
+    FeatureGates,
+    flow_control_from_env,
+)
 from epp.options import Options
 from epp.protocol import SessionConfig
 from epp.readiness import answered, wait_for_an_answer
@@ -266,6 +274,8 @@ async def build_app(options: Options) -> PickerApp:
         loaded = load_picker_config(options.config_file, options.config_text)
     except ConfigError as exc:
         raise StartupError(f"invalid configuration: {exc}") from None
+    if flow_control_from_env(os.environ):
+        raise StartupError(f"{FLOW_CONTROL_ENV}: {NO_FLOW_CONTROL.replace('this section', 'the variable')}")
     config = loaded.config
     objectives, priorities = _objectives(options)
     settings = _server_settings(options)

@@ -16,6 +16,8 @@ Gates (the union of GIE's last EPP and llm-d-router's; default in parentheses):
 * ``enableLegacyMetrics`` (false; GIE): scrape with the legacy settings instead of the ``dataLayer``
   section: metrics only, per ``--model-server-metrics-*`` and the metric-name flags; the section's
   sources (and /v1/models polling) are not used. (llm-d-router removed the gate and rejects it.)
+* GIE's deprecated ``ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER=true`` environment variable enables
+  ``flowControl`` and is rejected at start the same way.
 * ``haPopulateNonLeaderDatastore`` (true; llm-d-router): with ``--ha-enable-leader-election``, replicas
   that do not lead still discover and scrape endpoints (they stay not ready). ``=false`` restores the
   leader-only behaviour: the data layer starts on first acquiring leadership and stops on losing it.
@@ -36,11 +38,13 @@ from scheduler.errors import ConfigError
 __all__ = [
     "DATA_LAYER",
     "FLOW_CONTROL",
+    "FLOW_CONTROL_ENV",
     "GATE_DEFAULTS",
     "HA_POPULATE_NON_LEADER_DATASTORE",
     "LEGACY_METRICS",
     "NO_FLOW_CONTROL",
     "FeatureGates",
+    "flow_control_from_env",
     "parse_feature_gates",
 ]
 
@@ -77,6 +81,16 @@ class FeatureGates:
     def set_explicitly(self) -> tuple[str, ...]:
         """Gates whose value differs from the default (for the start-up log)."""
         return tuple(g for g, v in self.values.items() if v != GATE_DEFAULTS[g])
+
+
+FLOW_CONTROL_ENV = "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER"
+"""GIE's deprecated environment switch that appends the flowControl gate when it parses as true."""
+
+
+def flow_control_from_env(environ: Mapping[str, str]) -> bool:
+    """Whether GIE's deprecated :data:`FLOW_CONTROL_ENV` enables flow control (Go ``ParseBool``; an
+    unparsable value counts as false, as GIE's ``env.GetEnvBool`` does)."""
+    return environ.get(FLOW_CONTROL_ENV, "") in {"1", "t", "T", "TRUE", "true", "True"}
 
 
 def parse_feature_gates(value: Any, location: str = "featureGates") -> FeatureGates:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from epp.app import StartupError, build_app
+from epp.feature_gates import flow_control_from_env
 from epp.options import parse_options
 
 _HEAD = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
@@ -35,3 +36,18 @@ async def test_https_from_the_flag_reads_the_ca_when_the_data_layer_is_built(tmp
     flags = ["--endpoints", "127.0.0.1:1", "--secure-serving=false", "--model-server-metrics-scheme", "https"]
     with pytest.raises(StartupError, match=r"dataLayer: reading CA cert .*ca\.pem"):
         await build_app(parse_options([*flags, "--config-text", text]))
+
+
+@pytest.mark.parametrize(
+    ("value", "enabled"), [("true", True), ("1", True), ("T", True), ("false", False), ("yes", False)]
+)
+def test_gie_flow_control_env_switch(value: str, enabled: bool) -> None:
+    assert flow_control_from_env({"ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER": value}) is enabled
+    assert flow_control_from_env({}) is False
+
+
+async def test_gie_flow_control_env_switch_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER", "true")
+    options = parse_options(["--endpoints", "127.0.0.1:1", "--secure-serving=false"])
+    with pytest.raises(StartupError, match="ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER: flow control"):
+        await build_app(options)
