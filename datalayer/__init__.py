@@ -35,7 +35,8 @@ Public API (what the epp service uses)::
 * Data-source plugins: :class:`DataSource`, :class:`MetricsExtractor`; built-ins
   :class:`MetricsDataSource`, :class:`CoreMetricsExtractor`, :class:`ModelsDataSource`.
 * HTTP seam: :class:`HttpClient` (:class:`RawHttpClient`, :class:`AiohttpClient`,
-  :class:`HttpxClient`), :func:`default_http_client`.
+  :class:`HttpxClient`), :func:`default_http_client`; per-source connections
+  (:class:`SourceConnection`: scheme, port, TLS with :class:`TlsSettings`) in :mod:`datalayer.connection`.
 
 This package never imports ``epp`` or ``scheduler``.
 """
@@ -47,6 +48,7 @@ from datalayer.config import (
     plugin_factories,
     validate_datalayer_section,
 )
+from datalayer.connection import SourceConnection, TlsSettings, TlsSettingsError
 from datalayer.discovery import (
     Discovery,
     DiscoverySink,
@@ -132,8 +134,11 @@ __all__ = [
     "ModelsDataSource",
     "PoolAggregates",
     "RawHttpClient",
+    "SourceConnection",
     "SourceUpdate",
     "StaticDiscovery",
+    "TlsSettings",
+    "TlsSettingsError",
     "apply_metric_overrides",
     "default_http_client",
     "load_endpoints_file",

@@ -5,7 +5,7 @@ Shape (GIE's)::
     plugins:
       - name: metrics                     # optional name; type is the registry key
         type: metrics-data-source
-        parameters: {path: /metrics}      # optional: path, scheme (http|https)
+        parameters: {path: /metrics}      # see datalayer.params for every parameter
       - type: core-metrics-extractor
         parameters:
           engineConfigs:                  # see datalayer.engines.parse_engine_configs
@@ -25,6 +25,13 @@ to resolve references at validation; without it, named references stay unresolve
 registered with the scheduler's registry so ``plugins`` entries of these types validate). Absent
 section: the default sources (metrics + core extractor, models). :func:`validate_datalayer_section` raises
 :class:`DataLayerConfigError` (a ValueError) whose ``location`` is the path in the document.
+
+``injectDefaults`` (llm-d-router; default true): when ``sources`` (possibly empty or absent) lists no
+source of type ``metrics-data-source``, one is appended with the ``core-metrics-extractor`` (the
+``plugins`` entries named ``metrics-data-source`` / ``core-metrics-extractor`` when declared, else
+default parameters), as llm-d-router's loader does (it matches the reference's name; pyepp matches the
+source's type, so a renamed metrics source is not scraped twice). ``injectDefaults: false`` without a
+metrics source is rejected: in pyepp an endpoint becomes ready on its first metrics scrape.
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from datalayer.engines import BUILTIN_ENGINES, EngineConfigError, EngineMapping, parse_engine_configs
+from datalayer.engines import BUILTIN_ENGINES, DEFAULT_ENGINE, EngineMapping
+from datalayer.params import ParamError, validate_plugin_params
 from datalayer.sources import (
     CoreMetricsExtractor,
     DataSource,
@@ -50,7 +58,6 @@ __all__ = [
     "PluginSpec",
     "SourceSpec",
     "default_datalayer_config",
-    "parse_duration",
     "plugin_factories",
     "validate_data_layer_section",
     "validate_datalayer_section",
@@ -82,30 +89,6 @@ class SourceSpec:
     extractors: tuple[PluginSpec, ...]
 
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
-
-
-def parse_duration(value: Any, location: str) -> float:
-    """Seconds from a number or a Go-style duration (``500ms``, ``5s``, ``1m``); must be positive."""
-    seconds: float | None = None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str):
-        for unit in ("ms", "s", "m"):
-            number = value.strip().removesuffix(unit)
-            if number != value.strip():
-                try:
-                    seconds = float(number) * _UNITS[unit]
-                except ValueError:
-                    seconds = None
-                break
-    if seconds is None or not seconds > 0:
-        raise DataLayerConfigError(
-            f"expected a positive duration such as 5s or 500ms, got {value!r}", location
-        )
-    return seconds
-
-
 def _check_keys(params: Mapping[str, Any], allowed: set[str], location: str) -> None:
     unknown = sorted(set(params) - allowed)
     if unknown:
@@ -114,41 +97,12 @@ def _check_keys(params: Mapping[str, Any], allowed: set[str], location: str) -> 
         )
 
 
-def _string(params: Mapping[str, Any], key: str, default: str, location: str) -> str:
-    value = params.get(key, default)
-    if not isinstance(value, str) or not value:
-        raise DataLayerConfigError(f"expected a non-empty string, got {value!r}", f"{location}.{key}")
-    return value
-
-
 def _validate_params(plugin_type: str, parameters: Any, location: str) -> Mapping[str, Any]:
-    """Validated parameters of a data-layer plugin (``engineConfigs`` parsed into ``engines``)."""
-    if parameters is None:
-        return {}
-    if not isinstance(parameters, Mapping):
-        raise DataLayerConfigError(f"expected a mapping, got {parameters!r}", location)
-    p = parameters
-    params: dict[str, Any] = {}
-    if plugin_type == "metrics-data-source":
-        _check_keys(p, {"path"}, location)
-        if "path" in p:
-            params["path"] = _string(p, "path", "/metrics", location)
-            if not params["path"].startswith("/"):
-                raise DataLayerConfigError("expected a path starting with '/'", f"{location}.path")
-    elif plugin_type == "models-data-source":
-        _check_keys(p, {"path", "interval"}, location)
-        if "path" in p:
-            params["path"] = _string(p, "path", "/v1/models", location)
-        if "interval" in p:
-            params["interval"] = parse_duration(p["interval"], f"{location}.interval")
-    else:
-        _check_keys(p, {"engineConfigs"}, location)
-        if "engineConfigs" in p:
-            try:
-                params["engines"] = parse_engine_configs(p["engineConfigs"], f"{location}.engineConfigs")
-            except EngineConfigError as exc:
-                raise DataLayerConfigError(exc.reason, exc.location) from None
-    return params
+    """Validated parameters of a data-layer plugin (see :mod:`datalayer.params`)."""
+    try:
+        return validate_plugin_params(plugin_type, parameters, location)
+    except ParamError as exc:
+        raise DataLayerConfigError(exc.message, exc.location) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +120,7 @@ def plugin_factories() -> Mapping[str, Callable[[str, Mapping[str, Any], Any], D
 
     def factory_for(plugin_type: str) -> Callable[[str, Mapping[str, Any], Any], DataLayerPlugin]:
         def factory(name: str, parameters: Mapping[str, Any], handle: Any) -> DataLayerPlugin:
-            where = f"plugin {name!r} ({plugin_type}).parameters"
+            where = f'({plugin_type} "{name}"): parameters'  # the scheduler's plugin_location style
             return DataLayerPlugin(plugin_type, name, _validate_params(plugin_type, parameters, where))
 
         return factory
@@ -180,6 +134,7 @@ class DataLayerConfig:
     is resolved later by :meth:`resolve` (with the instances built from the ``plugins`` list)."""
 
     sources: tuple[SourceSpec, ...]
+    inject_defaults: bool = True
 
     @property
     def resolved(self) -> bool:
@@ -212,9 +167,9 @@ class DataLayerConfig:
                     f"{where}.pluginRef",
                 )
             params = getattr(found, "parameters", {})
-            return PluginSpec(
-                plugin_type, spec.name, _validate_params(plugin_type, params, f"{where}.pluginRef")
-            )
+            if not isinstance(found, DataLayerPlugin):  # a DataLayerPlugin's are validated already
+                params = _validate_params(plugin_type, params, f"{where}.pluginRef")
+            return PluginSpec(plugin_type, spec.name, params)
 
         sources = []
         for i, source in enumerate(self.sources):
@@ -224,7 +179,23 @@ class DataLayerConfig:
                 one(e, EXTRACTOR_TYPES, f"{where}.extractors[{j}]") for j, e in enumerate(source.extractors)
             )
             sources.append(SourceSpec(plugin, extractors))
-        return _checked(tuple(sources), location)
+        if self.inject_defaults and not _has_metrics(sources):
+            metrics = PluginSpec("", "metrics-data-source", {})
+            core = PluginSpec("", "core-metrics-extractor", {})
+            where = f"{location}.injectDefaults"
+            sources.append(
+                SourceSpec(
+                    one(metrics, SOURCE_TYPES, where)
+                    if "metrics-data-source" in plugins
+                    else _default(metrics),
+                    (
+                        one(core, EXTRACTOR_TYPES, where)
+                        if "core-metrics-extractor" in plugins
+                        else _default(core),
+                    ),
+                )
+            )
+        return _checked(tuple(sources), location, self.inject_defaults)
 
     def build_sources(
         self,
@@ -234,25 +205,41 @@ class DataLayerConfig:
         models_interval: float | None = None,
     ) -> tuple[DataSource, ...]:
         """Instances for ``sources``; ``engines`` (e.g. with flag overrides applied) replaces the
-        configured ones; ``metrics_path`` / ``models_interval`` apply where the config sets none."""
+        configured ones; ``metrics_path`` / ``models_interval`` apply where the config sets none.
+        Raises ValueError when a ``defaultEngine`` is missing from ``engines``."""
         if not self.resolved:
             raise DataLayerConfigError("unresolved plugin reference (call resolve() first)", "dataLayer")
         engines = engines or self.engines or BUILTIN_ENGINES
         built: list[DataSource] = []
         for source in self.sources:
             p = source.plugin.parameters
+            connection = p.get("connection")
             if source.plugin.plugin_type == "metrics-data-source":
                 extractors: list[MetricsExtractor] = [
-                    CoreMetricsExtractor(e.name, engines) for e in source.extractors
+                    CoreMetricsExtractor(
+                        e.name,
+                        engines,
+                        engine_label_key=e.parameters.get("engine_label_key", ""),
+                        default_engine=e.parameters.get("default_engine", DEFAULT_ENGINE),
+                    )
+                    for e in source.extractors
                 ]
+                path = p.get("path", metrics_path or "/metrics")
                 built.append(
                     MetricsDataSource(
-                        source.plugin.name, extractors, p.get("path", metrics_path or "/metrics")
+                        source.plugin.name,
+                        extractors,
+                        path,
+                        interval=p.get("interval"),
+                        connection=connection,
                     )
                 )
             else:
-                interval = p.get("interval", models_interval or 5.0)
-                built.append(ModelsDataSource(source.plugin.name, p.get("path", "/v1/models"), interval))
+                interval = p.get("interval")
+                if interval is None:
+                    interval = models_interval or 5.0
+                path = p.get("path", "/v1/models")
+                built.append(ModelsDataSource(source.plugin.name, path, interval, connection=connection))
         return tuple(built)
 
 
@@ -278,7 +265,7 @@ def _ref(
         params = _validate_params(plugin_type, raw.get("parameters"), f"plugins[{index}].parameters")
         return PluginSpec(plugin_type, ref, params)
     if ref in allowed:
-        return PluginSpec(ref, ref, {})
+        return _default(PluginSpec("", ref, {}))
     if plugins is not None:
         raise DataLayerConfigError(
             f"no plugin named {ref!r} in plugins and not a type among {list(allowed)}",
@@ -299,7 +286,7 @@ def _named(plugins: Sequence[Any] | None) -> dict[str, tuple[int, Mapping[str, A
     return out
 
 
-def _checked(sources: tuple[SourceSpec, ...], location: str) -> DataLayerConfig:
+def _checked(sources: tuple[SourceSpec, ...], location: str, inject: bool = True) -> DataLayerConfig:
     names = [s.plugin.name for s in sources]
     if len(set(names)) != len(names):
         raise DataLayerConfigError("a data source is listed twice", f"{location}.sources")
@@ -310,37 +297,57 @@ def _checked(sources: tuple[SourceSpec, ...], location: str) -> DataLayerConfig:
         if s.plugin.plugin_type == "metrics-data-source" and len(s.extractors) != 1:
             raise DataLayerConfigError("expected exactly one core-metrics-extractor", where)
     resolved = all(s.plugin.plugin_type for s in sources)
-    if resolved and not any(s.plugin.plugin_type == "metrics-data-source" for s in sources):
+    if resolved and not _has_metrics(sources):
         raise DataLayerConfigError(
-            "expected a metrics-data-source (it decides endpoint health)", f"{location}.sources"
+            "expected a metrics-data-source (pyepp cannot run without metrics collection: an endpoint "
+            "becomes ready on its first metrics scrape); list one or leave injectDefaults true",
+            f"{location}.sources",
         )
-    return DataLayerConfig(sources)
+    return DataLayerConfig(sources, inject)
+
+
+def _default(spec: PluginSpec) -> PluginSpec:
+    """The plugin of type ``spec.name`` with default parameters."""
+    return PluginSpec(spec.name, spec.name, _validate_params(spec.name, None, spec.name))
 
 
 def default_datalayer_config() -> DataLayerConfig:
     """Metrics (with the core extractor) and models sources with default parameters."""
-    metrics = PluginSpec("metrics-data-source", "metrics-data-source", {})
-    core = PluginSpec("core-metrics-extractor", "core-metrics-extractor", {})
-    models = PluginSpec("models-data-source", "models-data-source", {})
+    metrics = _default(PluginSpec("", "metrics-data-source", {}))
+    core = _default(PluginSpec("", "core-metrics-extractor", {}))
+    models = _default(PluginSpec("", "models-data-source", {}))
     return DataLayerConfig((SourceSpec(metrics, (core,)), SourceSpec(models, ())))
 
 
 def validate_datalayer_section(
     section: Any, plugins: Sequence[Any] | None = None, location: str = "dataLayer"
 ) -> DataLayerConfig:
-    """Validate the parsed ``dataLayer`` mapping (None: defaults).
+    """Validate the parsed ``dataLayer`` mapping (None: the default sources, built from the ``plugins``
+    entries named ``metrics-data-source``, ``core-metrics-extractor``, ``models-data-source`` when
+    declared).
 
     ``plugins`` is the document's raw ``plugins`` list when available; references to names not
     found there stay unresolved until :meth:`DataLayerConfig.resolve`.
     """
     if section is None:
-        return default_datalayer_config()
+        if plugins is None:
+            return default_datalayer_config()
+        named = _named(plugins)  # the defaults use declared plugins of the default names, as upstream
+        models = _ref({"pluginRef": "models-data-source"}, SOURCE_TYPES, named, location)
+        return _checked((_injected(named, location), SourceSpec(models, ())), location)
     if not isinstance(section, Mapping):
         raise DataLayerConfigError(f"expected a mapping, got {section!r}", location)
-    _check_keys(section, {"sources"}, location)
+    _check_keys(section, {"sources", "injectDefaults"}, location)
+    inject = section.get("injectDefaults", True)
+    if inject is None:
+        inject = True
+    if not isinstance(inject, bool):
+        raise DataLayerConfigError(f"expected true or false, got {inject!r}", f"{location}.injectDefaults")
     entries = section.get("sources")
-    if not isinstance(entries, list) or not entries:
-        raise DataLayerConfigError("expected a non-empty list of sources", f"{location}.sources")
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        raise DataLayerConfigError("expected a list of sources", f"{location}.sources")
     named = _named(plugins)
     sources: list[SourceSpec] = []
     for i, entry in enumerate(entries):
@@ -354,7 +361,21 @@ def validate_datalayer_section(
             _ref(e, EXTRACTOR_TYPES, named, f"{where}.extractors[{j}]") for j, e in enumerate(raw)
         )
         sources.append(SourceSpec(plugin, extractors))
-    return _checked(tuple(sources), location)
+    if inject and all(s.plugin.plugin_type for s in sources) and not _has_metrics(sources):
+        sources.append(_injected(named, location))
+    return _checked(tuple(sources), location, inject)
+
+
+def _has_metrics(sources: Sequence[SourceSpec]) -> bool:
+    return any(s.plugin.plugin_type == "metrics-data-source" for s in sources)
+
+
+def _injected(named: Mapping[str, tuple[int, Mapping[str, Any]]] | None, location: str) -> SourceSpec:
+    """The default metrics source + core extractor (``plugins`` entries of those names when declared)."""
+    entry = {"pluginRef": "metrics-data-source", "extractors": [{"pluginRef": "core-metrics-extractor"}]}
+    where = f"{location}.injectDefaults"
+    plugin = _ref(entry, SOURCE_TYPES, named, where)
+    return SourceSpec(plugin, (_ref(entry["extractors"][0], EXTRACTOR_TYPES, named, where),))
 
 
 validate_data_layer_section = validate_datalayer_section

@@ -6,12 +6,17 @@ has that name and all those label values. A field holds a tuple of alternative s
 present in a body is used, so vLLM accepts both ``vllm:kv_cache_usage_perc`` and the older
 ``vllm:gpu_cache_usage_perc``. An empty tuple disables the field.
 
-Built-in engines: ``vllm`` (the default), ``sglang``, ``trtllm-serve``, ``triton-tensorrt-llm``. An
+Built-in engines: ``vllm`` (the default), ``sglang``, ``trtllm-serve``, ``triton-tensorrt-llm`` and
+``triton`` (Triton Inference Server without the TensorRT-LLM backend: queue and running only). An
 ``engineConfigs`` entry (see :func:`parse_engine_configs`) replaces the built-in entry of the same name
-field by field; an empty string disables a field; an entry with a new name defines a new engine whose
-unspecified fields are disabled. Cache configuration comes either from an info metric whose labels hold
-the block size and block count (``cacheInfoSpec`` + ``blockSizeLabel`` / ``numBlocksLabel``) or from
-two gauges (``blockSizeSpec`` / ``numBlocksSpec``).
+entirely, as upstream does: a field it leaves out (or sets to an empty string) is disabled; an entry
+with a new name defines a new engine. Cache configuration comes either from an info metric whose labels
+hold the block size and block count (``cacheInfoSpec`` + ``cacheBlockSizeLabelName`` /
+``cacheNumBlocksLabelName``, default ``block_size`` / ``num_gpu_blocks``) or from two gauges
+(``cacheBlockSizeSpec`` / ``cacheNumBlocksSpec``). The name ``default`` is reserved (upstream registers
+the default engine's mapping under it). ``customMetrics`` (llm-d-router) lists ``{attributeKey,
+metricSpec}``: the value of the first series matching the spec becomes the endpoint attribute
+``attributeKey`` (a float) on each scrape; a scrape without the series leaves the previous value.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from datalayer.promtext import Samples
 __all__ = [
     "BUILTIN_ENGINES",
     "DEFAULT_ENGINE",
+    "RESERVED_ENGINE",
     "EngineConfigError",
     "EngineMapping",
     "MetricSpec",
@@ -35,6 +41,7 @@ __all__ = [
 ]
 
 DEFAULT_ENGINE = "vllm"
+RESERVED_ENGINE = "default"
 
 
 class EngineConfigError(ValueError):
@@ -114,12 +121,13 @@ class EngineMapping:
     num_blocks_label: str = "num_gpu_blocks"
     block_size: Specs = ()
     num_blocks: Specs = ()
+    custom: tuple[tuple[str, MetricSpec], ...] = ()  # (attribute key, spec): llm-d-router customMetrics
 
     def wanted_names(self) -> frozenset[str]:
         """Every sample name this mapping reads (the parser skips all others)."""
         groups = (self.waiting, self.running, self.kv_usage, self.lora, self.cache_info)
         specs = [s for g in (*groups, self.block_size, self.num_blocks) for s in g]
-        return frozenset(s.name for s in specs)
+        return frozenset(s.name for s in specs) | {spec.name for _, spec in self.custom}
 
 
 def _specs(*texts: str) -> Specs:
@@ -164,6 +172,11 @@ BUILTIN_ENGINES: Mapping[str, EngineMapping] = MappingProxyType(
             block_size=_specs(f'{_TRITON_KV}{{kv_cache_block_type="tokens_per"}}'),
             num_blocks=_specs(f'{_TRITON_KV}{{kv_cache_block_type="max"}}'),
         ),
+        "triton": EngineMapping(
+            name="triton",
+            waiting=_specs("nv_inference_pending_request_count"),
+            running=_specs("nv_inference_exec_count"),
+        ),
     }
 )
 
@@ -174,11 +187,38 @@ _SPEC_KEYS = {
     "kvUsageSpec": "kv_usage",
     "loraSpec": "lora",
     "cacheInfoSpec": "cache_info",
-    "blockSizeSpec": "block_size",
-    "numBlocksSpec": "num_blocks",
+    "cacheBlockSizeSpec": "block_size",
+    "cacheNumBlocksSpec": "num_blocks",
 }
-_LABEL_KEYS = {"blockSizeLabel": "block_size_label", "numBlocksLabel": "num_blocks_label"}
-_KNOWN_KEYS = {"name", *_SPEC_KEYS, *_LABEL_KEYS}
+_LABEL_KEYS = {"cacheBlockSizeLabelName": "block_size_label", "cacheNumBlocksLabelName": "num_blocks_label"}
+_KNOWN_KEYS = {"name", "customMetrics", *_SPEC_KEYS, *_LABEL_KEYS}
+
+
+def _custom_metrics(value: Any, location: str) -> tuple[tuple[str, MetricSpec], ...]:
+    """``customMetrics: [{attributeKey, metricSpec}]``: keys non-empty and unique, specs valid."""
+    if not isinstance(value, list):
+        raise EngineConfigError(f"expected a list of {{attributeKey, metricSpec}}, got {value!r}", location)
+    out: list[tuple[str, MetricSpec]] = []
+    for i, entry in enumerate(value):
+        where = f"{location}[{i}]"
+        if not isinstance(entry, Mapping):
+            raise EngineConfigError(f"expected a mapping, got {entry!r}", where)
+        unknown = sorted(set(entry) - {"attributeKey", "metricSpec"})
+        if unknown:
+            raise EngineConfigError(
+                "unknown key (expected attributeKey, metricSpec)", f"{where}.{unknown[0]}"
+            )
+        key, spec = entry.get("attributeKey"), entry.get("metricSpec")
+        if not isinstance(key, str) or not key:
+            raise EngineConfigError("custom metric attributeKey cannot be empty", f"{where}.attributeKey")
+        if any(key == k for k, _ in out):
+            raise EngineConfigError(
+                f"custom metric attributeKey {key!r} is duplicated", f"{where}.attributeKey"
+            )
+        if not isinstance(spec, str) or not spec.strip():
+            raise EngineConfigError(f"custom metric {key!r} spec cannot be empty", f"{where}.metricSpec")
+        out.append((key, parse_spec(spec, f"{where}.metricSpec")))
+    return tuple(out)
 
 
 def _spec_value(value: Any, location: str) -> Specs:
@@ -209,22 +249,31 @@ def _parse_entry(entry: Any, location: str) -> EngineMapping:
         )
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise EngineConfigError("expected a non-empty engine name", f"{location}.name")
-    base = BUILTIN_ENGINES.get(name, EngineMapping(name=name))
+        raise EngineConfigError("engine config name cannot be empty", f"{location}.name")
+    if name == RESERVED_ENGINE:
+        raise EngineConfigError(
+            f"engine config name cannot be {RESERVED_ENGINE!r} (reserved)", f"{location}.name"
+        )
+    base = EngineMapping(name=name)  # full replacement of a built-in of that name
     changes: dict[str, Any] = {}
     for key, attr in _SPEC_KEYS.items():
         if key in entry:
             changes[attr] = _spec_value(entry[key], f"{location}.{key}")
+    if entry.get("customMetrics") is not None:
+        changes["custom"] = _custom_metrics(entry["customMetrics"], f"{location}.customMetrics")
     for key, attr in _LABEL_KEYS.items():
         if key in entry:
-            if not isinstance(entry[key], str) or not _is_name(entry[key], allow_colon=False):
-                raise EngineConfigError(f"expected a label name, got {entry[key]!r}", f"{location}.{key}")
-            changes[attr] = entry[key]
+            value = entry[key]
+            if value == "":
+                continue  # upstream: empty means the default label name
+            if not isinstance(value, str) or not _is_name(value, allow_colon=False):
+                raise EngineConfigError(f"expected a label name, got {value!r}", f"{location}.{key}")
+            changes[attr] = value
     return replace(base, **changes)
 
 
 def parse_engine_configs(entries: Any, location: str = "engineConfigs") -> Mapping[str, EngineMapping]:
-    """The built-in engines with ``entries`` (an ``engineConfigs`` list) applied on top."""
+    """The built-in engines with ``entries`` (an ``engineConfigs`` list) replacing those of their names."""
     if entries is None:
         return BUILTIN_ENGINES
     if not isinstance(entries, Sequence) or isinstance(entries, str):

@@ -14,6 +14,7 @@ docs/datalayer.md; :func:`default_http_client` picks by scheme.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -76,10 +77,20 @@ class HttpxClient:
 
 
 class AiohttpClient:
-    """:class:`HttpClient` over one shared ``aiohttp.ClientSession`` (keep-alive pool)."""
+    """:class:`HttpClient` over one shared ``aiohttp.ClientSession`` (keep-alive pool).
 
-    def __init__(self, *, max_connections: int = 1024, verify_tls: bool = False) -> None:
-        connector = aiohttp.TCPConnector(limit=max_connections, ssl=verify_tls, keepalive_timeout=30)
+    TLS: ``ssl_context`` when given (see :class:`~datalayer.connection.TlsSettings`), else the system
+    roots when ``verify_tls``, else no verification."""
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 1024,
+        verify_tls: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        tls: ssl.SSLContext | bool = ssl_context if ssl_context is not None else verify_tls
+        connector = aiohttp.TCPConnector(limit=max_connections, ssl=tls, keepalive_timeout=30)
         self._session = aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=True)
 
     async def get(self, url: str, *, timeout: float, max_bytes: int) -> HttpResponse:

@@ -6,6 +6,12 @@ close the injected HTTP client: its owner does). Everything runs on one event lo
 also be called from other threads (it only reads an immutable tuple or builds one from a dict that is
 never resized in place).
 
+Connections: each source's :class:`~datalayer.connection.SourceConnection` is resolved against the
+options (``scheme``, ``insecure_skip_verify``, ``metrics_port`` for the primary source) at construction,
+where TLS material is read (:class:`~datalayer.connection.TlsSettingsError` for a bad file). Sources on
+the options' own connection share the injected client; the others get clients of their own, created
+when their pollers start and closed by ``stop()``.
+
 Staleness: a sweeper runs every ``min(threshold / 4, 0.25 s)`` and turns HEALTHY endpoints whose last
 good scrape is older than ``staleness_threshold`` into STALE (not ready). A poll failure makes an
 endpoint UNHEALTHY at once; the next good scrape makes it HEALTHY again.
@@ -22,6 +28,7 @@ from dataclasses import dataclass, field, replace
 import structlog
 
 from datalayer.aggregates import PoolAggregates, pool_aggregates
+from datalayer.connection import Connection, HttpClients, TlsSettings
 from datalayer.discovery.base import Discovery
 from datalayer.engines import BUILTIN_ENGINES, EngineMapping
 from datalayer.http import HttpClient
@@ -53,6 +60,7 @@ class DataLayerOptions:
     scheme: str = "http"  # --model-server-metrics-scheme
     metrics_path: str = "/metrics"  # --model-server-metrics-path
     metrics_port: int = 0  # --model-server-metrics-port (0: the endpoint's port)
+    insecure_skip_verify: bool = True  # --model-server-metrics-https-insecure-skip-verify
     engines: Mapping[str, EngineMapping] = field(default_factory=_builtin_engines)
 
     def __post_init__(self) -> None:
@@ -103,6 +111,24 @@ class DataLayer:
         self._settings = PollSettings(
             o.refresh_interval, o.timeout, o.max_body_bytes, o.scheme, o.metrics_port
         )
+        default = Connection(o.scheme, 0, TlsSettings(o.insecure_skip_verify))
+        self._clients = HttpClients(http, default)
+        self._connections: list[Connection] = []  # one per source, in order
+        for source in self.sources:
+            port_default = Connection(default.scheme, o.metrics_port if source.primary else 0, default.tls)
+            connection = source.connection.resolve(port_default)
+            if connection.scheme == "https" and connection.client_key != default.client_key:
+                connection.tls.ssl_context()  # read the TLS files now: fail at startup, not per poll
+            self._connections.append(connection)
+            every = source.interval(o.refresh_interval)
+            if source.primary and every > o.staleness_threshold:
+                log.warning(
+                    "metrics source interval exceeds the staleness threshold: endpoints turn stale "
+                    "(not ready) between scrapes",
+                    source=source.name,
+                    interval_s=every,
+                    staleness_threshold_s=o.staleness_threshold,
+                )
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -156,6 +182,7 @@ class DataLayer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._clients.aclose()
 
     # -- discovery sink -----------------------------------------------------------------------------
 
@@ -198,14 +225,15 @@ class DataLayer:
                     source,
                     self._store,
                     self._specs,
-                    self._http,
+                    self._clients.client_for(connection),
                     self._settings,
                     self._clock,
                     self._sleep,
+                    connection,
                 ).run(),
                 name=f"datalayer-poll-{source.name}-{address}",
             )
-            for source in self.sources
+            for source, connection in zip(self.sources, self._connections, strict=True)
         ]
 
     async def _run_discovery(self) -> None:

@@ -1,6 +1,8 @@
 """One poller per (endpoint, data source): fetch, extract, swap the endpoint's record.
 
-Each poll: ``GET <scheme>://<host>:<port><path>`` with the layer's timeout and body cap; a non-2xx
+Each poll: ``GET <scheme>://<host>:<port><path>`` with the layer's timeout and body cap (scheme and
+port from the source's resolved :class:`~datalayer.connection.Connection`: a non-zero port replaces
+the endpoint's, as ``metrics-data-source``'s ``port`` and ``--model-server-metrics-port`` do); a non-2xx
 status, a transport failure (:class:`FetchError`) or an extraction ``ValueError`` is a failure. For
 the primary source a success makes the endpoint HEALTHY and ready with the new metrics; a failure
 makes it UNHEALTHY, not ready, with ``last_error`` set (metrics keep their old ``updated_at``, so their
@@ -20,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from datalayer.connection import Connection
 from datalayer.discovery.base import split_address
 from datalayer.http import FetchError, HttpClient
 from datalayer.records import EndpointSpec, Health, frozen_mapping
@@ -51,6 +54,7 @@ class SourcePoller:
         settings: PollSettings,
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]],
+        connection: Connection | None = None,
     ) -> None:
         self.address = address
         self.source = source
@@ -61,11 +65,12 @@ class SourcePoller:
         self._clock = clock
         self._sleep = sleep
         self._failing = False
+        if connection is None:  # the layer's settings: the metrics port applies to the primary source
+            connection = Connection(settings.scheme, settings.metrics_port if source.primary else 0)
         host, port = split_address(address)
-        if source.primary and settings.metrics_port:
-            port = settings.metrics_port
+        port = connection.port or port
         host = f"[{host}]" if ":" in host else host
-        self.url = f"{settings.scheme}://{host}:{port}{source.path}"
+        self.url = f"{connection.scheme}://{host}:{port}{source.path}"
 
     async def run(self) -> None:
         interval = self.source.interval(self._settings.refresh_interval)

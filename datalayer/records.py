@@ -24,6 +24,7 @@ from typing import Any
 __all__ = [
     "EMPTY_METRICS",
     "ENGINE_LABEL",
+    "LLMD_ENGINE_LABEL",
     "DiscoveryEvent",
     "EndpointMetrics",
     "EndpointRecord",
@@ -34,7 +35,9 @@ __all__ = [
 ]
 
 ENGINE_LABEL = "inference.networking.k8s.io/engine-type"
-"""Pod / endpoint label naming the model-server engine (vllm when absent)."""
+"""Pod / endpoint label naming the model-server engine (vllm when absent): GIE's."""
+LLMD_ENGINE_LABEL = "llm-d.ai/engine-type"
+"""llm-d-router's engine label; it takes precedence over GIE's when both are set."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 

@@ -15,6 +15,15 @@ Built-ins: ``metrics-data-source`` (``/metrics``, primary, interval = ``--refres
 with the ``core-metrics-extractor`` (engine mappings -> :class:`EndpointMetrics`), and
 ``models-data-source`` (``/v1/models`` every 5 s) adding attributes ``models`` (frozenset of base model
 ids) and ``adapters`` (read-only mapping adapter id -> parent model id).
+
+Each source carries its :class:`~datalayer.connection.SourceConnection` (scheme, port, TLS; unset
+fields take the layer's flags) and an optional own interval, rounded as upstream does to the nearest
+multiple of ``--refresh-metrics-interval`` (at least one; zero means every base tick), see
+:func:`tick_interval`.
+
+The core extractor picks an endpoint's engine from its labels: ``engine_label_key`` (default
+``llm-d.ai/engine-type``), else GIE's ``inference.networking.k8s.io/engine-type``, else
+``default_engine`` (``vllm``); an engine without a mapping uses the default engine's mapping.
 """
 
 from __future__ import annotations
@@ -26,19 +35,32 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
-from datalayer.engines import BUILTIN_ENGINES, EngineMapping
+from datalayer.connection import SourceConnection
+from datalayer.engines import BUILTIN_ENGINES, DEFAULT_ENGINE, EngineMapping
 from datalayer.extract import ExtractionError, extract_metrics
 from datalayer.promtext import LazySamples, Samples
-from datalayer.records import EndpointMetrics, EndpointSpec
+from datalayer.records import ENGINE_LABEL, LLMD_ENGINE_LABEL, EndpointMetrics, EndpointSpec
 
 __all__ = [
+    "ENGINE_LABEL_KEY",
     "CoreMetricsExtractor",
     "DataSource",
     "MetricsDataSource",
     "MetricsExtractor",
     "ModelsDataSource",
     "SourceUpdate",
+    "tick_interval",
 ]
+
+ENGINE_LABEL_KEY = LLMD_ENGINE_LABEL
+"""llm-d-router's engine label (the default ``engineLabelKey``); GIE's label is the fallback."""
+
+
+def tick_interval(interval: float | None, base: float) -> float:
+    """``interval`` rounded to the nearest multiple of ``base`` (at least one); None or 0: ``base``."""
+    if interval is None or interval <= 0:
+        return base
+    return max(1, int(interval / base + 0.5)) * base
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +77,7 @@ class DataSource(Protocol):
     name: str
     path: str
     primary: bool
+    connection: SourceConnection
 
     def interval(self, refresh_interval: float) -> float:
         """Seconds between fetches, given the layer's ``--refresh-metrics-interval``."""
@@ -75,31 +98,44 @@ class MetricsExtractor(Protocol):
         ...
 
 
-class UnknownEngineError(ExtractionError):
-    pass
-
-
 class CoreMetricsExtractor:
-    """Queue, running, KV usage, LoRA and cache configuration, per engine mapping."""
+    """Queue, running, KV usage, LoRA and cache configuration, per engine mapping.
+
+    ``default_engine`` must name one of ``engines`` (ValueError otherwise)."""
 
     plugin_type = "core-metrics-extractor"
 
     def __init__(
-        self, name: str = "core-metrics-extractor", engines: Mapping[str, EngineMapping] | None = None
+        self,
+        name: str = "core-metrics-extractor",
+        engines: Mapping[str, EngineMapping] | None = None,
+        *,
+        engine_label_key: str = ENGINE_LABEL_KEY,
+        default_engine: str = DEFAULT_ENGINE,
     ):
         self.name = name
         self.engines = engines if engines is not None else BUILTIN_ENGINES
+        self.engine_label_key = engine_label_key or ENGINE_LABEL_KEY
+        if default_engine not in self.engines:
+            raise ValueError(f"defaultEngine {default_engine!r} not found in engineConfigs")
+        self.default_engine = default_engine
 
-    def _mapping(self, engine: str) -> EngineMapping:
+    def mapping_for(self, endpoint: EndpointSpec) -> EngineMapping:
+        """The mapping of the endpoint's engine label (or of the default engine)."""
+        labels = endpoint.labels
+        engine = labels.get(self.engine_label_key) or labels.get(ENGINE_LABEL) or self.default_engine
         mapping = self.engines.get(engine)
-        if mapping is None:
-            raise UnknownEngineError(
-                f"unknown engine type {engine!r} (known: {', '.join(sorted(self.engines))})"
-            )
-        return mapping
+        return mapping if mapping is not None else self.engines[self.default_engine]
 
     def extract(self, samples: Samples, endpoint: EndpointSpec, now: float) -> SourceUpdate:
-        return SourceUpdate(metrics=extract_metrics(samples, self._mapping(endpoint.engine), now))
+        mapping = self.mapping_for(endpoint)
+        metrics = extract_metrics(samples, mapping, now)
+        custom: dict[str, Any] = {}
+        for key, spec in mapping.custom:  # customMetrics: the first matching series' value
+            series = spec.select(samples)
+            if series:
+                custom[key] = series[0][1]
+        return SourceUpdate(metrics=metrics, attributes=custom or None)
 
 
 class MetricsDataSource:
@@ -113,15 +149,21 @@ class MetricsDataSource:
         name: str = "metrics-data-source",
         extractors: Sequence[MetricsExtractor] | None = None,
         path: str = "/metrics",
+        *,
+        interval: float | None = None,
+        connection: SourceConnection | None = None,
     ) -> None:
         self.name = name
         self.path = path
         self.extractors: tuple[MetricsExtractor, ...] = (
             tuple(extractors) if extractors is not None else (CoreMetricsExtractor(),)
         )
+        self._interval = interval
+        self.connection = connection or SourceConnection()
 
     def interval(self, refresh_interval: float) -> float:
-        return refresh_interval
+        """Every base tick, or the configured interval rounded to base ticks."""
+        return tick_interval(self._interval, refresh_interval)
 
     def extract(self, body: bytes, endpoint: EndpointSpec, now: float) -> SourceUpdate:
         try:
@@ -149,14 +191,21 @@ class ModelsDataSource:
     primary = False
 
     def __init__(
-        self, name: str = "models-data-source", path: str = "/v1/models", interval: float = 5.0
+        self,
+        name: str = "models-data-source",
+        path: str = "/v1/models",
+        interval: float = 5.0,
+        *,
+        connection: SourceConnection | None = None,
     ) -> None:
         self.name = name
         self.path = path
         self._interval = interval
+        self.connection = connection or SourceConnection()
 
     def interval(self, refresh_interval: float) -> float:
-        return self._interval
+        """The configured interval (default 5 s) rounded to base ticks."""
+        return tick_interval(self._interval, refresh_interval)
 
     def extract(self, body: bytes, endpoint: EndpointSpec, now: float) -> SourceUpdate:
         try:

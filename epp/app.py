@@ -12,6 +12,10 @@ sections owned by other parts, objectives file, certificates, discovery settings
 3. on SIGTERM/SIGINT: health NOT_SERVING, no new streams, in-flight streams get
    ``--shutdown-grace-period``, the rest are cancelled (outcome SHUTDOWN); then the data layer stops.
 
+Feature gates (:mod:`epp.feature_gates`): ``haPopulateNonLeaderDatastore=false`` with leader election
+starts the data layer only while this replica leads (stopped when it stops leading);
+``enableLegacyMetrics`` and ``dataLayer`` are logged at start.
+
 The scheduler's ``endpoints_removed`` hook is subscribed to the data layer's removals; every request
 takes one snapshot from the data layer (``DataLayer.snapshot()``, an immutable tuple).
 """
@@ -48,6 +52,15 @@ from epp.admission import (
 )
 from epp.config_sections import load_picker_config
 from epp.discovery import DiscoveryError, build_discovery
+from epp.feature_gates import (
+    DATA_LAYER,
+    FLOW_CONTROL_ENV,
+    HA_POPULATE_NON_LEADER_DATASTORE,
+    LEGACY_METRICS,
+    NO_FLOW_CONTROL,
+    FeatureGates,
+    flow_control_from_env,
+)
 from epp.options import Options
 from epp.protocol import SessionConfig
 from epp.readiness import answered, wait_for_an_answer
@@ -146,6 +159,22 @@ def _server_settings(options: Options) -> ServerSettings:
     )
 
 
+class _LeaderOnlyDataLayer:
+    """Leadership target running the data layer only while leading (haPopulateNonLeaderDatastore=false)."""
+
+    def __init__(self, server: EppServer, layer: DataLayer) -> None:
+        self._server = server
+        self._layer = layer
+
+    async def set_leader(self, leader: bool) -> None:
+        if leader:
+            await self._layer.start()
+            await self._server.set_leader(True)
+        else:
+            await self._server.set_leader(False)
+            await self._layer.stop()
+
+
 class PickerApp:
     """The assembled picker: servers, data layer, optional leader elector."""
 
@@ -158,8 +187,10 @@ class PickerApp:
         server: EppServer,
         kube_client: Any = None,
         objectives: InMemoryObjectiveStore | None = None,
+        gates: FeatureGates | None = None,
     ) -> None:
         self.options = options
+        self.gates = gates or FeatureGates()
         self.config = config
         self.layer = layer
         self.server = server
@@ -168,9 +199,16 @@ class PickerApp:
         self.objectives = objectives
         self._tasks: list[asyncio.Task[None]] = []
 
+    @property
+    def leader_only_datalayer(self) -> bool:
+        """True when the data layer runs only while leading (leader election + the gate off)."""
+        populate = self.gates.enabled(HA_POPULATE_NON_LEADER_DATASTORE)
+        return self.options.ha_enable_leader_election and not populate
+
     async def start(self) -> None:
         await self.server.start()
-        await self.layer.start()
+        if not self.leader_only_datalayer:
+            await self.layer.start()
         self._tasks.append(asyncio.create_task(self._ready_when_synced(), name="epp-ready"))
         if self.options.ha_enable_leader_election:
             self._tasks.append(asyncio.create_task(self._lead(), name="epp-leader-election"))
@@ -206,8 +244,9 @@ class PickerApp:
     async def _lead(self) -> None:
         from epp.leader import run_leader_election
 
+        target = _LeaderOnlyDataLayer(self.server, self.layer) if self.leader_only_datalayer else self.server
         try:
-            await run_leader_election(self.options, self.server)
+            await run_leader_election(self.options, target)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # no Kubernetes API: stay live, never ready
@@ -235,6 +274,8 @@ async def build_app(options: Options) -> PickerApp:
         loaded = load_picker_config(options.config_file, options.config_text)
     except ConfigError as exc:
         raise StartupError(f"invalid configuration: {exc}") from None
+    if flow_control_from_env(os.environ):
+        raise StartupError(f"{FLOW_CONTROL_ENV}: {NO_FLOW_CONTROL.replace('this section', 'the variable')}")
     config = loaded.config
     objectives, priorities = _objectives(options)
     settings = _server_settings(options)
@@ -252,21 +293,25 @@ async def build_app(options: Options) -> PickerApp:
         options.model_server_metrics_scheme,
         verify_tls=not options.model_server_metrics_https_insecure_skip_verify,
     )
-    layer = DataLayer(
-        built.discovery,
-        http=http,
-        options=DataLayerOptions(
-            refresh_interval=options.refresh_metrics_interval,
-            staleness_threshold=options.metrics_staleness_threshold,
-            scheme=options.model_server_metrics_scheme,
-            metrics_path=options.model_server_metrics_path,
-            metrics_port=options.model_server_metrics_port,
-            engines=engines,
-        ),
-        sources=loaded.data_layer.build_sources(
-            engines=engines, metrics_path=options.model_server_metrics_path
-        ),
-    )
+    try:
+        layer = DataLayer(
+            built.discovery,
+            http=http,
+            options=DataLayerOptions(
+                refresh_interval=options.refresh_metrics_interval,
+                staleness_threshold=options.metrics_staleness_threshold,
+                scheme=options.model_server_metrics_scheme,
+                metrics_path=options.model_server_metrics_path,
+                metrics_port=options.model_server_metrics_port,
+                insecure_skip_verify=options.model_server_metrics_https_insecure_skip_verify,
+                engines=engines,
+            ),
+            sources=loaded.data_layer.build_sources(
+                engines=engines, metrics_path=options.model_server_metrics_path
+            ),
+        )
+    except ValueError as exc:  # TLS material of a data source (TlsSettingsError), a bad engine mapping
+        raise StartupError(f"dataLayer: {exc}") from None
     registry = CollectorRegistry()
     scheduler_metrics = SchedulerMetrics(registry)
     scheduler = config.build_scheduler(observer=scheduler_metrics)
@@ -304,7 +349,20 @@ async def build_app(options: Options) -> PickerApp:
         config_view=_config_view(options, config),
         on_result=hit_ratio_observer(plugins, scheduler_metrics.hit_ratio.observe),
     )
-    return PickerApp(options, config, layer, http, server, built.api_client, objectives)
+    _log_gates(loaded.feature_gates)
+    return PickerApp(options, config, layer, http, server, built.api_client, objectives, loaded.feature_gates)
+
+
+def _log_gates(gates: FeatureGates) -> None:
+    if gates.enabled(DATA_LAYER):
+        _log.info("the data layer is always on in pyepp: the 'dataLayer' feature gate can be removed")
+    if gates.enabled(LEGACY_METRICS):
+        _log.info(
+            "data layer: legacy metrics polling (enableLegacyMetrics): the dataLayer section is not used; "
+            "metrics only, per the --model-server-metrics-* and metric-name flags"
+        )
+    if not gates.enabled(HA_POPULATE_NON_LEADER_DATASTORE):
+        _log.info("haPopulateNonLeaderDatastore=false: the data layer runs only while this replica leads")
 
 
 async def run(options: Options, stop: asyncio.Event | None = None) -> int:

@@ -9,8 +9,11 @@ every other top-level section is validated here, through the validator of its ow
   one parser for every path; neither: upstream's default parser list;
 * ``dataLayer`` / ``data``: the data layer's validator (data sources and their extractors, engine
   metric mappings);
-* ``flowControl`` and ``featureGates``: rejected with a clear message, flow control (request queueing
-  with fairness) is not implemented yet. An empty ``featureGates`` list is accepted.
+* ``flowControl``: rejected with a clear message, flow control (request queueing with fairness) is not
+  implemented yet;
+* ``featureGates``: :func:`epp.feature_gates.parse_feature_gates` (upstream's gates and ``name=false``
+  syntax; enabling ``flowControl`` is rejected). ``enableLegacyMetrics`` replaces the ``dataLayer``
+  section's sources with the legacy metrics-only source (flags decide path, scheme, port).
 
 :func:`load_picker_config` loads ``--config-file`` / ``--config-text`` (or the default configuration)
 with these validators and returns the resolved scheduler configuration plus the parser and engine
@@ -21,8 +24,8 @@ the path in the document and what was expected.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from datalayer.config import (
@@ -31,6 +34,7 @@ from datalayer.config import (
     plugin_factories,
     validate_datalayer_section,
 )
+from epp.feature_gates import LEGACY_METRICS, NO_FLOW_CONTROL, FeatureGates, parse_feature_gates
 from epp.request.config import ParserConfigError, validate_parser_section
 from epp.request.parser import RequestParser
 from epp.request.plugins import (
@@ -48,10 +52,7 @@ from scheduler.registry import PluginRegistrationError, Registry, default_regist
 
 __all__ = ["LoadedConfig", "check_config", "load_picker_config", "picker_registry", "section_validators"]
 
-_NO_FLOW_CONTROL = (
-    "flow control (request queueing with fairness and priority bands) is not implemented yet in pyepp; "
-    "remove this section (sheddable requests are still rejected with 429 when the pool is saturated)"
-)
+_NO_FLOW_CONTROL = NO_FLOW_CONTROL
 
 
 _LEGACY = ("openai", "passthrough")  # pyepp's own names: one parser for every path, as before
@@ -87,16 +88,8 @@ def _flow_control(value: Any, location: str) -> Any:
     raise ConfigError(_NO_FLOW_CONTROL, location=location)
 
 
-def _feature_gates(value: Any, location: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError("expected a list of feature-gate names", location=location)
-    for i, gate in enumerate(value):
-        if gate == "flowControl":
-            raise ConfigError(_NO_FLOW_CONTROL, location=f"{location}[{i}]")
-        raise ConfigError(
-            f"unknown feature gate {gate!r}: pyepp has no feature gates yet", location=f"{location}[{i}]"
-        )
-    return ()
+def _feature_gates(value: Any, location: str) -> FeatureGates:
+    return parse_feature_gates(value, location)
 
 
 def _data_layer(plugins: Sequence[Mapping[str, Any]] | None) -> SectionValidator:
@@ -132,6 +125,7 @@ class LoadedConfig:
     config: ResolvedConfig
     parser: RequestParser
     data_layer: DataLayerConfig  # the dataLayer section (the default sources when absent)
+    feature_gates: FeatureGates = field(default_factory=FeatureGates)
 
 
 def picker_registry() -> Registry:
@@ -140,7 +134,7 @@ def picker_registry() -> Registry:
     ``openai-parser`` validate like every other plugin."""
     registry = default_registry()
     for plugin_type, factory in plugin_factories().items():
-        registry.register(plugin_type, factory, origin="datalayer")
+        registry.register(plugin_type, _config_errors(factory), origin="datalayer")
     for plugin_type, parser_factory in parser_factories().items():
         registry.register(plugin_type, parser_factory, origin="epp.request")
     return registry
@@ -156,6 +150,18 @@ def _selected_parser(config: ResolvedConfig) -> RequestParser:
     return legacy  # type: ignore[no-any-return]
 
 
+def _config_errors(factory: Callable[[str, Mapping[str, Any], Any], Any]) -> Callable[..., Any]:
+    """The factory, raising ConfigError (named plugin and parameter) for bad parameters."""
+
+    def create(name: str, parameters: Mapping[str, Any], handle: Any) -> Any:
+        try:
+            return factory(name, parameters, handle)
+        except DataLayerConfigError as exc:
+            raise ConfigError(exc.message, location=exc.location) from None
+
+    return create
+
+
 def load_picker_config(
     path: str | None, text: str | None, *, seed: int = 0, source: str | None = None
 ) -> LoadedConfig:
@@ -168,11 +174,20 @@ def load_picker_config(
     else:
         raw, where = read_yaml_text(DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE), DEFAULT_SOURCE
     plugins = raw.get("plugins") if isinstance(raw, Mapping) else None
-    sections = section_validators(plugins if isinstance(plugins, list) else None)
+    plugins = plugins if isinstance(plugins, list) else None
+    sections = section_validators(plugins)
     config = resolve_document(raw, where, registry=picker_registry(), sections=sections, seed=seed)
     parser = _selected_parser(config)
     data_layer = config.sections.get("dataLayer") or config.sections.get("data")
-    return LoadedConfig(config, parser, data_layer or validate_datalayer_section(None))
+    gates = config.sections.get("featureGates") or FeatureGates()
+    if gates.enabled(LEGACY_METRICS):  # GIE's legacy polling: metrics only, set by the flags
+        data_layer = DataLayerConfig(validate_datalayer_section(None).sources[:1])
+    if data_layer is None:  # absent section: the defaults, with declared plugins of the default names
+        try:
+            data_layer = validate_datalayer_section(None, plugins)
+        except DataLayerConfigError as exc:
+            raise ConfigError(exc.message, location=exc.location) from None
+    return LoadedConfig(config, parser, data_layer, gates)
 
 
 def check_config(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:

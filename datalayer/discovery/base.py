@@ -14,7 +14,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from datalayer.engines import DEFAULT_ENGINE
-from datalayer.records import ENGINE_LABEL, DiscoveryEvent, EndpointSpec, EventKind, frozen_mapping
+from datalayer.records import (
+    ENGINE_LABEL,
+    LLMD_ENGINE_LABEL,
+    DiscoveryEvent,
+    EndpointSpec,
+    EventKind,
+    frozen_mapping,
+)
 
 __all__ = [
     "Discovery",
@@ -91,13 +98,15 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 def make_spec(address: str, name: str = "", labels: Mapping[str, str] | None = None) -> EndpointSpec:
-    """An :class:`EndpointSpec` with the engine taken from the engine-type label (vllm by default)."""
+    """An :class:`EndpointSpec` with the engine taken from the engine-type label: llm-d-router's
+    ``llm-d.ai/engine-type``, else GIE's ``inference.networking.k8s.io/engine-type``, else vllm (the
+    core extractor's defaults; its ``engineLabelKey`` / ``defaultEngine`` decide which mapping applies)."""
     frozen = frozen_mapping(labels)
     return EndpointSpec(
         address=address,
         name=name or address,
         labels=frozen,
-        engine=frozen.get(ENGINE_LABEL) or DEFAULT_ENGINE,
+        engine=frozen.get(LLMD_ENGINE_LABEL) or frozen.get(ENGINE_LABEL) or DEFAULT_ENGINE,
     )
 
 

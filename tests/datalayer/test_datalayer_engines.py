@@ -121,22 +121,57 @@ def test_extraction_errors(text: str, message: str) -> None:
         _extract(text)
 
 
-def test_engine_configs_replace_builtin_field_by_field_and_disable() -> None:
+def test_engine_configs_replace_a_builtin_entirely_and_disable() -> None:
+    # GIE config-text.md: "engineConfigs is full-replacement per engine name"; a field left out is off.
     engines = parse_engine_configs(
         [
-            {"name": "vllm", "queuedRequestsSpec": "my_queue{pool=a}", "kvUsageSpec": "", "loraSpec": ""},
+            {
+                "name": "vllm",
+                "queuedRequestsSpec": "my_queue{pool=a}",
+                "runningRequestsSpec": "r",
+                "loraSpec": "",
+            },
             {"name": "custom", "runningRequestsSpec": ["r1", "r2"], "kvUsageSpec": "kv"},
         ]
     )
     assert engines["vllm"].waiting == (MetricSpec("my_queue", (("pool", "a"),)),)
-    assert engines["vllm"].running == BUILTIN_ENGINES["vllm"].running
-    assert engines["vllm"].kv_usage == () and engines["vllm"].lora == ()
+    assert engines["vllm"].running == (MetricSpec("r"),)
+    assert engines["vllm"].kv_usage == () and engines["vllm"].lora == () and engines["vllm"].cache_info == ()
     assert engines["sglang"] == BUILTIN_ENGINES["sglang"]
-    text = 'my_queue{pool="b"} 100\nmy_queue{pool="a"} 3\nvllm:num_requests_running 1\n'
+    text = 'my_queue{pool="b"} 100\nmy_queue{pool="a"} 3\nr 1\n'
     m = _extract(text, "vllm", engines)
     assert (m.waiting_queue_size, m.running_requests, m.kv_cache_usage) == (3, 1, 0.0)
     custom = _extract("r2 4\nkv 0.5\n", "custom", engines)
     assert (custom.waiting_queue_size, custom.running_requests, custom.kv_cache_usage) == (0, 4, 0.5)
+
+
+def test_engine_configs_take_upstream_cache_keys() -> None:
+    (engine,) = [
+        parse_engine_configs(
+            [
+                {
+                    "name": "e",
+                    "queuedRequestsSpec": "q",
+                    "cacheInfoSpec": "info",
+                    "cacheBlockSizeLabelName": "bs",
+                    "cacheNumBlocksLabelName": "",  # empty: the default label name
+                }
+            ]
+        )["e"]
+    ]
+    assert (engine.block_size_label, engine.num_blocks_label) == ("bs", "num_gpu_blocks")
+    m = _extract('q 1\ninfo{bs="32",num_gpu_blocks="10"} 1\n', "e", {"e": engine})
+    assert (m.block_size, m.num_gpu_blocks) == (32, 10)
+    gauges = parse_engine_configs(
+        [{"name": "g", "cacheBlockSizeSpec": "tokens_per_block", "cacheNumBlocksSpec": "max_blocks"}]
+    )["g"]
+    m = _extract("tokens_per_block 64\nmax_blocks 7\n", "g", {"g": gauges})
+    assert (m.block_size, m.num_gpu_blocks) == (64, 7)
+
+
+def test_triton_builtin_reads_queue_and_running_only() -> None:
+    m = _extract("nv_inference_pending_request_count 4\nnv_inference_exec_count 9\n", "triton")
+    assert (m.waiting_queue_size, m.running_requests, m.kv_cache_usage) == (4, 9, 0.0)
 
 
 @pytest.mark.parametrize(
@@ -147,7 +182,10 @@ def test_engine_configs_replace_builtin_field_by_field_and_disable() -> None:
         ([{"name": "vllm", "bogus": 1}], "engineConfigs[0].bogus"),
         ([{"name": "vllm", "kvUsageSpec": 3}], "engineConfigs[0].kvUsageSpec"),
         ([{"name": "vllm", "kvUsageSpec": ["ok", "9bad"]}], "engineConfigs[0].kvUsageSpec[1]"),
-        ([{"name": "vllm", "blockSizeLabel": "a-b"}], "engineConfigs[0].blockSizeLabel"),
+        ([{"name": "vllm", "cacheBlockSizeLabelName": "a-b"}], "engineConfigs[0].cacheBlockSizeLabelName"),
+        ([{"name": "vllm", "blockSizeSpec": "x"}], "engineConfigs[0].blockSizeSpec"),
+        ([{"name": "default"}], "engineConfigs[0].name"),
+        ([{"name": ""}], "engineConfigs[0].name"),
         ([{"name": "x"}, {"name": "x"}], "engineConfigs[1].name"),
     ],
 )

@@ -214,16 +214,17 @@ async def test_updates_relabel_and_removals_notify_subscribers() -> None:
     assert layer.snapshot() == ()
 
 
-async def test_unknown_engine_is_unhealthy_with_clear_error() -> None:
+async def test_unknown_engine_uses_the_default_engine_mapping() -> None:
+    # Upstream's mapping registry falls back to the default engine for an engine it has no mapping for.
     http, clock = FakeHttp(), ManualClock()
-    http.set(f"http://{A}/metrics", ok(vllm_text()))
+    http.set(f"http://{A}/metrics", ok(vllm_text(3)))
     layer = _layer(http, clock, [A])
     spec = make_spec(A, labels={"inference.networking.k8s.io/engine-type": "foo"})
     layer.apply(SpecTracker().update([spec]))
     await _poll(layer, A)
     record = layer.get(A)
-    assert record is not None and record.engine == "foo" and record.health is Health.UNHEALTHY
-    assert "unknown engine type 'foo'" in (record.last_error or "")
+    assert record is not None and record.engine == "foo" and record.health is Health.HEALTHY
+    assert record.metrics.waiting_queue_size == 3
 
 
 async def test_start_stop_runs_pollers_and_marks_synced() -> None:
