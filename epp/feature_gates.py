@@ -107,7 +107,7 @@ def parse_feature_gates(value: Any, location: str = "featureGates") -> FeatureGa
         where = f"{location}[{i}]"
         if name not in GATE_DEFAULTS:
             known = ", ".join(sorted(GATE_DEFAULTS))
-            raise ConfigError(f"feature gate {name!r} is unknown (known gates: {known})", location=where)
+            raise ConfigError(f"unknown feature gate {name!r} (known gates: {known})", location=where)
         enabled = True
         if eq:
             text = raw.split("=", 1)[0].strip().lower()

@@ -11,39 +11,13 @@ from __future__ import annotations
 __all__ = ["KNOWN_GAPS", "WRONG_REASON_GROUPS", "gap_reasons", "wrong_reasons"]
 
 KNOWN_GAPS: dict[str, tuple[str, ...]] = {
-    # 25 file(s)
-    "requestHandler.parsers section": (
-        "llm-d-router/config.charts.routerlib.templates._config__2.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__15.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__16.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__17.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__18.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requesthandling.parsers.README__1.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requesthandling.parsers.README__2.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requesthandling.parsers.README__3.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requesthandling.parsers.vertexai.README.yaml",
-        "llm-d-router/test.coordinator.e2e.coordinator.configs_test__1.yaml",
-        "llm-d-router/test.coordinator.e2e.coordinator.configs_test__2.yaml",
-        "llm-d-router/test.coordinator.e2e.coordinator.configs_test__3.yaml",
-        "llm-d-router/test.e2e.configs_test__5.yaml",
-        "llm-d-router/test.e2e.configs_test__6.yaml",
-        "llm-d-router/test.integration.epp.grpc_test.yaml",
-        "llm-d-router/test.integration.epp.hermetic_test.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__1.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__2.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__3.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__4.yaml",
-        "llm-d-router/test.integration.epp.testdata.datalayer-config.yaml",
-        "llm-d-router/test.integration.epp.testdata.default-config.yaml",
-        "llm-d-router/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
-        "llm-d-router/test.integration.epp.wellknown_configs_test__8.yaml",
-        "llm-d-router/test.perf.config.router-configs.random-passthrough-parser.yaml",
-    ),
-    # 17 file(s)
+    # 20 file(s)
     "flow control (flowControl section / gate)": (
+        "gie/pkg.epp.config.loader.testdata_test__1.yaml",
         "gie/pkg.epp.config.loader.testdata_test__7.yaml",
         "gie/pkg.epp.config.loader.testdata_test__8.yaml",
         "gie/pkg.epp.config.loader.testdata_test__9.yaml",
+        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__1.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__7.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__8.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__9.yaml",
@@ -52,6 +26,7 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/deploy.config.sim-program-aware-config.yaml",
         "llm-d-router/deploy.config.soft-reflective-ceiling-epp-config.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__10.yaml",
+        "llm-d-router/pkg.epp.config.loader.testdata_test__11.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__12.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__26.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__9.yaml",
@@ -59,7 +34,7 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.dynamic_attributes_test.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__6.yaml",
     ),
-    # 13 file(s)
+    # 15 file(s)
     "plugin type approx-prefix-cache-producer": (
         "llm-d-router/deploy.config.pd-epp-config.yaml",
         "llm-d-router/deploy.config.pd-topology-epp-config.yaml",
@@ -67,13 +42,27 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/deploy.config.sim-pd-epp-config.yaml",
         "llm-d-router/docs.disaggregation__1.yaml",
         "llm-d-router/docs.disaggregation__2.yaml",
+        "llm-d-router/test.coordinator.e2e.coordinator.configs_test__3.yaml",
         "llm-d-router/test.e2e.configs_test__1.yaml",
         "llm-d-router/test.e2e.configs_test__4.yaml",
+        "llm-d-router/test.e2e.configs_test__7.yaml",
         "llm-d-router/test.e2e.configs_test__8.yaml",
         "llm-d-router/test.integration.epp.e2e_config_smoke_test__1.yaml",
         "llm-d-router/test.integration.epp.e2e_config_smoke_test__2.yaml",
         "llm-d-router/test.integration.epp.e2e_config_smoke_test__3.yaml",
         "llm-d-router/test.perf.config.router-configs.optimized-baseline.yaml",
+    ),
+    # 9 file(s)
+    "data-layer source type mock-metrics-source": (
+        "gie/test.integration.epp.testdata.datalayer-config.yaml",
+        "llm-d-router/test.integration.epp.grpc_test.yaml",
+        "llm-d-router/test.integration.epp.hermetic_test.yaml",
+        "llm-d-router/test.integration.epp.session_affinity_test__1.yaml",
+        "llm-d-router/test.integration.epp.session_affinity_test__2.yaml",
+        "llm-d-router/test.integration.epp.session_affinity_test__3.yaml",
+        "llm-d-router/test.integration.epp.session_affinity_test__4.yaml",
+        "llm-d-router/test.integration.epp.testdata.datalayer-config.yaml",
+        "llm-d-router/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
     ),
     # 9 file(s)
     "plugin type token-producer": (
@@ -97,22 +86,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.config.loader.testdata_test__8.yaml",
     ),
     # 5 file(s)
-    "featureGates: enableLegacyMetrics": (
-        "gie/pkg.epp.config.loader.testdata_test__27.yaml",
-        "gie/test.integration.epp.hermetic_test.yaml",
-        "gie/test.integration.epp.testdata.default-config.yaml",
-        "gie/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__27.yaml",
-    ),
-    # 5 file(s)
-    "parser section naming a parser plugin": (
-        "gie/pkg.epp.config.loader.testdata_test__11.yaml",
-        "gie/pkg.epp.framework.plugins.requesthandling.parsers.README.yaml",
-        "gie/test.integration.epp.grpc_test.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__11.yaml",
-        "llm-d-inference-scheduler/pkg.epp.framework.plugins.requesthandling.parsers.README.yaml",
-    ),
-    # 5 file(s)
     "plugin type always-disagg-multimodal-decider": (
         "llm-d-inference-scheduler/deploy.config.sim-e-p-d-epp-config.yaml",
         "llm-d-inference-scheduler/deploy.config.sim-e-pd-epp-config.yaml",
@@ -127,20 +100,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-router/test.perf.config.router-configs.precise-prefix.yaml",
     ),
-    # 4 file(s)
-    "featureGates: dataLayer": (
-        "gie/pkg.epp.config.loader.testdata_test__1.yaml",
-        "gie/site-src.implementations.model-servers__1.yaml",
-        "gie/site-src.implementations.model-servers__2.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__1.yaml",
-    ),
-    # 4 file(s)
-    "featureGates: flowControl=false": (
-        "llm-d-router/cmd.epp.runner.feature_gate_test__4.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__11.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__13.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__14.yaml",
-    ),
     # 3 file(s)
     "a plugin parameter naming a plugin declared later (upstream orders by dependency)": (
         "llm-d-router/pkg.epp.config.loader.testdata_test__4.yaml",
@@ -154,10 +113,10 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.framework.plugins.datalayer.source.dcgm.README.yaml",
     ),
     # 3 file(s)
-    "metrics-data-source parameters": (
-        "gie/config.charts.epplib.templates._config.yaml",
-        "llm-d-router/config.charts.routerlib.templates._config__1.yaml",
-        "llm-d-router/test.integration.epp.wellknown_configs_test__7.yaml",
+    "featureGates: test-feature-gate": (
+        "llm-d-router/pkg.epp.config.loader.testdata_test__1.yaml",
+        "llm-d-router/pkg.epp.config.loader.testdata_test__2.yaml",
+        "llm-d-router/pkg.epp.config.loader.testdata_test__7.yaml",
     ),
     # 3 file(s)
     "plugin type precise-prefix-cache-scorer": (
@@ -165,23 +124,19 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-inference-scheduler/docs.architecture__2.yaml",
         "llm-d-inference-scheduler/test.config.prefix_cache_mode_test.yaml",
     ),
+    # 3 file(s)
+    "plugin type request-attribute-reporter": (
+        "gie/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
+        "llm-d-inference-scheduler/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
+        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
+    ),
     # 2 file(s)
     "E/P/D encode stage": (
         "llm-d-router/deploy.config.sim-e-p-d-epp-config.yaml",
         "llm-d-router/test.e2e.configs_test__3.yaml",
     ),
     # 2 file(s)
-    "empty dataLayer.sources": (
-        "gie/pkg.epp.config.loader.testdata_test__28.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__28.yaml",
-    ),
-    # 2 file(s)
-    "featureGates: test-feature-gate": (
-        "llm-d-router/pkg.epp.config.loader.testdata_test__1.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__2.yaml",
-    ),
-    # 2 file(s)
-    "models-data-source insecureSkipVerify": (
+    "data-layer source type models-data-extractor": (
         "llm-d-inference-scheduler/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
         "llm-d-router/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
     ),
@@ -201,14 +156,14 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.wellknown_configs_test__4.yaml",
     ),
     # 2 file(s)
-    "plugin type openai-parser": (
-        "gie/pkg.epp.config.loader.testdata_test__10.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__10.yaml",
-    ),
-    # 2 file(s)
     "plugin type precise-prefix-cache-producer": (
         "llm-d-router/deploy.config.sim-epp-no-hit-lru.yaml",
         "llm-d-router/docs.architecture.yaml",
+    ),
+    # 2 file(s)
+    "plugin type predicted-latency-producer": (
+        "gie/site-src.guides.troubleshooting__2.yaml",
+        "llm-d-router/test.integration.epp.wellknown_configs_test__7.yaml",
     ),
     # 2 file(s)
     "plugin type prefill-header-handler": (
@@ -220,40 +175,30 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-inference-scheduler/deploy.config.probabilistic-admitter-epp-config.yaml",
         "llm-d-inference-scheduler/pkg.epp.framework.plugins.requestcontrol.admitter.probabilisticadmitter.README.yaml",
     ),
-    # 2 file(s)
-    "plugin type request-attribute-reporter": (
-        "llm-d-inference-scheduler/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
-    ),
-    # 1 file(s)
-    "data-layer source type mock-metrics-source": (
-        "gie/test.integration.epp.testdata.datalayer-config.yaml",
-    ),
     # 1 file(s)
     "dataLayer.discovery": ("llm-d-router/pkg.epp.framework.plugins.README.yaml",),
     # 1 file(s)
-    "dataLayer.injectDefaults": ("llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__29.yaml",),
-    # 1 file(s)
-    "featureGates: haPopulateNonLeaderDatastore=false": (
-        "llm-d-router/cmd.epp.runner.feature_gate_test__1.yaml",
+    "dataLayer.sources: expected a metrics-data-source (pyepp cannot run without metrics collection: an e": (
+        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__29.yaml",
     ),
-    # 1 file(s)
-    "featureGates: test-feature-gate=false": ("llm-d-router/pkg.epp.config.loader.testdata_test__7.yaml",),
-    # 1 file(s)
-    "plugin type destination-endpoint-served-verifier": ("gie/conformance.resources.base.yaml",),
     # 1 file(s)
     "plugin type disaggregatedset-rollout-screener": (
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.screener.disaggregatedsetrollout.README.yaml",
     ),
     # 1 file(s)
-    "plugin type predicted-latency-producer": ("gie/site-src.guides.troubleshooting__2.yaml",),
+    "plugin type header-profile-handler": (
+        "llm-d-router/test.coordinator.e2e.coordinator.configs_test__1.yaml",
+    ),
     # 1 file(s)
-    "plugin type vllmhttp-parser": ("llm-d-router/test.e2e.configs_test__7.yaml",),
+    "plugin type inflight-load-producer": (
+        "llm-d-router/test.coordinator.e2e.coordinator.configs_test__2.yaml",
+    ),
+    # 1 file(s)
+    'saturationDetector.pluginRef: no plugin named "utilization-detector" (declared: maxScore)': (
+        "llm-d-router/pkg.epp.config.loader.testdata_test__14.yaml",
+    ),
 }
 
-# Files upstream rejects that pyepp rejects too, but for another reason than upstream's (the manifest's
-# ``match`` pattern), grouped by the error pyepp stops at (usually an earlier unsupported part, or a
-# fake plugin type of the Go loader tests). Shrink-only, like KNOWN_GAPS: each runs as a strict xfail.
 WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {
     # 5 file(s)
     "flow control (flowControl section / gate)": (
@@ -268,11 +213,6 @@ WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {
         "gie/pkg.epp.config.loader.testdata_test__31.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__32.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__23.yaml",
-    ),
-    # 2 file(s)
-    "requestHandler.parsers section": (
-        "llm-d-router/pkg.epp.config.loader.testdata_test__24.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__25.yaml",
     ),
     # 1 file(s)
     "a plugin parameter naming a plugin declared later (upstream orders by dependency)": (

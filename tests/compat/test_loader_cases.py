@@ -15,6 +15,7 @@ import pytest
 
 from epp.config_sections import LoadedConfig
 from epp.request.openai import OpenAIParser
+from epp.request.plugins import DEFAULT_PARSERS
 from tests.compat.corpus_lib import Entry, go_fixture, load
 from tests.compat.known_gaps import gap_reasons
 
@@ -54,8 +55,18 @@ def _picker_before_scorer(loaded: LoadedConfig) -> None:
 
 
 def _openai_parser(loaded: LoadedConfig) -> None:
-    """The parser section selects the OpenAI parser (or it is the default when absent)."""
-    assert isinstance(loaded.parser, OpenAIParser)
+    """The parser section selects the OpenAI parser, named ``openai-parser`` (GIE, llm-d-router)."""
+    parsers = getattr(loaded.parser, "parsers", (loaded.parser,))
+    assert [(p.name, p.plugin_type) for p in parsers] == [("openai-parser", "openai-parser")]
+
+
+def _default_parsers(loaded: LoadedConfig) -> None:
+    """Without a parser section: llm-d-router's default list (openai, anthropic, vllmhttp, then the
+    passthrough fallback). GIE injects only the OpenAI parser; its paths resolve the same here, the
+    other formats' paths are the list's addition."""
+    parsers = getattr(loaded.parser, "parsers", (loaded.parser,))
+    assert [p.name for p in parsers] == list(DEFAULT_PARSERS)
+    assert isinstance(parsers[0], OpenAIParser)
 
 
 def _filter_order(loaded: LoadedConfig) -> None:
@@ -72,7 +83,7 @@ CASES: dict[str, Callable[[LoadedConfig], None]] = {
     "successWithNoProfileHandlersText": _default_profile_handler,
     "successPickerBeforeScorerText": _picker_before_scorer,
     "successParserConfigText": _openai_parser,
-    "successWithNoParserConfigText": _openai_parser,
+    "successWithNoParserConfigText": _default_parsers,
     "successFilterOrderConfigText": _filter_order,
 }
 

@@ -100,6 +100,31 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
     "weighted-random-picker": Upstream(
         f"{ROUTER}:{_P}scheduling/picker/common.go (DefaultMaxNumOfEndpoints)", {"maxNumOfEndpoints": 1}
     ),
+    # Request parsers (each factory ignores its parameters: `name string, _ *json.Decoder`)
+    "openai-parser": Upstream(f"{ROUTER}:{_P}requesthandling/parsers/openai/openai.go (no parameters)", {}),
+    "anthropic-parser": Upstream(
+        f"{ROUTER}:{_P}requesthandling/parsers/anthropic/anthropic.go (no parameters)", {}
+    ),
+    "vllmhttp-parser": Upstream(
+        f"{ROUTER}:{_P}requesthandling/parsers/vllmhttp/vllmhttp.go (no parameters)", {}
+    ),
+    "sglanghttp-parser": Upstream(
+        f"{ROUTER}:{_P}requesthandling/parsers/sglanghttp/sglanghttp.go (no parameters)", {}
+    ),
+    "vllmgrpc-parser": Upstream(
+        f"{ROUTER}:{_P}requesthandling/parsers/vllmgrpc/vllmgrpc.go (no parameters)", {}
+    ),
+    "vertexai-parser": Upstream(
+        f"{ROUTER}:{_P}requesthandling/parsers/vertexai/vertexai.go (no parameters)", {}
+    ),
+    "passthrough-parser": Upstream(
+        f"{ROUTER}:{_P}requesthandling/parsers/passthrough/passthrough.go (no parameters)", {}
+    ),
+    "destination-endpoint-served-verifier": Upstream(
+        f"{GIE}:{_P}requestcontrol/test/responsereceived/"
+        "destination_endpoint_served_verifier.go (no parameters)",
+        {},
+    ),
     # Profile handlers and deciders
     "single-profile-handler": Upstream(
         f"{ROUTER}:{_P}scheduling/profilehandler/single/single_profile_handler.go (no parameters)", {}

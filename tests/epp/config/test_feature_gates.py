@@ -62,10 +62,14 @@ def test_defaults_are_upstreams() -> None:
     [
         ("flowControl", "featureGates", "expected a list"),
         ([3], "featureGates", "expected a list"),
-        (["prepareDataPlugins"], "featureGates[0]", "'prepareDataPlugins' is unknown"),  # removed in GIE
-        (["flowcontrol"], "featureGates[0]", "is unknown"),  # names are case-sensitive
-        ([" flowControl"], "featureGates[0]", "is unknown"),  # and not trimmed
-        (["dataLayer", "bogus=false"], "featureGates[1]", "'bogus' is unknown"),
+        (
+            ["prepareDataPlugins"],
+            "featureGates[0]",
+            "unknown feature gate 'prepareDataPlugins'",
+        ),  # removed in GIE
+        (["flowcontrol"], "featureGates[0]", "unknown feature gate"),  # names are case-sensitive
+        ([" flowControl"], "featureGates[0]", "unknown feature gate"),  # and not trimmed
+        (["dataLayer", "bogus=false"], "featureGates[1]", "unknown feature gate 'bogus'"),
         (["flowControl=maybe"], "featureGates[0]", "not a valid value"),
         (["flowControl="], "featureGates[0]", "not a valid value"),
         (["flowControl"], "featureGates[0]", "not implemented yet"),
