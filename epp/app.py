@@ -51,9 +51,10 @@ from epp.discovery import DiscoveryError, build_discovery
 from epp.options import Options
 from epp.protocol import SessionConfig
 from epp.readiness import answered, wait_for_an_answer
+from epp.server.metric_catalog import Naming
 from epp.server.metrics import RequestMetrics, SchedulerMetrics, register_info
 from epp.server.pool_metrics import PoolCollector
-from epp.server.prefix_stats import hit_ratio_observer, index_size_reader
+from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
 from epp.server.server import EppServer, ServerSettings
 from epp.server.tls import TlsError, load_certificate, server_credentials
 from scheduler.config.resolved import ResolvedConfig
@@ -268,7 +269,8 @@ async def build_app(options: Options) -> PickerApp:
         ),
     )
     registry = CollectorRegistry()
-    scheduler_metrics = SchedulerMetrics(registry)
+    naming = Naming(options.metrics_naming)
+    scheduler_metrics = SchedulerMetrics(registry, naming=naming)
     scheduler = config.build_scheduler(observer=scheduler_metrics)
     layer.on_endpoints_removed(scheduler.endpoints_removed)
     detector = config.saturation_detector
@@ -278,11 +280,13 @@ async def build_app(options: Options) -> PickerApp:
             options.pool_name or "default",
             layer.snapshot,
             saturation=lambda eps: detector.saturation(eps, layer.now()) if detector is not None else None,
-            index_size=index_size_reader(plugins),
+            index_sizes=index_sizes_reader(plugins),
+            naming=naming,
         )
     )
-    register_info(registry, os.environ.get("EPP_COMMIT", "unknown"), os.environ.get("EPP_BUILD_REF", "dev"))
-    request_metrics = RequestMetrics(registry)
+    commit, build_ref = os.environ.get("EPP_COMMIT", "unknown"), os.environ.get("EPP_BUILD_REF", "dev")
+    register_info(registry, commit, build_ref, naming)
+    request_metrics = RequestMetrics(registry, naming, options.pool_namespace)
     session_config = SessionConfig(
         parser=loaded.parser,
         priority_of=priorities,
@@ -299,7 +303,7 @@ async def build_app(options: Options) -> PickerApp:
         registry=registry,
         request_metrics=request_metrics,
         config_view=_config_view(options, config),
-        on_result=hit_ratio_observer(plugins, scheduler_metrics.hit_ratio.observe),
+        on_result=prefix_hit_observer(plugins, scheduler_metrics.observe_prefix),
     )
     return PickerApp(options, config, layer, http, server, built.api_client, objectives)
 

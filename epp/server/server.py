@@ -38,7 +38,7 @@ from epp.server.routing import EndpointSource, RequestScheduler, Router
 from epp.server.servicer import ExtProcServicer
 from epp.server.stream import StreamCore
 from epp.server.tls import CertDir, CertPair
-from scheduler.types import SchedulingResult
+from scheduler.types import LLMRequest, SchedulingResult
 
 __all__ = ["EppServer", "ServerSettings"]
 
@@ -80,7 +80,7 @@ class EppServer:
         config_view: Callable[[], Mapping[str, Any]] = dict,
         clock: Callable[[], float] = time.perf_counter,
         monotonic: Callable[[], float] = time.monotonic,
-        on_result: Callable[[SchedulingResult], None] | None = None,
+        on_result: Callable[[LLMRequest, SchedulingResult], None] | None = None,
     ) -> None:
         self.settings = settings
         self.source = source
