@@ -52,7 +52,7 @@ from epp.options import Options
 from epp.protocol import SessionConfig
 from epp.readiness import answered, wait_for_an_answer
 from epp.server.metric_catalog import Naming
-from epp.server.metrics import RequestMetrics, SchedulerMetrics, register_info
+from epp.server.metrics import DataLayerMetrics, RequestMetrics, SchedulerMetrics, register_info
 from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
 from epp.server.server import EppServer, ServerSettings
@@ -270,6 +270,7 @@ async def build_app(options: Options) -> PickerApp:
     )
     registry = CollectorRegistry()
     naming = Naming(options.metrics_naming)
+    layer.on_poll_error(DataLayerMetrics(registry, naming))
     scheduler_metrics = SchedulerMetrics(registry, naming=naming)
     scheduler = config.build_scheduler(observer=scheduler_metrics)
     layer.on_endpoints_removed(scheduler.endpoints_removed)

@@ -38,6 +38,7 @@ from scheduler.types import Completion, Outcome, SchedulingResult, Usage
 __all__ = [
     "CHILD_CACHE_BUDGET",
     "LABEL_CAP",
+    "DataLayerMetrics",
     "RequestMetrics",
     "SchedulerMetrics",
     "Twin",
@@ -393,6 +394,21 @@ _PLUGIN_ERRORS = Family(
     "llm_d_epp_plugin_errors", ("extension_point", "plugin_type", "plugin_name"),
     "inference_extension_plugin_errors", ("extension_point", "plugin_type", "plugin_name"),
 )  # fmt: skip
+
+
+class DataLayerMetrics:
+    """``datalayer_poll_errors_total{source_type}`` / ``datalayer_extract_errors_total{source_type,
+    extractor_type}``: the data layer's error sink (:meth:`datalayer.DataLayer.on_poll_error`)."""
+
+    def __init__(self, registry: CollectorRegistry, naming: Naming = Naming.BOTH) -> None:
+        self.poll = Twin(by_key("datalayer_poll_errors"), naming, registry)
+        self.extract = Twin(by_key("datalayer_extract_errors"), naming, registry)
+
+    def __call__(self, source_type: str, extractor_type: str | None) -> None:
+        if extractor_type is None:
+            self.poll.bind({"source_type": source_type}).inc()
+        else:
+            self.extract.bind({"source_type": source_type, "extractor_type": extractor_type}).inc()
 
 
 def register_info(
