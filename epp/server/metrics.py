@@ -169,8 +169,8 @@ class _Bounded:
 class _Children:
     """Label children of one (model, target model, fairness id, priority), reused by every request."""
 
-    __slots__ = ("cached", "duration", "errors", "input", "itl", "ntpot", "output", "req_size", "resp_size",
-                 "running", "total", "tpot", "ttft", "ttft_stream", "values")  # fmt: skip
+    __slots__ = ("_itl", "_m", "_tpot", "_ttft", "_ttft_stream", "cached", "duration", "errors", "input",
+                 "ntpot", "output", "req_size", "resp_size", "running", "total", "values")  # fmt: skip
 
     def __init__(self, m: RequestMetrics, values: dict[str, str]) -> None:
         self.values = values
@@ -183,11 +183,36 @@ class _Children:
         self.cached = m.cached_tokens.bind(values)
         self.ntpot = m.ntpot.bind(values)
         self.running = m.running.bind(values)
-        self.ttft = m.ttft.bind({**values, "streaming": "false"})
-        self.ttft_stream = m.ttft.bind({**values, "streaming": "true"})
-        self.tpot = m.tpot.bind(values)
-        self.itl = m.itl.bind(values)
+        self._m = m
+        self._ttft: Recorder | None = None
+        self._ttft_stream: Recorder | None = None
+        self._tpot: Recorder | None = None
+        self._itl: Recorder | None = None
         self.errors: dict[str, Recorder] = {}
+
+    # The latency families of responses are bound on first use, so that a label set never seen
+    # (e.g. streaming="false" on an all-streaming workload) does not appear as an empty series.
+
+    def ttft(self, streaming: bool) -> Recorder:
+        if streaming:
+            if self._ttft_stream is None:
+                self._ttft_stream = self._m.ttft.bind({**self.values, "streaming": "true"})
+            return self._ttft_stream
+        if self._ttft is None:
+            self._ttft = self._m.ttft.bind({**self.values, "streaming": "false"})
+        return self._ttft
+
+    @property
+    def tpot(self) -> Recorder:
+        if self._tpot is None:
+            self._tpot = self._m.tpot.bind(self.values)
+        return self._tpot
+
+    @property
+    def itl(self) -> Recorder:
+        if self._itl is None:
+            self._itl = self._m.itl.bind(self.values)
+        return self._itl
 
 
 class RequestMetrics:
@@ -300,7 +325,7 @@ class RequestMetrics:
             return
         c.duration.observe(seconds)
         if ttft > 0.0:
-            (c.ttft_stream if streaming else c.ttft).observe(ttft)
+            c.ttft(streaming).observe(ttft)
         if response_bytes is not None:
             self._usage(c, completion.usage, seconds, response_bytes)
             tokens = completion.usage.completion_tokens
