@@ -283,3 +283,12 @@ async def test_a_started_picker_exports_every_upstream_family_of_its_scheme(
     else:
         errors = families["inference_objective_request_error"].samples
         assert [s.labels["error_code"] for s in errors if s.name.endswith("_total")] == ["BadRequest"]
+
+
+def test_the_metrics_page_lists_every_family() -> None:
+    page = (HERE.parents[2] / "docs" / "metrics.md").read_text()
+    for family in CATALOG:
+        for scheme in Scheme:
+            name = _exposed(family, scheme)
+            if name is not None:
+                assert f"`{name}`" in page, name
