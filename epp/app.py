@@ -52,7 +52,13 @@ from epp.options import Options
 from epp.protocol import SessionConfig
 from epp.readiness import answered, wait_for_an_answer
 from epp.server.metric_catalog import Naming
-from epp.server.metrics import DataLayerMetrics, RequestMetrics, SchedulerMetrics, register_info
+from epp.server.metrics import (
+    DataLayerMetrics,
+    RequestMetrics,
+    SchedulerMetrics,
+    StreamMetrics,
+    register_info,
+)
 from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
 from epp.server.server import EppServer, ServerSettings
@@ -305,6 +311,7 @@ async def build_app(options: Options) -> PickerApp:
         request_metrics=request_metrics,
         config_view=_config_view(options, config),
         on_result=prefix_hit_observer(plugins, scheduler_metrics.observe_prefix),
+        stream_metrics=StreamMetrics(registry, naming) if options.enable_grpc_stream_metrics else None,
     )
     return PickerApp(options, config, layer, http, server, built.api_client, objectives)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["CATALOG", "NOT_EXPOSED", "Family", "Naming", "Scheme", "by_key"]
+__all__ = ["CATALOG", "NOT_EXPOSED", "OPT_IN", "Family", "Naming", "Scheme", "by_key"]
 
 
 class Naming(enum.Enum):
@@ -237,9 +237,13 @@ CATALOG: tuple[Family, ...] = (
 NOT_EXPOSED: dict[str, str] = {
     "plugin_data_scope_violations": "no plugin here declares data keys, so no access can be rejected",
     "model_rewrite_decisions": "InferenceModelRewrite objects are not read by this picker",
-    "extproc_streams_inflight": "upstream registers it only with --enable-grpc-stream-metrics",
-    "extproc_stream_duration": "upstream registers it only with --enable-grpc-stream-metrics",
-    "extproc_streams_total": "upstream registers it only with --enable-grpc-stream-metrics",
+}
+
+# Families registered only with a flag, as upstream.
+OPT_IN: dict[str, str] = {
+    "extproc_streams_inflight": "--enable-grpc-stream-metrics",
+    "extproc_stream_duration": "--enable-grpc-stream-metrics",
+    "extproc_streams_total": "--enable-grpc-stream-metrics",
 }
 
 _BY_KEY = {f.key: f for f in CATALOG}

@@ -41,6 +41,7 @@ __all__ = [
     "DataLayerMetrics",
     "RequestMetrics",
     "SchedulerMetrics",
+    "StreamMetrics",
     "Twin",
     "error_code",
     "register_info",
@@ -419,6 +420,37 @@ _PLUGIN_ERRORS = Family(
     "llm_d_epp_plugin_errors", ("extension_point", "plugin_type", "plugin_name"),
     "inference_extension_plugin_errors", ("extension_point", "plugin_type", "plugin_name"),
 )  # fmt: skip
+
+
+# gRPC status numbers -> the names grpc-go prints (the ``code`` label of upstream's stream counter).
+GRPC_CODES = ("OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound", "AlreadyExists",
+              "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
+              "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated")  # fmt: skip
+
+
+class StreamMetrics:
+    """``llm_d_epp_extproc_streams_inflight``, ``..._stream_duration_seconds``, ``..._streams_total{code}``:
+    upstream's opt-in ext_proc stream metrics (``--enable-grpc-stream-metrics``), llm-d names only (they
+    have no deprecated twin, so ``--metrics-naming inference`` exports none of them)."""
+
+    def __init__(self, registry: CollectorRegistry, naming: Naming = Naming.BOTH) -> None:
+        self.inflight = Twin(by_key("extproc_streams_inflight"), naming, registry).bind({})
+        self.duration = Twin(by_key("extproc_stream_duration"), naming, registry).bind({})
+        self._totals_family = Twin(by_key("extproc_streams_total"), naming, registry)
+        self._totals: dict[int, Recorder] = {}
+
+    def started(self) -> None:
+        self.inflight.inc()
+
+    def finished(self, status: int, seconds: float) -> None:
+        """A stream closed with gRPC ``status`` after ``seconds``."""
+        self.inflight.dec()
+        self.duration.observe(seconds)
+        status = status if 0 <= status < len(GRPC_CODES) else 2  # Unknown
+        child = self._totals.get(status)
+        if child is None:
+            child = self._totals[status] = self._totals_family.bind({"code": GRPC_CODES[status]})
+        child.inc()
 
 
 class DataLayerMetrics:

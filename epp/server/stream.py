@@ -62,7 +62,7 @@ from epp.protocol import (
     State,
 )
 from epp.server.awaiting import AwaitingUsage
-from epp.server.metrics import RequestMetrics, error_code
+from epp.server.metrics import RequestMetrics, StreamMetrics, error_code
 from epp.server.request_log import RequestLog
 from epp.server.routing import Router
 from scheduler.types import Completion, Outcome, SchedulingResult
@@ -73,6 +73,10 @@ _log = structlog.get_logger("epp.stream")
 _FINISHED = frozenset({State.COMPLETE, State.CLOSED})
 _HEADERS, _DISPATCHED, _CLOSED = State.HEADERS, State.DISPATCHED, State.CLOSED  # globals are cheaper
 _RESPONDING = State.RESPONDING
+# gRPC status of a stream that ends before it finished, by outcome (as grpc-go classifies the Go EPP's
+# return: EOF -> OK, a cancelled context -> Canceled, a passed deadline -> DeadlineExceeded).
+_STREAM_STATUS = {Outcome.CLIENT_CANCEL: 0, Outcome.OK: 0, Outcome.STREAM_RESET: 1, Outcome.SHUTDOWN: 1,
+                  Outcome.TIMEOUT: 4}  # fmt: skip
 
 
 class StreamCore:
@@ -86,8 +90,11 @@ class StreamCore:
         request_log: RequestLog | None = None,
         clock: Callable[[], float] = time.perf_counter,
         awaiting: AwaitingUsage | None = None,
+        stream_metrics: StreamMetrics | None = None,
     ) -> None:
+        """``stream_metrics``: the opt-in ext_proc stream metrics (None: not recorded)."""
         self.config = config
+        self.stream_metrics = stream_metrics
         self.router = router
         self.scheduler = router.scheduler
         self.metrics = metrics
@@ -102,6 +109,8 @@ class StreamCore:
 
     def open(self) -> ExtProcStream:
         self.active_streams += 1
+        if self.stream_metrics is not None:
+            self.stream_metrics.started()
         return ExtProcStream(self)
 
     def hook(self, action: Dispatched | ResponseStarted | ResponseChunk) -> None:
@@ -298,13 +307,22 @@ class ExtProcStream:
         session = self.session
         return session.response_bytes if session.sees_response_body else None
 
-    def end(self, outcome: Outcome) -> None:
-        """The stream is over: complete an open dispatch with ``outcome``, log the request. Idempotent."""
+    def end(self, outcome: Outcome, status: int = -1) -> None:
+        """The stream is over: complete an open dispatch with ``outcome``, log the request. Idempotent.
+
+        ``status``: the gRPC status the engine closes the stream with (-1: not sent; then OK for a stream
+        that finished or that the proxy half-closed, CANCELLED for a reset or shutdown,
+        DEADLINE_EXCEEDED for a timeout), for the opt-in stream metrics.
+        """
         if self._closed:
             return
         self._closed = True
         core = self._core
         core.active_streams -= 1
+        if core.stream_metrics is not None:
+            if status < 0:
+                status = 0 if self.finished else _STREAM_STATUS.get(outcome, 2)
+            core.stream_metrics.finished(status, core.clock() - self._start)
         observer = self.observer
         if observer is not None:
             if not observer.finished:  # cut off: a deferred completion ends with its own outcome

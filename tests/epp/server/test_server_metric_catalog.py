@@ -19,7 +19,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import HttpHeaders, Proces
 from prometheus_client.parser import text_string_to_metric_families
 from srv_helpers import free_port, request_body, request_headers, response_body, stub
 
-from epp.server.metric_catalog import CATALOG, NOT_EXPOSED, Family, Naming, Scheme
+from epp.server.metric_catalog import CATALOG, NOT_EXPOSED, OPT_IN, Family, Naming, Scheme
 
 HERE = Path(__file__).resolve().parent
 UPSTREAM_LIST = HERE / "upstream_metrics.tsv"
@@ -225,6 +225,9 @@ async def test_a_started_picker_exports_every_upstream_family_of_its_scheme(
         "--secure-serving=false", "--metrics-endpoint-auth=false", "--refresh-metrics-interval=50ms",
         "--metrics-naming", naming,
     ]  # fmt: skip
+    streams = naming == "both"  # the opt-in stream metrics, in one of the runs
+    if streams:
+        flags.append("--enable-grpc-stream-metrics")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "epp", *flags, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -244,14 +247,18 @@ async def test_a_started_picker_exports_every_upstream_family_of_its_scheme(
             name = family.name(scheme)
             if name is None:
                 continue
-            exported = chosen.exports(scheme) and family.key not in NOT_EXPOSED
+            exported = (
+                chosen.exports(scheme)
+                and family.key not in NOT_EXPOSED
+                and (family.key not in OPT_IN or streams)
+            )
             if not exported:
                 assert name not in families, name
                 continue
             assert name in families, name
             got = families[name]
             assert got.type == family.kind, name
-            if family.key in WITH_SAMPLES:
+            if family.key in WITH_SAMPLES or family.key in OPT_IN:
                 assert got.samples, name
             for sample in got.samples:
                 labels = set(sample.labels) - {"le"}
@@ -278,6 +285,11 @@ async def test_a_started_picker_exports_every_upstream_family_of_its_scheme(
         assert [(s.labels["status"], s.labels["port"], s.value) for s in attempts] == [
             ("success", fleet[0].rpartition(":")[2], 2.0)
         ]
+        if streams:
+            closed = {s.labels["code"]: s.value for s in families["llm_d_epp_extproc_streams"].samples
+                      if s.name.endswith("_total")}  # fmt: skip
+            assert closed == {"OK": 3.0}
+            assert families["llm_d_epp_extproc_streams_inflight"].samples[0].value == 0
         hits = [s for s in families["llm_d_epp_prefix_indexer_hit_bytes"].samples if s.name.endswith("_sum")]
         assert hits and hits[0].value > 0  # the second request hit the prefix the first one left
     else:

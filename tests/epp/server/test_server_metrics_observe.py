@@ -13,7 +13,14 @@ from srv_helpers import FakeScheduler, StaticSource, request_body, request_heade
 from epp.admission import Admitter
 from epp.protocol import SessionConfig
 from epp.server.metric_catalog import Naming
-from epp.server.metrics import LABEL_CAP, OVERFLOW, RequestMetrics, SchedulerMetrics, error_code
+from epp.server.metrics import (
+    LABEL_CAP,
+    OVERFLOW,
+    RequestMetrics,
+    SchedulerMetrics,
+    StreamMetrics,
+    error_code,
+)
 from epp.server.pool_metrics import PoolCollector, mean_and_stdev
 from epp.server.prefix_stats import prefix_hit_observer
 from epp.server.routing import Router
@@ -227,3 +234,37 @@ def test_pool_summary_is_upstreams_sample_deviation_rounded() -> None:
     assert _value(registry, "inference_pool_average_queue_size", {"name": "pool"}) is None
     # no saturation detector: no saturation sample (flow-control families stay empty)
     assert "flow_control_pool_saturation{" not in generate_latest(registry).decode()
+
+
+@pytest.mark.parametrize(
+    ("finish", "status", "code"),
+    [
+        (True, -1, "OK"),
+        (False, -1, "Canceled"),  # reset by the proxy
+        (False, 3, "InvalidArgument"),  # the engine aborted on a protocol error
+    ],
+)
+def test_stream_metrics_count_streams_by_grpc_code(finish: bool, status: int, code: str) -> None:
+    clock, registry = Clock(), CollectorRegistry()
+    core = _core(clock, registry)
+    core.stream_metrics = StreamMetrics(registry)
+    stream = core.open()
+    assert _value(registry, "llm_d_epp_extproc_streams_inflight") == 1
+    stream.feed(request_headers())
+    clock.t = 0.5
+    if finish:
+        stream.feed(request_body(b"not json"))  # answered: the stream is finished
+    stream.end(Outcome.STREAM_RESET, status)
+    assert _value(registry, "llm_d_epp_extproc_streams_inflight") == 0
+    assert _value(registry, "llm_d_epp_extproc_stream_duration_seconds_sum") == 0.5
+    assert _value(registry, "llm_d_epp_extproc_streams_total", {"code": code}) == 1
+
+
+def test_stream_timeout_is_deadline_exceeded_and_half_close_is_ok() -> None:
+    clock, registry = Clock(), CollectorRegistry()
+    core = _core(clock, registry)
+    core.stream_metrics = StreamMetrics(registry)
+    core.open().end(Outcome.TIMEOUT)
+    core.open().end(Outcome.CLIENT_CANCEL)
+    assert _value(registry, "llm_d_epp_extproc_streams_total", {"code": "DeadlineExceeded"}) == 1
+    assert _value(registry, "llm_d_epp_extproc_streams_total", {"code": "OK"}) == 1
