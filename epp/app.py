@@ -24,7 +24,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -65,6 +65,7 @@ from epp.server.server import EppServer, ServerSettings
 from epp.server.tls import TlsError, load_certificate, server_credentials
 from scheduler.config.resolved import ResolvedConfig
 from scheduler.errors import ConfigError
+from scheduler.types import EndpointView
 
 __all__ = ["PickerApp", "StartupError", "build_app", "run", "serve"]
 
@@ -235,6 +236,17 @@ class PickerApp:
         _log.info("stopped", completed_requests=self.server.servicer.completions)
 
 
+def _stale_reader(
+    detector: object, now: Callable[[], float]
+) -> Callable[[Sequence[EndpointView]], tuple[str, int] | None]:
+    """The utilization detector's stale-endpoint count for the stale-endpoints gauge (None without one)."""
+    count = getattr(detector, "stale_count", None)
+    if count is None:
+        return lambda _: None
+    name = str(getattr(detector, "name", "utilization-detector"))
+    return lambda endpoints: (name, count(endpoints, now()))
+
+
 async def build_app(options: Options) -> PickerApp:
     """Validate and assemble everything (no port is opened yet). Raises StartupError."""
     disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -288,6 +300,7 @@ async def build_app(options: Options) -> PickerApp:
             layer.snapshot,
             saturation=lambda eps: detector.saturation(eps, layer.now()) if detector is not None else None,
             index_sizes=index_sizes_reader(plugins),
+            stale=_stale_reader(detector, layer.now),
             naming=naming,
         )
     )

@@ -7,7 +7,9 @@ arithmetic: over the ready endpoints (those with fresh metrics), mean and *sampl
 and the averages and deviations read 0. The per-endpoint queue lists every endpoint (ready or not) by
 name. ``flow_control_pool_saturation{stage="effective"}`` is the saturation detector's value for the
 snapshot, exported only when a saturation detector is configured (this picker has no prefill/decode
-stage split, so only the ``effective`` stage). Families go under the names ``--metrics-naming``
+stage split, so only the ``effective`` stage); ``flow_control_stale_endpoints{detector}`` counts the
+snapshot's endpoints whose metrics that detector finds missing or stale, for a ``utilization-detector``
+(upstream records it from that detector only). Families go under the names ``--metrics-naming``
 selects.
 """
 
@@ -24,7 +26,7 @@ from scheduler.types import EndpointView
 
 __all__ = ["PoolCollector", "mean_and_stdev"]
 
-_EMPTY_GAUGES = ("fc_queue_size", "fc_queue_bytes", "fc_stale_endpoints", "fc_capacity_requests",
+_EMPTY_GAUGES = ("fc_queue_size", "fc_queue_bytes", "fc_capacity_requests",
                  "fc_capacity_bytes", "fc_global_capacity_requests", "fc_global_capacity_bytes",
                  "fc_reclaim_target", "fc_pending_reclaim")  # fmt: skip
 
@@ -43,7 +45,8 @@ class PoolCollector(Collector):
     """Scrape-time pool gauges from ``snapshot()``.
 
     ``saturation(endpoints)`` returns the detector's value for a snapshot (None = no detector);
-    ``index_sizes()`` each prefix index as (plugin name, plugin type, entries).
+    ``index_sizes()`` each prefix index as (plugin name, plugin type, entries); ``stale(endpoints)``
+    the utilization detector's (name, endpoints with missing or stale metrics), None without one.
     """
 
     def __init__(
@@ -53,12 +56,14 @@ class PoolCollector(Collector):
         *,
         saturation: Callable[[Sequence[EndpointView]], float | None] = lambda _: None,
         index_sizes: Callable[[], list[tuple[str, str, int]]] = list,
+        stale: Callable[[Sequence[EndpointView]], tuple[str, int] | None] = lambda _: None,
         naming: Naming = Naming.BOTH,
     ) -> None:
         self._name = pool_name
         self._snapshot = snapshot
         self._saturation = saturation
         self._index_sizes = index_sizes
+        self._stale = stale
         self._schemes = [s for s in (Scheme.LLM_D, Scheme.INFERENCE) if naming.exports(s)]
 
     def _families(self, key: str) -> list[tuple[GaugeMetricFamily, tuple[str, ...]]]:
@@ -118,6 +123,9 @@ class PoolCollector(Collector):
             [] if saturation is None else [({"inference_pool": self._name, "stage": "effective"}, saturation)]
         )
         yield from self._gauge("fc_pool_saturation", rows)
+        stale = self._stale(endpoints)
+        rows = [] if stale is None else [({"detector": stale[0]}, float(stale[1]))]
+        yield from self._gauge("fc_stale_endpoints", rows)
         for key in _EMPTY_GAUGES:  # flow control is not implemented: no queues, no capacity
             yield from self._gauge(key, [])
         sizes = self._index_sizes()

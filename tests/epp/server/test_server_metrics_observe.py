@@ -268,3 +268,25 @@ def test_stream_timeout_is_deadline_exceeded_and_half_close_is_ok() -> None:
     core.open().end(Outcome.CLIENT_CANCEL)
     assert _value(registry, "llm_d_epp_extproc_streams_total", {"code": "DeadlineExceeded"}) == 1
     assert _value(registry, "llm_d_epp_extproc_streams_total", {"code": "OK"}) == 1
+
+
+def test_stale_endpoints_gauge_counts_what_the_utilization_detector_finds_stale() -> None:
+    from epp.app import _stale_reader
+    from scheduler.plugins.saturation.utilization import UtilizationDetector
+
+    detector = UtilizationDetector("util")
+    endpoints = [
+        Endpoint("10.0.0.1:8000", "fresh", {}, True, Metrics(updated_at=99.9)),
+        Endpoint("10.0.0.2:8000", "old", {}, True, Metrics(updated_at=10.0)),
+        Endpoint("10.0.0.3:8000", "never", {}, True, Metrics()),
+    ]
+    registry = CollectorRegistry()
+    saturation = lambda eps: detector.saturation(eps, 100.0)  # noqa: E731
+    stale = _stale_reader(detector, lambda: 100.0)
+    registry.register(PoolCollector("pool", lambda: endpoints, saturation=saturation, stale=stale))
+    assert _value(registry, "llm_d_epp_flow_control_stale_endpoints", {"detector": "util"}) == 2
+    effective = {"inference_pool": "pool", "stage": "effective"}
+    assert _value(registry, "llm_d_epp_flow_control_pool_saturation", effective) == detector.saturation(
+        endpoints, 100.0
+    )
+    assert _stale_reader(None, lambda: 0.0)(endpoints) is None
