@@ -61,6 +61,7 @@ from epp.protocol import (
     SessionConfig,
     State,
 )
+from epp.protocol.session import DEFAULT_FAIRNESS_ID
 from epp.server.awaiting import AwaitingUsage
 from epp.server.metrics import RequestMetrics, StreamMetrics, error_code
 from epp.server.request_log import RequestLog
@@ -376,7 +377,7 @@ class ExtProcStream:
         if request is not None:
             labels = m.bound(request.model, request.target_model, request.fairness_id, request.priority)
         else:
-            labels = m.bound("", "", "", 0)
+            labels = m.bound("", "", DEFAULT_FAIRNESS_ID, 0)  # upstream's labels of an unparsed request
         immediate = response.immediate_response
         self.error = immediate.details or "unknown"
         m.failed(labels, error_code(immediate.status.code))

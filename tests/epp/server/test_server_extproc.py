@@ -106,7 +106,7 @@ async def test_bad_bodies_get_json_errors(
     assert value == 1.0
     value = server.registry.get_sample_value(
         "llm_d_epp_request_error_total",
-        {"model_name": "", "target_model_name": "", "fairness_id": "", "priority": "0",
+        {"model_name": "", "target_model_name": "", "fairness_id": "default-flow", "priority": "0",
          "error_code": "BadRequest"},
     )  # fmt: skip
     assert value == 1.0
