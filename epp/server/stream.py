@@ -381,4 +381,5 @@ class ExtProcStream:
         immediate = response.immediate_response
         self.error = immediate.details or "unknown"
         m.failed(labels, error_code(immediate.status.code))
-        m.request_processing.observe(self._core.clock() - self._start)
+        if self.result is None:  # answered before dispatch: its request processing ends here
+            m.request_processing.observe(self._core.clock() - self._start)
