@@ -237,7 +237,7 @@ class ExtProcStream:
             t0 = core.clock()
             if self._resp_at == 0.0:
                 self._resp_at = t0
-            if msg.HasField("response_body"):
+            if msg.HasField("response_body") and msg.response_body.body:  # non-empty chunks, as upstream
                 self._response_chunk(t0)
         actions = session.receive(msg)
         # The list may grow while it is walked: a Schedule appends the actions of its decision.
@@ -278,7 +278,7 @@ class ExtProcStream:
         return out
 
     def _response_chunk(self, now: float) -> None:
-        """A response body message arrived at ``now``: time to first byte, inter-chunk latency."""
+        """A non-empty response body message arrived at ``now``: time to first byte, inter-chunk latency."""
         if self._ttft == 0.0:
             self._ttft = now - self._start
         elif self._streaming:

@@ -290,3 +290,17 @@ def test_stale_endpoints_gauge_counts_what_the_utilization_detector_finds_stale(
         endpoints, 100.0
     )
     assert _stale_reader(None, lambda: 0.0)(endpoints) is None
+
+
+def test_empty_body_messages_are_not_first_tokens_or_inter_token_gaps() -> None:
+    clock, registry = Clock(), CollectorRegistry()
+    stream = _core(clock, registry).open()
+    stream.feed(request_headers())
+    stream.feed(request_body(orjson.dumps({"model": "m1", "prompt": "hello", "stream": True})))
+    stream.feed(_response_headers("text/event-stream"))
+    for t, chunk, eos in ((0.5, b"", False), (0.75, b'data: {"choices":[{"text":"a"}]}\n\n', False),
+                          (0.9, b"", False), (1.0, b"data: [DONE]\n\n", True)):  # fmt: skip
+        clock.t = t
+        stream.feed(response_body(chunk, end_of_stream=eos))
+    assert _value(registry, "llm_d_epp_request_ttft_seconds_sum", {**LLMD, "streaming": "true"}) == 0.75
+    assert _value(registry, "llm_d_epp_request_streaming_itl_seconds_sum", LLMD) == 0.25
