@@ -248,7 +248,7 @@ class RequestMetrics:
         self._models = _Bounded(LABEL_CAP)
         self._fairness = _Bounded(LABEL_CAP)
         self._children: dict[tuple[str, str, str, int], _Children] = {}
-        self._attempts: dict[tuple[str, ...], Recorder] = {}
+        self._attempts: dict[tuple[str, str | None, str], Recorder] = {}
 
     def bound(self, model: str, target: str, fairness: str, priority: int) -> _Children:
         """The children of one label set (bound on first use)."""
@@ -273,23 +273,30 @@ class RequestMetrics:
 
     def attempt(self, target: str, result: SchedulingResult | None) -> None:
         """One scheduling call: ``result`` None when it failed; labels the primary endpoint."""
-        if result is None or not result.endpoints:
-            key: tuple[str, ...] = ("failure" if result is None else "success", target, "", "", "")
-        else:
+        if result is None:
+            key: tuple[str, str | None, str] = (target, None, "")
+        elif result.endpoints:
             primary = result.endpoints[0]
-            port = primary.address.rpartition(":")[2]
-            key = ("success", target, primary.name, self._namespace if primary.name else "", port)
+            key = (target, primary.address, primary.name)
+        else:
+            key = (target, "", "")
         child = self._attempts.get(key)
         if child is None:
-            values = dict(
-                zip(("status", "target_model_name", "pod_name", "namespace", "port"), key, strict=True)
-            )
-            values["endpoint_name"] = values["pod_name"]
-            values["target_model_name"] = self._models(target)
-            child = self.attempts.bind(values)
+            child = self.attempts.bind(self._attempt_labels(target, result))
             if len(self._attempts) < CHILD_CACHE_BUDGET:
                 self._attempts[key] = child
         child.inc()
+
+    def _attempt_labels(self, target: str, result: SchedulingResult | None) -> dict[str, str]:
+        status = "failure" if result is None else "success"
+        values = {"status": status, "target_model_name": self._models(target), "pod_name": "",
+                  "endpoint_name": "", "namespace": "", "port": ""}  # fmt: skip
+        if result is not None and result.endpoints:
+            primary = result.endpoints[0]
+            values["pod_name"] = values["endpoint_name"] = primary.name
+            values["namespace"] = self._namespace if primary.name else ""
+            values["port"] = primary.address.rpartition(":")[2]
+        return values
 
     def dispatched(self, c: _Children) -> None:
         c.running.inc()
