@@ -32,7 +32,7 @@ from datalayer.connection import Connection, HttpClients, TlsSettings
 from datalayer.discovery.base import Discovery
 from datalayer.engines import BUILTIN_ENGINES, EngineMapping
 from datalayer.http import HttpClient
-from datalayer.poller import PollSettings, SourcePoller
+from datalayer.poller import ErrorSink, PollSettings, SourcePoller
 from datalayer.records import DiscoveryEvent, EndpointRecord, EndpointSpec, Health
 from datalayer.sources import CoreMetricsExtractor, DataSource, MetricsDataSource, ModelsDataSource
 from datalayer.store import EndpointStore
@@ -105,6 +105,7 @@ class DataLayer:
         self._pollers: dict[str, list[asyncio.Task[None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._removal_callbacks: list[RemovalCallback] = []
+        self._error_callbacks: list[ErrorSink] = []
         self._synced = asyncio.Event()
         self._running = False
         o = self.options
@@ -154,6 +155,15 @@ class DataLayer:
     def aggregates(self) -> PoolAggregates:
         """Pool averages over fresh endpoints (see :mod:`datalayer.aggregates`)."""
         return pool_aggregates(self._store.snapshot(), self._clock(), self.options.staleness_threshold)
+
+    def on_poll_error(self, callback: ErrorSink) -> None:
+        """Call ``callback(source_type, extractor_type)`` on every failed poll (``extractor_type`` None:
+        the fetch failed; else the extraction did)."""
+        self._error_callbacks.append(callback)
+
+    def _report_error(self, source_type: str, extractor_type: str | None) -> None:
+        for callback in self._error_callbacks:
+            callback(source_type, extractor_type)
 
     def on_endpoints_removed(self, callback: RemovalCallback) -> Callable[[], None]:
         """Call ``callback(addresses)`` after endpoints leave; returns an unsubscribe function."""
@@ -230,6 +240,7 @@ class DataLayer:
                     self._clock,
                     self._sleep,
                     connection,
+                    self._report_error,
                 ).run(),
                 name=f"datalayer-poll-{source.name}-{address}",
             )

@@ -11,6 +11,12 @@ age keeps growing). Secondary sources only merge attributes. Errors are logged o
 Scheduling: the first poll happens at once; later polls are spaced ``interval`` apart on a fixed
 grid, offset per address (a hash) so that many pollers do not fire together; a poll that overruns
 skips the missed ticks instead of bunching up.
+
+Failures are also reported to ``on_error(source_type, extractor_type)`` (upstream's data-layer error
+counters): a fetch failure or non-2xx status as a *poll* error (``extractor_type`` None); a body the
+source could not turn into an update as an *extract* error of the source's extractor
+(:data:`EXTRACTOR_TYPES`; upstream runs its extractors one by one, so their failures are not poll
+errors).
 """
 
 from __future__ import annotations
@@ -29,7 +35,14 @@ from datalayer.records import EndpointSpec, Health, frozen_mapping
 from datalayer.sources import DataSource, SourceUpdate
 from datalayer.store import EndpointStore
 
-__all__ = ["PollSettings", "SourcePoller"]
+__all__ = ["EXTRACTOR_TYPES", "ErrorSink", "PollSettings", "SourcePoller"]
+
+ErrorSink = Callable[[str, "str | None"], None]
+# The extractor type upstream names for the extraction step of each built-in source.
+EXTRACTOR_TYPES = {
+    "metrics-data-source": "core-metrics-extractor",
+    "models-data-source": "models-data-extractor",
+}
 
 log = structlog.get_logger("datalayer")
 
@@ -55,8 +68,10 @@ class SourcePoller:
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]],
         connection: Connection | None = None,
+        on_error: ErrorSink | None = None,
     ) -> None:
         self.address = address
+        self._on_error = on_error
         self.source = source
         self._store = store
         self._specs = specs
@@ -92,20 +107,32 @@ class SourcePoller:
         if spec is None:
             return
         s = self._settings
+        source_type = getattr(self.source, "plugin_type", type(self.source).__name__)
+        fetched = False
         try:
             resp = await self._http.get(self.url, timeout=s.timeout, max_bytes=s.max_body_bytes)
             if not 200 <= resp.status < 300:
                 raise FetchError(f"HTTP {resp.status}")
+            fetched = True
             update = self.source.extract(resp.body, spec, self._clock())
         except (FetchError, ValueError) as exc:
+            self._report(source_type, EXTRACTOR_TYPES.get(source_type, source_type) if fetched else None)
             self._failed(f"{self.source.path}: {exc}")
             return
         except Exception as exc:  # a plugin bug must not kill the poller
+            self._report(source_type, EXTRACTOR_TYPES.get(source_type, source_type) if fetched else None)
             if not self._failing:
                 log.exception("data source crashed", source=self.source.name, address=self.address)
             self._failed(f"{self.source.path}: {self.source.name} crashed: {type(exc).__name__}: {exc}")
             return
         self._succeeded(update)
+
+    def _report(self, source_type: str, extractor_type: str | None) -> None:
+        if self._on_error is not None:
+            try:
+                self._on_error(source_type, extractor_type)
+            except Exception:
+                log.exception("data-layer error sink failed")
 
     def _succeeded(self, update: SourceUpdate) -> None:
         record = self._store.get(self.address)

@@ -28,7 +28,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -64,13 +64,21 @@ from epp.feature_gates import (
 from epp.options import Options
 from epp.protocol import SessionConfig
 from epp.readiness import answered, wait_for_an_answer
-from epp.server.metrics import RequestMetrics, SchedulerMetrics, register_info
+from epp.server.metric_catalog import Naming
+from epp.server.metrics import (
+    DataLayerMetrics,
+    RequestMetrics,
+    SchedulerMetrics,
+    StreamMetrics,
+    register_info,
+)
 from epp.server.pool_metrics import PoolCollector
-from epp.server.prefix_stats import hit_ratio_observer, index_size_reader
+from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
 from epp.server.server import EppServer, ServerSettings
 from epp.server.tls import TlsError, load_certificate, server_credentials
 from scheduler.config.resolved import ResolvedConfig
 from scheduler.errors import ConfigError
+from scheduler.types import EndpointView
 
 __all__ = ["PickerApp", "StartupError", "build_app", "run", "serve"]
 
@@ -267,6 +275,17 @@ class PickerApp:
         _log.info("stopped", completed_requests=self.server.servicer.completions)
 
 
+def _stale_reader(
+    detector: object, now: Callable[[], float]
+) -> Callable[[Sequence[EndpointView]], tuple[str, int] | None]:
+    """The utilization detector's stale-endpoint count for the stale-endpoints gauge (None without one)."""
+    count = getattr(detector, "stale_count", None)
+    if count is None:
+        return lambda _: None
+    name = str(getattr(detector, "name", "utilization-detector"))
+    return lambda endpoints: (name, count(endpoints, now()))
+
+
 async def build_app(options: Options) -> PickerApp:
     """Validate and assemble everything (no port is opened yet). Raises StartupError."""
     disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -313,7 +332,9 @@ async def build_app(options: Options) -> PickerApp:
     except ValueError as exc:  # TLS material of a data source (TlsSettingsError), a bad engine mapping
         raise StartupError(f"dataLayer: {exc}") from None
     registry = CollectorRegistry()
-    scheduler_metrics = SchedulerMetrics(registry)
+    naming = Naming(options.metrics_naming)
+    layer.on_poll_error(DataLayerMetrics(registry, naming))
+    scheduler_metrics = SchedulerMetrics(registry, naming=naming)
     scheduler = config.build_scheduler(observer=scheduler_metrics)
     layer.on_endpoints_removed(scheduler.endpoints_removed)
     detector = config.saturation_detector
@@ -323,11 +344,14 @@ async def build_app(options: Options) -> PickerApp:
             options.pool_name or "default",
             layer.snapshot,
             saturation=lambda eps: detector.saturation(eps, layer.now()) if detector is not None else None,
-            index_size=index_size_reader(plugins),
+            index_sizes=index_sizes_reader(plugins),
+            stale=_stale_reader(detector, layer.now),
+            naming=naming,
         )
     )
-    register_info(registry, os.environ.get("EPP_COMMIT", "unknown"), os.environ.get("EPP_BUILD_REF", "dev"))
-    request_metrics = RequestMetrics(registry)
+    commit, build_ref = os.environ.get("EPP_COMMIT", "unknown"), os.environ.get("EPP_BUILD_REF", "dev")
+    register_info(registry, commit, build_ref, naming)
+    request_metrics = RequestMetrics(registry, naming, options.pool_namespace)
     session_config = SessionConfig(
         parser=loaded.parser,
         priority_of=priorities,
@@ -347,7 +371,8 @@ async def build_app(options: Options) -> PickerApp:
         registry=registry,
         request_metrics=request_metrics,
         config_view=_config_view(options, config),
-        on_result=hit_ratio_observer(plugins, scheduler_metrics.hit_ratio.observe),
+        on_result=prefix_hit_observer(plugins, scheduler_metrics.observe_prefix),
+        stream_metrics=StreamMetrics(registry, naming) if options.enable_grpc_stream_metrics else None,
     )
     _log_gates(loaded.feature_gates)
     return PickerApp(options, config, layer, http, server, built.api_client, objectives, loaded.feature_gates)

@@ -75,6 +75,8 @@ class Options:
     enable_pprof: bool = True
     metrics_endpoint_auth: bool = True
     metrics_bearer_token_file: str | None = None
+    metrics_naming: str = "both"  # ours: both | llm-d | inference (see epp.server.metric_catalog)
+    enable_grpc_stream_metrics: bool = False
     ha_enable_leader_election: bool = False
 
     @property
@@ -199,6 +201,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--enable-pprof", action=b, default=True, help="accepted for GIE compatibility")
     g.add_argument("--metrics-endpoint-auth", action=b, default=True, help="require the bearer token")
     g.add_argument("--metrics-bearer-token-file", help=f"{_OURS} file with the token /metrics requires")
+    g.add_argument(
+        "--enable-grpc-stream-metrics", action=b, default=False,
+        help="ext_proc stream metrics: streams open, stream duration, streams closed by gRPC code",
+    )  # fmt: skip
+    g.add_argument(
+        "--metrics-naming", choices=("both", "llm-d", "inference"), default="both",
+        help=f"{_OURS} metric names to export: llm_d_epp_* and the deprecated inference_* twins (both, "
+        "as llm-d-router), llm_d_epp_* only, or inference_* only (GIE's names)",
+    )  # fmt: skip
     g.add_argument("--ha-enable-leader-election", action=b, help="active-passive HA via a Kubernetes Lease")
     return p
 
@@ -278,6 +289,8 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         enable_pprof=ns.enable_pprof,
         metrics_endpoint_auth=ns.metrics_endpoint_auth,
         metrics_bearer_token_file=ns.metrics_bearer_token_file,
+        metrics_naming=ns.metrics_naming,
+        enable_grpc_stream_metrics=ns.enable_grpc_stream_metrics,
         ha_enable_leader_election=ns.ha_enable_leader_election,
     )
 

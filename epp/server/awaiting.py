@@ -43,6 +43,8 @@ class Awaited:
     model: str
     target_model: str
     started: float
+    fairness_id: str = "default-flow"
+    priority: int = 0
 
 
 class _Entry:
@@ -76,14 +78,24 @@ class AwaitingUsage:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def expect(self, request_id: str, model: str, target_model: str, started: float) -> None:
+    def expect(
+        self,
+        request_id: str,
+        model: str,
+        target_model: str,
+        started: float,
+        fairness_id: str = "default-flow",
+        priority: int = 0,
+    ) -> None:
         """Remember a dispatched request (a repeated id replaces the older entry)."""
         if not request_id:
             return
         now = self._clock()
         entries = self._entries
         old = entries.pop(request_id, None)
-        entries[request_id] = _Entry(now + self.ttl_s, Awaited(model, target_model, started))
+        entries[request_id] = _Entry(
+            now + self.ttl_s, Awaited(model, target_model, started, fairness_id, priority)
+        )
         self._expire(now)
         while len(entries) > self.capacity:
             self._drop(entries.popitem(last=False)[1])

@@ -1,135 +1,348 @@
-"""Prometheus metrics of the picker, with the Go endpoint picker's names (drop-in dashboards).
+"""Prometheus metrics of the picker, with the upstream endpoint picker's names, labels and buckets.
 
-Per-request metrics (``inference_objective_*``) are recorded by :class:`RequestMetrics` through
-label children bound once per (model, target model[, priority]) and cached, so a request costs a few
-dict lookups and ``inc``/``observe`` calls. Scheduler metrics (``inference_extension_*``) are fed by
-:class:`SchedulerMetrics`, which implements the scheduler's observer seam. Pool gauges
-(``inference_pool_*``) and the saturation gauge are computed at scrape time by
-:class:`epp.server.pool_metrics.PoolCollector` from the data layer's snapshot, never per request.
+Every family of :mod:`epp.server.metric_catalog` that the picker feeds is registered under the names
+``--metrics-naming`` selects (``both`` by default, as llm-d-router: ``llm_d_epp_*`` plus the deprecated
+``inference_*`` twins). A :class:`Twin` holds a family's collectors (zero, one or two) and binds a label
+set to one recording object, so a recording costs the same call whichever scheme is chosen (two
+updates with ``both``).
 
-Normalised time per output token (NTPOT) = (completion time - receive time) / output tokens, observed
-only for successful requests that reported output tokens. The flow-control queue-duration histogram
-has no observations: flow control is not implemented yet.
+Per-request metrics are recorded by :class:`RequestMetrics` through label children bound once per
+(model, target model, fairness id, priority) and cached, so a request costs a few dict lookups and
+``inc``/``observe`` calls. Label values from the client are bounded as upstream: model and target
+model names share a cap of 1000 distinct values, fairness ids another 1000; later values are reported
+as ``other``. The child cache holds at most :data:`CHILD_CACHE_BUDGET` entries (beyond that a request
+binds its children again, which is correct, only slower).
+
+Scheduler metrics are fed by :class:`SchedulerMetrics` (the scheduler's observer seam); pool gauges,
+the prefix index size and the saturation gauge are computed at scrape time by
+:class:`epp.server.pool_metrics.PoolCollector`, never per request.
+
+Error codes (``error_code``) are upstream's: the picker's own HTTP errors map by status
+(:func:`error_code`: 400 ``BadRequest``, 404 ``NotFound``, 429 ``ResourceExhausted``, 500 ``Internal``,
+503 ``ServiceUnavailable``, ...); a model-server answer other than 2xx is ``ModelServerError``; a stream
+that breaks off (reset, timeout, shutdown) is ``Unknown``; a client cancel is not an error (upstream
+returns without recording one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 
-from epp.server.fastmetrics import FastCounter as Counter
-from epp.server.fastmetrics import FastGauge
-from epp.server.fastmetrics import FastHistogram as Histogram
-from scheduler.types import Completion, Outcome, Usage
+from epp.server.fastmetrics import FastCounter, FastGauge, FastHistogram
+from epp.server.metric_catalog import Family, Naming, Scheme, by_key
+from scheduler.types import Completion, Outcome, SchedulingResult, Usage
 
-__all__ = ["RequestMetrics", "SchedulerMetrics", "register_info"]
+__all__ = [
+    "CHILD_CACHE_BUDGET",
+    "LABEL_CAP",
+    "DataLayerMetrics",
+    "RequestMetrics",
+    "SchedulerMetrics",
+    "StreamMetrics",
+    "Twin",
+    "error_code",
+    "register_info",
+]
 
-_SIZE_BUCKETS = tuple(float(2**i) for i in range(6, 31, 2))  # 64 B .. 1 GiB
-_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
-_LATENCY_BUCKETS = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20,
-                    30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600)  # fmt: skip
-_NTPOT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0)
-_SCHED_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-_PLUGIN_BUCKETS = (1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 5e-3, 1e-2, 0.1)
-_RATIO_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+LABEL_CAP = 1000  # distinct model (and target model) names, and fairness ids, as upstream
+CHILD_CACHE_BUDGET = 4096  # bound label-children bundles kept for reuse
+OVERFLOW = "other"
 
-_MODEL_TARGET = ("model_name", "target_model_name")
 _OK = Outcome.OK  # a global is cheaper than an Enum member
+_CANCEL = Outcome.CLIENT_CANCEL
+
+# HTTP status -> upstream error code (pkg/common/error/error.go: the inverse of BuildErrResponse).
+_CODES = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+          412: "PreconditionFailed", 413: "BadRequest", 429: "ResourceExhausted", 500: "Internal",
+          503: "ServiceUnavailable"}  # fmt: skip
+
+
+def error_code(status: int) -> str:
+    """Upstream's ``error_code`` for an error the picker answered with HTTP ``status``."""
+    return _CODES.get(status, "Unknown")
+
+
+class Recorder(Protocol):
+    def inc(self, amount: float = 1.0) -> None: ...
+    def dec(self, amount: float = 1.0) -> None: ...
+    def set(self, value: float) -> None: ...
+    def observe(self, amount: float) -> None: ...
+
+
+class _Null:
+    """The recording object of a family the chosen scheme does not export."""
+
+    __slots__ = ()
+
+    def inc(self, amount: float = 1.0) -> None:
+        pass
+
+    def dec(self, amount: float = 1.0) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+
+class _Both:
+    """Records into the children of both schemes."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.a.inc(amount)
+        self.b.inc(amount)
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.a.dec(amount)
+        self.b.dec(amount)
+
+    def set(self, value: float) -> None:
+        self.a.set(value)
+        self.b.set(value)
+
+    def observe(self, amount: float) -> None:
+        self.a.observe(amount)
+        self.b.observe(amount)
+
+
+_NULL = _Null()
+
+
+class Twin:
+    """A catalog family's collectors for the exported schemes, registered in ``registry``."""
+
+    def __init__(self, family: Family, naming: Naming, registry: CollectorRegistry | None) -> None:
+        self.family = family
+        self.parts: list[tuple[Any, tuple[str, ...]]] = []
+        for scheme in (Scheme.LLM_D, Scheme.INFERENCE):
+            name = family.name(scheme)
+            if name is None or not naming.exports(scheme):
+                continue
+            labels = family.labels(scheme)
+            doc = family.help if scheme is Scheme.LLM_D or family.llmd is None else (
+                f"Deprecated twin of {family.llmd}: {family.help}"
+            )  # fmt: skip
+            collector: Any
+            if family.kind == "counter":
+                collector = FastCounter(name, doc, labels, registry=registry)
+            elif family.kind == "gauge":
+                collector = FastGauge(name, doc, labels, registry=registry)
+            else:
+                collector = FastHistogram(name, doc, labels, buckets=family.buckets, registry=registry)
+            self.parts.append((collector, labels))
+
+    def bind(self, values: Mapping[str, str]) -> Recorder:
+        """One recording object for ``values`` (a value for every label name of either scheme)."""
+        children = [c.labels(*(values[n] for n in names)) for c, names in self.parts]
+        if not children:
+            return _NULL
+        return children[0] if len(children) == 1 else _Both(children[0], children[1])
+
+
+class _Bounded:
+    """Label values from clients, capped at ``cap`` distinct values (then ``other``)."""
+
+    __slots__ = ("cap", "seen")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.seen: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if not value or value in self.seen:
+            return value
+        if len(self.seen) >= self.cap:
+            return OVERFLOW
+        self.seen.add(value)
+        return value
 
 
 class _Children:
-    """Label children of one (model, target model): bound once, reused by every request."""
+    """Label children of one (model, target model, fairness id, priority), reused by every request."""
 
-    __slots__ = ("cached", "duration", "input", "ntpot", "output", "req_size", "resp_size", "running")
+    __slots__ = ("_itl", "_m", "_tpot", "_ttft", "_ttft_stream", "cached", "duration", "errors", "input",
+                 "ntpot", "output", "req_size", "resp_size", "running", "total", "values")  # fmt: skip
 
-    def __init__(self, m: RequestMetrics, model: str, target: str) -> None:
-        self.duration = m.duration.labels(model, target)
-        self.req_size = m.request_sizes.labels(model, target)
-        self.resp_size = m.response_sizes.labels(model, target)
-        self.input = m.input_tokens.labels(model, target)
-        self.output = m.output_tokens.labels(model, target)
-        self.cached = m.cached_tokens.labels(model, target)
-        self.ntpot = m.ntpot.labels(model, target)
-        self.running = m.running.labels(model)
+    def __init__(self, m: RequestMetrics, values: dict[str, str]) -> None:
+        self.values = values
+        self.total = m.total.bind(values)
+        self.duration = m.duration.bind(values)
+        self.req_size = m.request_sizes.bind(values)
+        self.resp_size = m.response_sizes.bind(values)
+        self.input = m.input_tokens.bind(values)
+        self.output = m.output_tokens.bind(values)
+        self.cached = m.cached_tokens.bind(values)
+        self.ntpot = m.ntpot.bind(values)
+        self.running = m.running.bind(values)
+        self._m = m
+        self._ttft: Recorder | None = None
+        self._ttft_stream: Recorder | None = None
+        self._tpot: Recorder | None = None
+        self._itl: Recorder | None = None
+        self.errors: dict[str, Recorder] = {}
+
+    # The latency families of responses are bound on first use, so that a label set never seen
+    # (e.g. streaming="false" on an all-streaming workload) does not appear as an empty series.
+
+    def ttft(self, streaming: bool) -> Recorder:
+        if streaming:
+            if self._ttft_stream is None:
+                self._ttft_stream = self._m.ttft.bind({**self.values, "streaming": "true"})
+            return self._ttft_stream
+        if self._ttft is None:
+            self._ttft = self._m.ttft.bind({**self.values, "streaming": "false"})
+        return self._ttft
+
+    @property
+    def tpot(self) -> Recorder:
+        if self._tpot is None:
+            self._tpot = self._m.tpot.bind(self.values)
+        return self._tpot
+
+    @property
+    def itl(self) -> Recorder:
+        if self._itl is None:
+            self._itl = self._m.itl.bind(self.values)
+        return self._itl
 
 
 class RequestMetrics:
-    """``inference_objective_*``: one instance per registry."""
+    """Per-request families (``llm_d_epp_request_*`` / ``inference_objective_*``), processing times and
+    scheduling attempts; one instance per registry."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        p = "inference_objective_"
+    def __init__(
+        self, registry: CollectorRegistry, naming: Naming = Naming.BOTH, namespace: str = ""
+    ) -> None:
+        """``namespace``: the pool's namespace, the ``namespace`` label of scheduling attempts."""
 
-        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(p + name, doc, _MODEL_TARGET, buckets=buckets, registry=registry)
+        def twin(key: str) -> Twin:
+            return Twin(by_key(key), naming, registry)
 
-        self.total = Counter(
-            p + "request", "Requests received", (*_MODEL_TARGET, "priority"), registry=registry
-        )
-        self.errors = Counter(
-            p + "request_error", "Requests that failed", (*_MODEL_TARGET, "error_code"), registry=registry
-        )
-        self.duration = hist("request_duration_seconds", "End-to-end request latency", _LATENCY_BUCKETS)
-        self.request_sizes = hist("request_sizes", "Request body size in bytes", _SIZE_BUCKETS)
-        self.response_sizes = hist("response_sizes", "Response body size in bytes", _SIZE_BUCKETS)
-        self.input_tokens = hist("input_tokens", "Prompt tokens per request", _TOKEN_BUCKETS)
-        self.output_tokens = hist("output_tokens", "Output tokens per request", _TOKEN_BUCKETS)
-        self.cached_tokens = hist("prompt_cached_tokens", "Prompt tokens served from cache", _TOKEN_BUCKETS)
-        self.running = FastGauge(
-            p + "running_requests", "Requests in flight", ("model_name",), registry=registry
-        )
-        self.ntpot = hist(
-            "normalized_time_per_output_token_seconds", "Request latency / output tokens", _NTPOT_BUCKETS
-        )
-        self._children: dict[tuple[str, str], _Children] = {}
-        self._totals: dict[tuple[str, str, int], Any] = {}
+        self.total = twin("request_total")
+        self.errors = twin("request_error_total")
+        self.duration = twin("request_duration_seconds")
+        self.request_sizes = twin("request_size")
+        self.response_sizes = twin("response_size")
+        self.input_tokens = twin("input_tokens")
+        self.output_tokens = twin("output_tokens")
+        self.cached_tokens = twin("cached_tokens")
+        self.running = twin("running")
+        self.ntpot = twin("ntpot")
+        self.ttft = twin("ttft")
+        self.tpot = twin("tpot")
+        self.itl = twin("itl")
+        self.attempts = twin("scheduler_attempts")
+        self.request_processing = twin("request_processing").bind({})
+        self.response_processing = twin("response_processing").bind({})
+        self._namespace = namespace
+        self._models = _Bounded(LABEL_CAP)
+        self._fairness = _Bounded(LABEL_CAP)
+        self._children: dict[tuple[str, str, str, int], _Children] = {}
+        self._attempts: dict[tuple[str, str | None, str], Recorder] = {}
 
-    def _bound(self, model: str, target: str) -> _Children:
-        key = (model, target)
+    def bound(self, model: str, target: str, fairness: str, priority: int) -> _Children:
+        """The children of one label set (bound on first use)."""
+        key = (model, target, fairness, priority)
         children = self._children.get(key)
         if children is None:
-            children = self._children[key] = _Children(self, model, target)
+            values = {
+                "model_name": self._models(model),
+                "target_model_name": self._models(target),
+                "fairness_id": self._fairness(fairness),
+                "priority": str(priority),
+            }
+            children = _Children(self, values)
+            if len(self._children) < CHILD_CACHE_BUDGET:
+                self._children[key] = children
         return children
 
-    def received(self, model: str, target: str, priority: int, body_size: int) -> None:
+    def received(self, c: _Children, body_size: int) -> None:
         """A request was parsed and is about to be scheduled."""
-        key = (model, target, priority)
-        counter = self._totals.get(key)
-        if counter is None:
-            counter = self._totals[key] = self.total.labels(model, target, str(priority))
-        counter.inc()
-        self._bound(model, target).req_size.observe(body_size)
+        c.total.inc()
+        c.req_size.observe(body_size)
 
-    def dispatched(self, model: str, target: str) -> None:
-        self._bound(model, target).running.inc()
+    def attempt(self, target: str, result: SchedulingResult | None) -> None:
+        """One scheduling call: ``result`` None when it failed; labels the primary endpoint."""
+        if result is None:
+            key: tuple[str, str | None, str] = (target, None, "")
+        elif result.endpoints:
+            primary = result.endpoints[0]
+            key = (target, primary.address, primary.name)
+        else:
+            key = (target, "", "")
+        child = self._attempts.get(key)
+        if child is None:
+            child = self.attempts.bind(self._attempt_labels(target, result))
+            if len(self._attempts) < CHILD_CACHE_BUDGET:
+                self._attempts[key] = child
+        child.inc()
 
-    def failed(self, model: str, target: str, error_code: str) -> None:
-        self.errors.labels(model, target, error_code).inc()
+    def _attempt_labels(self, target: str, result: SchedulingResult | None) -> dict[str, str]:
+        status = "failure" if result is None else "success"
+        values = {"status": status, "target_model_name": self._models(target), "pod_name": "",
+                  "endpoint_name": "", "namespace": "", "port": ""}  # fmt: skip
+        if result is not None and result.endpoints:
+            primary = result.endpoints[0]
+            values["pod_name"] = values["endpoint_name"] = primary.name
+            values["namespace"] = self._namespace if primary.name else ""
+            values["port"] = primary.address.rpartition(":")[2]
+        return values
+
+    def dispatched(self, c: _Children) -> None:
+        c.running.inc()
+
+    def failed(self, c: _Children, code: str) -> None:
+        child = c.errors.get(code)
+        if child is None:
+            values = {**c.values, "error_code": code}
+            child = c.errors[code] = self.errors.bind(values)
+        child.inc()
 
     def completed(
-        self, model: str, target: str, completion: Completion, seconds: float, response_bytes: int | None
+        self,
+        c: _Children,
+        completion: Completion,
+        seconds: float,
+        response_bytes: int | None,
+        ttft: float = 0.0,
+        streaming: bool = False,
     ) -> None:
         """A dispatched request ended (any outcome); ``seconds`` since it was received.
 
         ``response_bytes`` None: the stream did not see the response body (its size and usage are
-        recorded by :meth:`observed` when an observer stream reports them).
+        recorded by :meth:`observed` when an observer stream reports them). ``ttft`` (0 = unknown):
+        seconds from receipt to the first response body byte; ``streaming``: the response was SSE.
         """
-        c = self._bound(model, target)
         c.running.dec()
-        if completion.outcome is not _OK:
-            code = (
-                f"upstream_{completion.status_code}" if completion.status_code else completion.outcome.value
-            )
-            self.failed(model, target, code)
+        outcome = completion.outcome
+        if outcome is not _OK:
+            if completion.status_code:
+                self.failed(c, "ModelServerError")
+            elif outcome is not _CANCEL:
+                self.failed(c, "Unknown")
             return
         c.duration.observe(seconds)
+        if ttft > 0.0:
+            c.ttft(streaming).observe(ttft)
         if response_bytes is not None:
             self._usage(c, completion.usage, seconds, response_bytes)
+            tokens = completion.usage.completion_tokens
+            if streaming and ttft > 0.0 and tokens > 1 and seconds > ttft:
+                c.tpot.observe((seconds - ttft) / (tokens - 1))
 
-    def observed(self, model: str, target: str, usage: Usage, seconds: float, response_bytes: int) -> None:
+    def observed(self, c: _Children, usage: Usage, seconds: float, response_bytes: int) -> None:
         """An observer stream saw a successful response end, ``seconds`` after the request was received."""
-        self._usage(self._bound(model, target), usage, seconds, response_bytes)
+        self._usage(c, usage, seconds, response_bytes)
 
     @staticmethod
     def _usage(c: _Children, usage: Usage, seconds: float, response_bytes: int) -> None:
@@ -143,40 +356,33 @@ class RequestMetrics:
 
 
 class SchedulerMetrics:
-    """``inference_extension_*`` scheduler metrics; implements the scheduler's observer protocol."""
+    """Scheduler and plugin families; implements the scheduler's observer protocol.
+
+    Also holds the prefix-cache hit histograms (fed per routed request by
+    :func:`epp.server.prefix_stats.prefix_hit_observer`) and ``plugin_errors_total`` (ours, not
+    upstream's: plugin calls that raised).
+    """
 
     def __init__(
-        self, registry: CollectorRegistry, on_plugin_error: Callable[..., None] | None = None
+        self,
+        registry: CollectorRegistry,
+        on_plugin_error: Callable[..., None] | None = None,
+        naming: Naming = Naming.BOTH,
     ) -> None:
-        p = "inference_extension_"
-        self.e2e = Histogram(
-            p + "scheduler_e2e_duration_seconds", "Scheduling cycle latency", buckets=_SCHED_BUCKETS,
-            registry=registry,
-        )  # fmt: skip
-        self.attempts = Counter(p + "scheduler_attempts", "Scheduling cycles", ("status",), registry=registry)
-        self.plugin = Histogram(
-            p + "plugin_duration_seconds", "Latency of one plugin call",
-            ("extension_point", "plugin_type", "plugin_name"), buckets=_PLUGIN_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self.plugin_errors = Counter(
-            p + "plugin_errors", "Plugin calls that raised",
-            ("extension_point", "plugin_type", "plugin_name"), registry=registry,
-        )  # fmt: skip
-        self.hit_ratio = Histogram(
-            p + "prefix_indexer_hit_ratio", "Prefix-cache hit ratio of the chosen endpoint per request",
-            buckets=_RATIO_BUCKETS, registry=registry,
-        )  # fmt: skip
-        # Flow control (request queueing) is not implemented yet: this histogram has no observations.
-        self.queue_duration = Histogram(
-            p + "flow_control_request_queue_duration_seconds", "Time requests spent in flow-control queues",
-            buckets=_LATENCY_BUCKETS, registry=registry,
-        )  # fmt: skip
-        self._status = {
-            "ok": self.attempts.labels("success"),
-            "no_endpoint": self.attempts.labels("failure"),
-            "error": self.attempts.labels("failure"),
-        }
-        self._plugins: dict[tuple[str, str, str], Any] = {}
+        self.naming = naming
+        self._registry = registry
+        self.e2e = Twin(by_key("scheduler_e2e"), naming, registry).bind({})
+        self.plugin = Twin(by_key("plugin_duration"), naming, registry)
+        self.plugin_errors = Twin(_PLUGIN_ERRORS, naming, registry)
+        self.hit_ratio = Twin(by_key("prefix_hit_ratio"), naming, registry)
+        self.hit_bytes = Twin(by_key("prefix_hit_bytes"), naming, registry)
+        # Flow control (request queueing) is not implemented: these families are exported with
+        # upstream's names and labels and have no samples.
+        for key in ("fc_queue_duration", "fc_dispatch_cycle", "fc_enqueue_duration", "fc_requests",
+                    "fc_revocations_issued", "fc_revocations", "fc_revocation_confirmation"):  # fmt: skip
+            Twin(by_key(key), naming, registry)
+        self._plugins: dict[tuple[str, str, str], Recorder] = {}
+        self._prefix: dict[tuple[str, str], tuple[Recorder, Recorder]] = {}
         self._on_plugin_error = on_plugin_error
 
     def observe_plugin(
@@ -185,24 +391,92 @@ class SchedulerMetrics:
         key = (extension_point, plugin_type, plugin_name)
         child = self._plugins.get(key)
         if child is None:
-            child = self._plugins[key] = self.plugin.labels(*key)
+            child = self._plugins[key] = self.plugin.bind(
+                {"extension_point": extension_point, "plugin_type": plugin_type, "plugin_name": plugin_name}
+            )
         child.observe(seconds)
 
     def observe_cycle(self, seconds: float, status: str) -> None:
         self.e2e.observe(seconds)
-        child = self._status.get(status) or self.attempts.labels("failure")
-        child.inc()
+
+    def observe_prefix(
+        self, plugin_name: str, plugin_type: str, hit_bytes: float, ratio: float | None
+    ) -> None:
+        """One request's prefix-cache hit as one prefix plugin saw it (``ratio`` None: no block)."""
+        key = (plugin_name, plugin_type)
+        pair = self._prefix.get(key)
+        if pair is None:
+            values = {"plugin_name": plugin_name, "plugin_type": plugin_type}
+            pair = self._prefix[key] = (self.hit_bytes.bind(values), self.hit_ratio.bind(values))
+        pair[0].observe(hit_bytes)
+        if ratio is not None:
+            pair[1].observe(ratio)
 
     def plugin_error(
         self, extension_point: str, plugin_type: str, plugin_name: str, error: BaseException
     ) -> None:
-        self.plugin_errors.labels(extension_point, plugin_type, plugin_name).inc()
+        self.plugin_errors.bind(
+            {"extension_point": extension_point, "plugin_type": plugin_type, "plugin_name": plugin_name}
+        ).inc()
         if self._on_plugin_error is not None:
             self._on_plugin_error(extension_point, plugin_type, plugin_name, error)
 
 
-def register_info(registry: CollectorRegistry, commit: str, build_ref: str) -> None:
-    """``inference_extension_info{commit,build_ref} 1``."""
-    Gauge("inference_extension_info", "Build information", ("commit", "build_ref"), registry=registry).labels(
-        commit, build_ref
-    ).set(1)
+_PLUGIN_ERRORS = Family(
+    "plugin_errors", "counter", "Plugin calls that raised (pyepp's own family, not upstream's).",
+    "llm_d_epp_plugin_errors", ("extension_point", "plugin_type", "plugin_name"),
+    "inference_extension_plugin_errors", ("extension_point", "plugin_type", "plugin_name"),
+)  # fmt: skip
+
+
+# gRPC status numbers -> the names grpc-go prints (the ``code`` label of upstream's stream counter).
+GRPC_CODES = ("OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound", "AlreadyExists",
+              "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
+              "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated")  # fmt: skip
+
+
+class StreamMetrics:
+    """``llm_d_epp_extproc_streams_inflight``, ``..._stream_duration_seconds``, ``..._streams_total{code}``:
+    upstream's opt-in ext_proc stream metrics (``--enable-grpc-stream-metrics``), llm-d names only (they
+    have no deprecated twin, so ``--metrics-naming inference`` exports none of them)."""
+
+    def __init__(self, registry: CollectorRegistry, naming: Naming = Naming.BOTH) -> None:
+        self.inflight = Twin(by_key("extproc_streams_inflight"), naming, registry).bind({})
+        self.duration = Twin(by_key("extproc_stream_duration"), naming, registry).bind({})
+        self._totals_family = Twin(by_key("extproc_streams_total"), naming, registry)
+        self._totals: dict[int, Recorder] = {}
+
+    def started(self) -> None:
+        self.inflight.inc()
+
+    def finished(self, status: int, seconds: float) -> None:
+        """A stream closed with gRPC ``status`` after ``seconds``."""
+        self.inflight.dec()
+        self.duration.observe(seconds)
+        status = status if 0 <= status < len(GRPC_CODES) else 2  # Unknown
+        child = self._totals.get(status)
+        if child is None:
+            child = self._totals[status] = self._totals_family.bind({"code": GRPC_CODES[status]})
+        child.inc()
+
+
+class DataLayerMetrics:
+    """``datalayer_poll_errors_total{source_type}`` / ``datalayer_extract_errors_total{source_type,
+    extractor_type}``: the data layer's error sink (:meth:`datalayer.DataLayer.on_poll_error`)."""
+
+    def __init__(self, registry: CollectorRegistry, naming: Naming = Naming.BOTH) -> None:
+        self.poll = Twin(by_key("datalayer_poll_errors"), naming, registry)
+        self.extract = Twin(by_key("datalayer_extract_errors"), naming, registry)
+
+    def __call__(self, source_type: str, extractor_type: str | None) -> None:
+        if extractor_type is None:
+            self.poll.bind({"source_type": source_type}).inc()
+        else:
+            self.extract.bind({"source_type": source_type, "extractor_type": extractor_type}).inc()
+
+
+def register_info(
+    registry: CollectorRegistry, commit: str, build_ref: str, naming: Naming = Naming.BOTH
+) -> None:
+    """``llm_d_epp_info`` / ``inference_extension_info{commit,build_ref} 1``."""
+    Twin(by_key("info"), naming, registry).bind({"commit": commit, "build_ref": build_ref}).set(1)

@@ -1,29 +1,52 @@
-"""Scrape-time gauges of the pool: ``inference_pool_*``, flow-control saturation, prefix index size.
+"""Scrape-time gauges of the pool: averages, standard deviations, per-endpoint queues, saturation,
+prefix index sizes, and the flow-control gauges (empty: flow control is not implemented).
 
-Computed from the data layer's snapshot when Prometheus scrapes, never per request. Averages are over
-ready endpoints (0 with none); ``inference_pool_per_pod_queue_size`` lists every endpoint (ready or not)
-by name. ``inference_extension_flow_control_pool_saturation`` is the saturation detector's value for the
-snapshot (0 without a detector); the flow-control queue gauges are always 0 because flow control is not
-implemented yet.
+Computed from the data layer's snapshot when Prometheus scrapes, never per request, with upstream's
+arithmetic: over the ready endpoints (those with fresh metrics), mean and *sample* standard deviation
+(divisor ``max(1, n - 1)``), both rounded to two decimals; with no ready endpoint the ready count is 0
+and the averages and deviations read 0. The per-endpoint queue lists every endpoint (ready or not) by
+name. ``flow_control_pool_saturation{stage="effective"}`` is the saturation detector's value for the
+snapshot, exported only when a saturation detector is configured (this picker has no prefill/decode
+stage split, so only the ``effective`` stage); ``flow_control_stale_endpoints{detector}`` counts the
+snapshot's endpoints whose metrics that detector finds missing or stale, for a ``utilization-detector``
+(upstream records it from that detector only). Families go under the names ``--metrics-naming``
+selects.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from epp.server.metric_catalog import Family, Naming, Scheme, by_key
 from scheduler.types import EndpointView
 
-__all__ = ["PoolCollector"]
+__all__ = ["PoolCollector", "mean_and_stdev"]
+
+_EMPTY_GAUGES = ("fc_queue_size", "fc_queue_bytes", "fc_capacity_requests",
+                 "fc_capacity_bytes", "fc_global_capacity_requests", "fc_global_capacity_bytes",
+                 "fc_reclaim_target", "fc_pending_reclaim")  # fmt: skip
+
+
+def mean_and_stdev(values: Sequence[float]) -> tuple[float, float]:
+    """Upstream's pool summary: mean and sample standard deviation, rounded to 2 decimals."""
+    n = len(values)
+    if not n:
+        return 0.0, 0.0
+    mean = sum(values) / n
+    ss = sum((v - mean) ** 2 for v in values)
+    return round(mean, 2), round(math.sqrt(ss / max(1, n - 1)), 2)
 
 
 class PoolCollector(Collector):
-    """Scrape-time pool gauges from ``snapshot()`` (ready endpoints only for the averages).
+    """Scrape-time pool gauges from ``snapshot()``.
 
-    ``saturation()`` returns the detector's value for the current snapshot (None = no detector);
-    ``index_size()`` the prefix index's entry count (None = no prefix index).
+    ``saturation(endpoints)`` returns the detector's value for a snapshot (None = no detector);
+    ``index_sizes()`` each prefix index as (plugin name, plugin type, entries); ``stale(endpoints)``
+    the utilization detector's (name, endpoints with missing or stale metrics), None without one.
     """
 
     def __init__(
@@ -32,49 +55,80 @@ class PoolCollector(Collector):
         snapshot: Callable[[], Sequence[EndpointView]],
         *,
         saturation: Callable[[Sequence[EndpointView]], float | None] = lambda _: None,
-        index_size: Callable[[], int | None] = lambda: None,
+        index_sizes: Callable[[], list[tuple[str, str, int]]] = list,
+        stale: Callable[[Sequence[EndpointView]], tuple[str, int] | None] = lambda _: None,
+        naming: Naming = Naming.BOTH,
     ) -> None:
         self._name = pool_name
         self._snapshot = snapshot
         self._saturation = saturation
-        self._index_size = index_size
+        self._index_sizes = index_sizes
+        self._stale = stale
+        self._schemes = [s for s in (Scheme.LLM_D, Scheme.INFERENCE) if naming.exports(s)]
+
+    def _families(self, key: str) -> list[tuple[GaugeMetricFamily, tuple[str, ...]]]:
+        family: Family = by_key(key)
+        out = []
+        for scheme in self._schemes:
+            name = family.name(scheme)
+            if name is not None:
+                labels = family.labels(scheme)
+                out.append((GaugeMetricFamily(name, family.help, labels=labels), labels))
+        return out
+
+    def _gauge(self, key: str, rows: Iterable[tuple[dict[str, str], float]]) -> list[GaugeMetricFamily]:
+        """The families of ``key``; rows whose labels coincide in a scheme are summed (e.g. the
+        unlabelled ``inference_extension_prefix_indexer_size`` over several prefix scorers)."""
+        families = self._families(key)
+        sums: list[dict[tuple[str, ...], float]] = [{} for _ in families]
+        for values, value in rows:
+            for acc, (_, labels) in zip(sums, families, strict=True):
+                k = tuple(values[n] for n in labels)
+                acc[k] = acc.get(k, 0.0) + value
+        for acc, (family, _) in zip(sums, families, strict=True):
+            for k, v in acc.items():
+                family.add_metric(list(k), v)
+        return [f for f, _ in families]
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         endpoints = list(self._snapshot())
         ready = [e for e in endpoints if e.ready]
-        n = len(ready)
-        name = self._name
-        p = "inference_pool_"
-        for metric, doc, value in (
-            ("average_kv_cache_utilization", "Mean KV-cache utilisation of ready endpoints",
-             sum(e.metrics.kv_cache_usage for e in ready) / n if n else 0.0),
-            ("average_queue_size", "Mean waiting queue of ready endpoints",
-             sum(e.metrics.waiting_queue_size for e in ready) / n if n else 0.0),
-            ("average_running_requests", "Mean running requests of ready endpoints",
-             sum(e.metrics.running_requests for e in ready) / n if n else 0.0),
-            ("ready_pods", "Ready endpoints", float(n)),
+        pool = {"name": self._name}
+        kv = mean_and_stdev([e.metrics.kv_cache_usage for e in ready])
+        queue = mean_and_stdev([float(e.metrics.waiting_queue_size) for e in ready])
+        running = mean_and_stdev([float(e.metrics.running_requests) for e in ready])
+        for key, value in (
+            ("pool_avg_kv", kv[0]), ("pool_std_kv", kv[1]),
+            ("pool_avg_queue", queue[0]), ("pool_std_queue", queue[1]),
+            ("pool_avg_running", running[0]), ("pool_std_running", running[1]),
+            ("pool_ready", float(len(ready))),
         ):  # fmt: skip
-            family = GaugeMetricFamily(p + metric, doc, labels=("name",))
-            family.add_metric((name,), value)
-            yield family
-        per_pod = GaugeMetricFamily(
-            p + "per_pod_queue_size", "Waiting queue per endpoint", labels=("name", "model_server_pod")
+            yield from self._gauge(key, [(pool, value)])
+        yield from self._gauge(
+            "pool_per_endpoint_queue",
+            (
+                (
+                    {
+                        "name": self._name,
+                        "model_server_endpoint": e.name or e.address,
+                        "model_server_pod": e.name or e.address,
+                    },
+                    float(e.metrics.waiting_queue_size),
+                )
+                for e in endpoints
+            ),
         )
-        for e in endpoints:
-            per_pod.add_metric((name, e.name or e.address), float(e.metrics.waiting_queue_size))
-        yield per_pod
-        f = "inference_extension_flow_control_"
-        saturation = GaugeMetricFamily(
-            f + "pool_saturation", "Pool saturation (>= 1 saturated)", labels=("name",)
+        saturation = self._saturation(endpoints)
+        rows = (
+            [] if saturation is None else [({"inference_pool": self._name, "stage": "effective"}, saturation)]
         )
-        saturation.add_metric((name,), float(self._saturation(endpoints) or 0.0))
-        yield saturation
-        # Flow control (request queueing) is not implemented yet: the queues are always empty.
-        yield GaugeMetricFamily(f + "queue_size", "Requests queued by flow control", value=0.0)
-        yield GaugeMetricFamily(f + "queue_bytes", "Bytes queued by flow control", value=0.0)
-        size = self._index_size()
-        yield GaugeMetricFamily(
-            "inference_extension_prefix_indexer_size",
-            "Entries in the prefix-cache index",
-            value=float(size or 0),
+        yield from self._gauge("fc_pool_saturation", rows)
+        stale = self._stale(endpoints)
+        rows = [] if stale is None else [({"detector": stale[0]}, float(stale[1]))]
+        yield from self._gauge("fc_stale_endpoints", rows)
+        for key in _EMPTY_GAUGES:  # flow control is not implemented: no queues, no capacity
+            yield from self._gauge(key, [])
+        sizes = self._index_sizes()
+        yield from self._gauge(
+            "prefix_size", [({"plugin_name": n, "plugin_type": t}, float(size)) for n, t, size in sizes]
         )

@@ -1,10 +1,13 @@
-"""Prefix-cache statistics for the ``inference_extension_prefix_indexer_*`` metrics.
+"""Prefix-cache statistics for the ``*_prefix_indexer_*`` metrics.
 
-* hit ratio of one request = the unweighted score the ``prefix-cache-scorer`` gave the chosen (primary)
-  endpoint in the primary profile's decision record: matched prefix blocks / request blocks, in [0, 1].
-  Requests whose primary profile has no prefix scorer are not observed.
-* index size = the number of distinct block hashes held by the prefix indexes of every
-  ``prefix-cache-scorer`` instance, read at scrape time.
+* per routed request and ``prefix-cache-scorer`` of the primary profile, read from that profile's
+  decision record: matched blocks = the unweighted score the scorer gave the chosen (primary) endpoint
+  x the request's blocks (``min(len(prompt) // block chars, maxPrefixBlocksToMatch)``). Hit bytes =
+  matched blocks x block chars (upstream counts 4 bytes per token, as the scorer cuts blocks of
+  ``blockSizeTokens x 4`` characters); hit ratio = the score, observed only when the prompt has a block
+  (upstream skips the ratio when the total is 0, and observes the bytes always).
+* index size = the number of distinct block hashes held by each ``prefix-cache-scorer``'s index, read
+  at scrape time.
 
 Both read the scheduler's own records and plugin state, so the scheduler needs no metrics code.
 """
@@ -12,43 +15,55 @@ Both read the scheduler's own records and plugin state, so the scheduler needs n
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from scheduler.interfaces import Plugin
-from scheduler.types import SchedulingResult
+from scheduler.types import LLMRequest, SchedulingResult
 
-__all__ = ["PREFIX_SCORER_TYPE", "hit_ratio_observer", "index_size_reader"]
+__all__ = ["PREFIX_SCORER_TYPE", "index_sizes_reader", "prefix_hit_observer"]
 
 PREFIX_SCORER_TYPE = "prefix-cache-scorer"
 
+Observe = Callable[[str, str, float, float | None], None]  # (name, type, hit bytes, hit ratio or None)
 
-def hit_ratio_observer(
-    plugins: Sequence[Plugin], observe: Callable[[float], None]
-) -> Callable[[SchedulingResult], None] | None:
-    """``f(result)`` observing the primary endpoint's prefix score; None without a prefix scorer."""
-    names = frozenset(p.name for p in plugins if p.plugin_type == PREFIX_SCORER_TYPE)
-    if not names:
+
+def prefix_hit_observer(
+    plugins: Sequence[Plugin], observe: Observe
+) -> Callable[[LLMRequest, SchedulingResult], None] | None:
+    """``f(request, result)`` observing the primary endpoint's prefix hit; None without a prefix scorer."""
+    scorers: dict[str, Any] = {p.name: p for p in plugins if p.plugin_type == PREFIX_SCORER_TYPE}
+    if not scorers:
         return None
 
-    def on_result(result: SchedulingResult) -> None:
+    def on_result(request: LLMRequest, result: SchedulingResult) -> None:
         decision = result.decision
         if decision is None or not result.endpoints:
             return
         primary = result.endpoints[0].address
         for profile in decision.profiles:
-            if profile.profile != result.primary_profile:
+            if profile.profile != result.primary_profile or primary not in profile.candidates:
                 continue
+            at = profile.candidates.index(primary)
             for name, scores in profile.scores.items():
-                if name in names and primary in profile.candidates:
-                    observe(scores[profile.candidates.index(primary)])
-                    return
+                scorer = scorers.get(name)
+                if scorer is None:
+                    continue
+                chars = scorer.block_chars
+                total = min(len(request.prompt_text) // chars, scorer.params.max_prefix_blocks_to_match)
+                score = scores[at]
+                observe(name, PREFIX_SCORER_TYPE, round(score * total) * chars, score if total else None)
+            return
 
     return on_result
 
 
-def index_size_reader(plugins: Sequence[Plugin]) -> Callable[[], int | None]:
-    """``f() -> entries`` over every prefix scorer's index (None when there is none)."""
-    indexes = [getattr(p, "index", None) for p in plugins if p.plugin_type == PREFIX_SCORER_TYPE]
-    sized = [i for i in indexes if i is not None and hasattr(i, "__len__")]
-    if not sized:
-        return lambda: None
-    return lambda: sum(len(i) for i in sized)
+def index_sizes_reader(plugins: Sequence[Plugin]) -> Callable[[], list[tuple[str, str, int]]]:
+    """``f() -> [(plugin name, plugin type, entries)]`` for every prefix scorer's index."""
+    sized = [
+        (p.name, p.plugin_type, i)
+        for p in plugins
+        if p.plugin_type == PREFIX_SCORER_TYPE
+        and (i := getattr(p, "index", None)) is not None
+        and hasattr(i, "__len__")
+    ]
+    return lambda: [(name, kind, len(index)) for name, kind, index in sized]

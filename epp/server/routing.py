@@ -69,9 +69,9 @@ class Router:
         metrics: RequestMetrics,
         decisions: DecisionLog | None = None,
         clock: Callable[[], float] = time.perf_counter,
-        on_result: Callable[[SchedulingResult], None] | None = None,
+        on_result: Callable[[LLMRequest, SchedulingResult], None] | None = None,
     ) -> None:
-        """``on_result`` sees every successful result (e.g. the prefix hit-ratio metric)."""
+        """``on_result`` sees every successful result (e.g. the prefix-cache hit metrics)."""
         self._source = source
         self._admitter = admitter
         self._scheduler = scheduler
@@ -87,24 +87,35 @@ class Router:
     def route(self, session: Session, action: Schedule) -> tuple[list[Action], float]:
         """The session's actions for ``action`` and the seconds spent scheduling."""
         request = action.request
-        self._metrics.received(request.model, request.target_model, request.priority, request.body_size)
+        metrics = self._metrics
+        metrics.received(
+            metrics.bound(request.model, request.target_model, request.fairness_id, request.priority),
+            request.body_size,
+        )
         start = self._clock()
         try:
             endpoints = self._source.snapshot()
             if action.header_only and not endpoints:  # GIE: Internal, "no pods available in datastore"
                 return session.reject(500, INTERNAL_ERROR, "no endpoints available in the pool"), 0.0
             candidates = self._admitter.admit(request, action.subset, endpoints)
-            result = self._scheduler.schedule(request, candidates)
         except RequestError as exc:
             return session.reject(exc.status, exc.error_type, exc.message), 0.0
+        try:
+            result = self._scheduler.schedule(request, candidates)
+        except RequestError as exc:
+            metrics.attempt(request.target_model, None)
+            return session.reject(exc.status, exc.error_type, exc.message), 0.0
         except NoEndpointError as exc:
+            metrics.attempt(request.target_model, None)
             return session.reject(503, UNAVAILABLE, f"no endpoint: {exc.reason}"), 0.0
         except Exception:
+            metrics.attempt(request.target_model, None)
             _log.exception("scheduling failed", request_id=request.request_id, model=request.model)
             return session.reject(500, INTERNAL_ERROR, "internal error in the endpoint picker"), 0.0
         seconds = self._clock() - start
+        metrics.attempt(request.target_model, result)
         if self._decisions is not None:
             self._decisions.add(request, result, seconds)
         if self._on_result is not None:
-            self._on_result(result)
+            self._on_result(request, result)
         return session.scheduled(result), seconds

@@ -32,13 +32,13 @@ from epp.server.grpc_server import start_ext_proc_server, start_health_server
 from epp.server.h2 import H2Server
 from epp.server.health import HealthStatus
 from epp.server.http import make_http_app, start_http
-from epp.server.metrics import RequestMetrics
+from epp.server.metrics import RequestMetrics, StreamMetrics
 from epp.server.request_log import RequestLog
 from epp.server.routing import EndpointSource, RequestScheduler, Router
 from epp.server.servicer import ExtProcServicer
 from epp.server.stream import StreamCore
 from epp.server.tls import CertDir, CertPair
-from scheduler.types import SchedulingResult
+from scheduler.types import LLMRequest, SchedulingResult
 
 __all__ = ["EppServer", "ServerSettings"]
 
@@ -80,7 +80,8 @@ class EppServer:
         config_view: Callable[[], Mapping[str, Any]] = dict,
         clock: Callable[[], float] = time.perf_counter,
         monotonic: Callable[[], float] = time.monotonic,
-        on_result: Callable[[SchedulingResult], None] | None = None,
+        on_result: Callable[[LLMRequest, SchedulingResult], None] | None = None,
+        stream_metrics: StreamMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.source = source
@@ -91,7 +92,9 @@ class EppServer:
         request_log = (
             RequestLog(settings.verbosity, tracing=settings.tracing) if settings.verbosity >= 2 else None
         )
-        self.core = StreamCore(session_config, router, request_metrics, request_log, clock)
+        self.core = StreamCore(
+            session_config, router, request_metrics, request_log, clock, stream_metrics=stream_metrics
+        )
         self.servicer = ExtProcServicer(self.core)
         self._http_app = make_http_app(
             registry,

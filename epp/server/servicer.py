@@ -55,6 +55,7 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         stream = self.core.open()
         write = context.write
         outcome = Outcome.STREAM_RESET
+        status = -1
         try:
             async for msg in request_iterator:
                 for response in stream.feed(msg):
@@ -72,9 +73,10 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
             raise
         except RemoteProtocolError as exc:
             _log.warning("ext_proc protocol error", error=str(exc))
+            status = grpc.StatusCode.INVALID_ARGUMENT.value[0]
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         finally:
-            stream.end(outcome)
+            stream.end(outcome, status)
 
     def _cancel_outcome(self, context: grpc.aio.ServicerContext) -> Outcome:
         if self.shutting_down:

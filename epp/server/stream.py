@@ -42,6 +42,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import structlog
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
@@ -60,8 +61,9 @@ from epp.protocol import (
     SessionConfig,
     State,
 )
+from epp.protocol.session import DEFAULT_FAIRNESS_ID
 from epp.server.awaiting import AwaitingUsage
-from epp.server.metrics import RequestMetrics
+from epp.server.metrics import RequestMetrics, StreamMetrics, error_code
 from epp.server.request_log import RequestLog
 from epp.server.routing import Router
 from scheduler.types import Completion, Outcome, SchedulingResult
@@ -71,6 +73,11 @@ __all__ = ["ExtProcStream", "StreamCore"]
 _log = structlog.get_logger("epp.stream")
 _FINISHED = frozenset({State.COMPLETE, State.CLOSED})
 _HEADERS, _DISPATCHED, _CLOSED = State.HEADERS, State.DISPATCHED, State.CLOSED  # globals are cheaper
+_RESPONDING = State.RESPONDING
+# gRPC status of a stream that ends before it finished, by outcome (as grpc-go classifies the Go EPP's
+# return: EOF -> OK, a cancelled context -> Canceled, a passed deadline -> DeadlineExceeded).
+_STREAM_STATUS = {Outcome.CLIENT_CANCEL: 0, Outcome.OK: 0, Outcome.STREAM_RESET: 1, Outcome.SHUTDOWN: 1,
+                  Outcome.TIMEOUT: 4}  # fmt: skip
 
 
 class StreamCore:
@@ -84,8 +91,11 @@ class StreamCore:
         request_log: RequestLog | None = None,
         clock: Callable[[], float] = time.perf_counter,
         awaiting: AwaitingUsage | None = None,
+        stream_metrics: StreamMetrics | None = None,
     ) -> None:
+        """``stream_metrics``: the opt-in ext_proc stream metrics (None: not recorded)."""
         self.config = config
+        self.stream_metrics = stream_metrics
         self.router = router
         self.scheduler = router.scheduler
         self.metrics = metrics
@@ -100,6 +110,8 @@ class StreamCore:
 
     def open(self) -> ExtProcStream:
         self.active_streams += 1
+        if self.stream_metrics is not None:
+            self.stream_metrics.started()
         return ExtProcStream(self)
 
     def hook(self, action: Dispatched | ResponseStarted | ResponseChunk) -> None:
@@ -108,7 +120,10 @@ class StreamCore:
             if isinstance(action, ResponseChunk):
                 self.scheduler.response_chunk(request, result, action.chunk)
             elif isinstance(action, Dispatched):
-                self.metrics.dispatched(request.model, request.target_model)
+                m = self.metrics
+                m.dispatched(
+                    m.bound(request.model, request.target_model, request.fairness_id, request.priority)
+                )
                 self.scheduler.dispatched(request, result)
             else:
                 self.scheduler.response_headers(request, result, action.status, action.headers)
@@ -133,17 +148,27 @@ class StreamCore:
             return  # the routing stream's completion already counts the failure
         try:
             seconds = self.clock() - awaited.started
-            self.metrics.observed(
-                awaited.model, awaited.target_model, action.usage, seconds, action.response_bytes
-            )
+            m = self.metrics
+            labels = m.bound(awaited.model, awaited.target_model, awaited.fairness_id, awaited.priority)
+            m.observed(labels, action.usage, seconds, action.response_bytes)
         except Exception:
             _log.exception("usage metrics failed", request_id=action.request_id)
 
-    def completed(self, action: Completed, seconds: float, response_bytes: int | None) -> None:
+    def completed(
+        self,
+        action: Completed,
+        seconds: float,
+        response_bytes: int | None,
+        ttft: float = 0.0,
+        streaming: bool = False,
+    ) -> None:
+        """A dispatch completed; ``ttft`` (0 = unknown), ``streaming``: see ``RequestMetrics.completed``."""
         request, result, completion = action.request, action.result, action.completion
         self.completions += 1
         try:
-            self.metrics.completed(request.model, request.target_model, completion, seconds, response_bytes)
+            m = self.metrics
+            labels = m.bound(request.model, request.target_model, request.fairness_id, request.priority)
+            m.completed(labels, completion, seconds, response_bytes, ttft, streaming)
             self.scheduler.completed(request, result, completion)
         except Exception:
             _log.exception("completion hook failed", request_id=request.request_id)
@@ -153,9 +178,15 @@ class ExtProcStream:
     """The state of one stream (one HTTP request). Not thread-safe; drive it from one task."""
 
     __slots__ = (
+        "_busy",
         "_closed",
         "_core",
+        "_labels",
+        "_last_chunk",
+        "_resp_at",
         "_start",
+        "_streaming",
+        "_ttft",
         "completion",
         "error",
         "observer",
@@ -169,6 +200,12 @@ class ExtProcStream:
         self.session = Session(core.config)
         self._start = core.clock()
         self._closed = False
+        self._ttft = 0.0  # seconds from receipt to the first response body message (0: none yet)
+        self._last_chunk = 0.0  # clock of the last response body message
+        self._resp_at = 0.0  # clock of the response headers
+        self._busy = 0.0  # seconds spent handling response messages
+        self._streaming = False  # the response is SSE
+        self._labels: Any = None  # the request's metric label children, bound on first inter-chunk time
         self.schedule_seconds = 0.0
         self.completion: Completion | None = None
         self.result: SchedulingResult | None = None
@@ -193,6 +230,15 @@ class ExtProcStream:
         if self.observer is not None or (session.state is _HEADERS and msg.observability_mode):
             return self._observe(msg)
         out: list[ProcessingResponse] = []
+        state = session.state
+        responding = state is _DISPATCHED or state is _RESPONDING
+        t0 = 0.0
+        if responding:
+            t0 = core.clock()
+            if self._resp_at == 0.0:
+                self._resp_at = t0
+            if msg.HasField("response_body") and msg.response_body.body:  # non-empty chunks, as upstream
+                self._response_chunk(t0)
         actions = session.receive(msg)
         # The list may grow while it is walked: a Schedule appends the actions of its decision.
         for action in actions:
@@ -205,17 +251,48 @@ class ExtProcStream:
                 actions.extend(more)
             elif isinstance(action, Completed):
                 self.completion = action.completion
-                core.completed(action, core.clock() - self._start, self._body_bytes())
+                now = core.clock()
+                core.completed(action, now - self._start, self._body_bytes(), self._ttft, self._streaming)
+                if responding:
+                    busy = self._busy + now - t0 if self._streaming else now - self._resp_at
+                    core.metrics.response_processing.observe(busy)
             else:
                 if isinstance(action, Dispatched):
                     self.result = action.result
+                    request = action.request
+                    core.metrics.request_processing.observe(core.clock() - self._start)
                     if not session.sees_response_body:
-                        request = action.request
                         core.awaiting.expect(
-                            request.request_id, request.model, request.target_model, self._start
+                            request.request_id,
+                            request.model,
+                            request.target_model,
+                            self._start,
+                            request.fairness_id,
+                            request.priority,
                         )
+                elif isinstance(action, ResponseStarted):
+                    self._streaming = action.streaming
                 core.hook(action)
+        if responding:
+            self._busy += core.clock() - t0
         return out
+
+    def _response_chunk(self, now: float) -> None:
+        """A non-empty response body message arrived at ``now``: time to first byte, inter-chunk latency."""
+        if self._ttft == 0.0:
+            self._ttft = now - self._start
+        elif self._streaming:
+            labels = self._labels
+            if labels is None:
+                request = self.session.request
+                if request is None:
+                    return
+                m = self._core.metrics
+                labels = self._labels = m.bound(
+                    request.model, request.target_model, request.fairness_id, request.priority
+                )
+            labels.itl.observe(now - self._last_chunk)
+        self._last_chunk = now
 
     def _observe(self, msg: ProcessingRequest) -> list[ProcessingResponse]:
         """An observer stream's message: report a finished response; nothing is ever answered."""
@@ -231,13 +308,22 @@ class ExtProcStream:
         session = self.session
         return session.response_bytes if session.sees_response_body else None
 
-    def end(self, outcome: Outcome) -> None:
-        """The stream is over: complete an open dispatch with ``outcome``, log the request. Idempotent."""
+    def end(self, outcome: Outcome, status: int = -1) -> None:
+        """The stream is over: complete an open dispatch with ``outcome``, log the request. Idempotent.
+
+        ``status``: the gRPC status the engine closes the stream with (-1: not sent; then OK for a stream
+        that finished or that the proxy half-closed, CANCELLED for a reset or shutdown,
+        DEADLINE_EXCEEDED for a timeout), for the opt-in stream metrics.
+        """
         if self._closed:
             return
         self._closed = True
         core = self._core
         core.active_streams -= 1
+        if core.stream_metrics is not None:
+            if status < 0:
+                status = 0 if self.finished else _STREAM_STATUS.get(outcome, 2)
+            core.stream_metrics.finished(status, core.clock() - self._start)
         observer = self.observer
         if observer is not None:
             if not observer.finished:  # cut off: a deferred completion ends with its own outcome
@@ -287,6 +373,13 @@ class ExtProcStream:
         if not response.HasField("immediate_response"):
             return
         request = self.session.request
-        model, target = (request.model, request.target_model) if request is not None else ("", "")
-        self.error = response.immediate_response.details or "unknown"
-        self._core.metrics.failed(model, target, self.error)
+        m = self._core.metrics
+        if request is not None:
+            labels = m.bound(request.model, request.target_model, request.fairness_id, request.priority)
+        else:
+            labels = m.bound("", "", DEFAULT_FAIRNESS_ID, 0)  # upstream's labels of an unparsed request
+        immediate = response.immediate_response
+        self.error = immediate.details or "unknown"
+        m.failed(labels, error_code(immediate.status.code))
+        if self.result is None:  # answered before dispatch: its request processing ends here
+            m.request_processing.observe(self._core.clock() - self._start)

@@ -66,4 +66,4 @@ def test_sheddable_requests_get_429_while_saturated_and_others_are_served(tmp_pa
                 t.join(30)
         text = httpx.get(f"{stack.metrics_url}/metrics", timeout=5.0).text
         errors = [line for line in text.splitlines() if line.startswith("inference_objective_request_error")]
-        assert any("rate_limit" in line for line in errors), errors
+        assert any('error_code="ResourceExhausted"' in line for line in errors), errors

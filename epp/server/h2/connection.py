@@ -347,7 +347,7 @@ class H2Connection(asyncio.Protocol):
     def _finish(
         self, sid: int, stream: _Stream, status: int, message: str, outcome: Outcome, out: list[bytes]
     ) -> None:
-        stream.ext.end(outcome)
+        stream.ext.end(outcome, status)
         if stream.trailer is None:
             stream.trailer = f.trailers(status, message)
             self._flush(sid, stream, out)

@@ -61,6 +61,10 @@ class UtilizationDetector(PluginBase):
         updated = endpoint.metrics.updated_at
         return updated <= 0.0 or now - updated > self._max_age
 
+    def stale_count(self, endpoints: Sequence[EndpointView], now: float) -> int:
+        """How many of ``endpoints`` have missing or stale metrics (they count as fully saturated)."""
+        return sum(1 for e in endpoints if self._stale(e, now))
+
     def load(self, endpoint: EndpointView, now: float) -> float:
         """This endpoint's saturation in [0, 1] (1.0 when its metrics are stale)."""
         if self._stale(endpoint, now):

@@ -98,10 +98,17 @@ async def test_bad_bodies_get_json_errors(
     assert any(h.header.key == "content-type" and h.header.raw_value == b"application/json"
                for h in immediate.headers.set_headers)  # fmt: skip
     call.cancel()
+    # the JSON body keeps its type; the metric's error_code is upstream's (BadRequest for a 400)
     value = server.registry.get_sample_value(
         "inference_objective_request_error_total",
-        {"model_name": "", "target_model_name": "", "error_code": error_type},
+        {"model_name": "", "target_model_name": "", "error_code": "BadRequest"},
     )
+    assert value == 1.0
+    value = server.registry.get_sample_value(
+        "llm_d_epp_request_error_total",
+        {"model_name": "", "target_model_name": "", "fairness_id": "default-flow", "priority": "0",
+         "error_code": "BadRequest"},
+    )  # fmt: skip
     assert value == 1.0
 
 

@@ -169,7 +169,7 @@ async def test_routing_stream_closed_after_routing_defers_its_completion_to_the_
     assert metric(registry, "inference_objective_request_duration_seconds_count") == 1
     assert registry.get_sample_value("inference_objective_running_requests", {"model_name": "m1"}) == 0
     assert not registry.get_sample_value(
-        "inference_objective_request_error_total", {**LABELS, "error_code": "stream_reset"}
+        "inference_objective_request_error_total", {**LABELS, "error_code": "Unknown"}
     )
 
 

@@ -210,8 +210,13 @@ async def test_metrics_and_debug_endpoints() -> None:
     assert (
         'inference_objective_request_total{model_name="m1",priority="0",target_model_name="m1"} 1.0' in text
     )
-    assert 'inference_extension_scheduler_attempts_total{status="success"} 1.0' in text
-    assert 'inference_extension_flow_control_pool_saturation{name="pool-a"} 0.25' in text
+    attempts = [
+        ln for ln in text.splitlines() if ln.startswith("inference_extension_scheduler_attempts_total{")
+    ]
+    assert len(attempts) == 1 and 'status="success"' in attempts[0] and 'port="8000"' in attempts[0]
+    assert attempts[0].endswith(" 1.0") and 'target_model_name="m1"' in attempts[0]
+    saturation = 'flow_control_pool_saturation{inference_pool="pool-a",stage="effective"} 0.25'
+    assert "inference_extension_" + saturation in text and "llm_d_epp_" + saturation in text
     assert 'inference_extension_scheduler_e2e_duration_seconds_bucket{le="0.0001"}' in text
     assert [e["address"] for e in endpoints] == ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"]
     assert endpoints[0]["metrics"]["waiting_queue_size"] == 0
