@@ -23,7 +23,7 @@ async def _poll(http: FakeHttp, source: object, errors: list[tuple[str, str | No
     layer.on_poll_error(lambda source_type, extractor: errors.append((source_type, extractor)))
     poller = SourcePoller(
         A, source, layer._store, layer._specs, http, PollSettings(0.05, 1.0, 1 << 20), clock, asyncio.sleep,
-        layer._report_error,
+        on_error=layer._report_error,
     )  # type: ignore[arg-type]  # fmt: skip
     await poller.poll_once()
 
