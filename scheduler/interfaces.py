@@ -200,11 +200,15 @@ class ResponseHeadersProvider(Plugin, Protocol):
 
 @runtime_checkable
 class PDDecider(Plugin, Protocol):
-    def should_disaggregate(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> bool:
-        """True when a separate prefill step should run for ``request`` routed to ``decode``.
+    def should_disaggregate(
+        self, cycle: CycleState, request: LLMRequest, decode: EndpointView | None
+    ) -> bool:
+        """True when the disaggregated stage (prefill, or encode) should run for ``request``.
 
-        Called by a P/D profile handler once per request, after the decode profile chose
-        ``decode``. Pure: may read ``cycle`` (e.g. the prefix match), must not write it; no I/O.
+        Called by a disaggregation profile handler once per request and stage, after the decode
+        profile chose ``decode``; ``decode`` is None when the stage runs before decode (llm-d's
+        ``prefill-first`` order asks the encode decider that way). Pure: may read ``cycle`` (e.g.
+        the prefix match), must not write it; no I/O.
         """
         ...
 

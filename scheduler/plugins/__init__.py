@@ -85,4 +85,5 @@ def register_builtin(registry: Registry) -> None:
     registry.register("concurrency-detector", concurrency.factory)
     registry.register("always-disagg-pd-decider", disagg_deciders.always_factory)
     registry.register("prefix-based-pd-decider", disagg_deciders.prefix_based_factory)
+    registry.register("always-disagg-multimodal-decider", disagg_deciders.multimodal_factory)
     registry.register("disagg-profile-handler", disagg.factory)
