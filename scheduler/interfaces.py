@@ -43,6 +43,7 @@ __all__ = [
     "PluginFactory",
     "PrepareHook",
     "ProfileHandler",
+    "RequestHeadersProvider",
     "ResponseChunkHook",
     "ResponseHeadersHook",
     "ResponseHeadersProvider",
@@ -127,6 +128,19 @@ class ProfileHandler(Plugin, Protocol):
         """Turn the profile results into the routing result (primary profile, extra headers).
 
         Raises :class:`scheduler.errors.NoEndpointError` when no routable result exists.
+        """
+        ...
+
+
+@runtime_checkable
+class RequestHeadersProvider(Plugin, Protocol):
+    def request_headers(self, request: LLMRequest, result: SchedulingResult) -> Mapping[str, str]:
+        """Headers to set on the request sent to the model server (llm-d's header PreRequest plugins).
+
+        Called once per scheduling cycle, after the profile handler built ``result``, in
+        configuration order; the returned headers are merged into ``result.headers`` (a later
+        provider wins on the same name). Pure: no I/O, no mutation. Header names are lower-case.
+        An exception is reported and the cycle goes on without that provider's headers.
         """
         ...
 

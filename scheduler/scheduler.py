@@ -9,7 +9,9 @@
    (a profile runs at most once per cycle; a handler returning one again is a contract error);
 4. passes the results of the routed (non-shadow) profiles to ``handler.process_results``; shadow
    profile results are attached to the returned ``SchedulingResult.profile_results`` and to its
-   ``decision`` record, and never routed.
+   ``decision`` record, and never routed;
+5. merges the headers of every ``RequestHeadersProvider`` plugin (configuration order) into the
+   result's headers.
 
 Raises :class:`NoEndpointError` (empty pool, or no routable result; the reason joins the failure
 reasons of the routed profiles, which name the profile and filter) or :class:`SchedulingError` (the
@@ -39,6 +41,7 @@ from scheduler.interfaces import (
     Plugin,
     PrepareHook,
     ProfileHandler,
+    RequestHeadersProvider,
     ResponseChunkHook,
     ResponseHeadersHook,
     SaturationDetector,
@@ -85,6 +88,7 @@ class Scheduler:
         self._chunks = [p for p in self.plugins if isinstance(p, ResponseChunkHook)]
         self._completed = [p for p in self.plugins if isinstance(p, CompletionHook)]
         self._removed = [p for p in self.plugins if isinstance(p, EndpointRemovalHook)]
+        self._request_headers = [p for p in self.plugins if isinstance(p, RequestHeadersProvider)]
 
     @property
     def observer(self) -> SchedulerObserver:
@@ -172,9 +176,22 @@ class Scheduler:
                     merged[name] = shadow_result
             profile_results = merged
         record = DecisionRecord(request.request_id, tuple(decisions), outcome.primary_profile, shadow_run)
-        return SchedulingResult(
-            outcome.primary_profile, outcome.endpoints, profile_results, outcome.headers, record
-        )
+        headers = outcome.headers
+        if self._request_headers:
+            headers = self._add_request_headers(request, outcome)
+        return SchedulingResult(outcome.primary_profile, outcome.endpoints, profile_results, headers, record)
+
+    def _add_request_headers(self, request: LLMRequest, outcome: SchedulingResult) -> Mapping[str, str]:
+        merged = dict(outcome.headers)
+        observer = self._observer
+        for plugin in self._request_headers:
+            t0 = perf_counter()
+            try:
+                merged.update(plugin.request_headers(request, outcome))
+            except Exception as exc:
+                observer.plugin_error("request_headers", plugin.plugin_type, plugin.name, exc)
+            observer.observe_plugin("request_headers", plugin.plugin_type, plugin.name, perf_counter() - t0)
+        return merged
 
     def _call_handler(self, point: str, method: Callable[..., Any], *args: Any) -> Any:
         handler = self.handler

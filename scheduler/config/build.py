@@ -14,8 +14,9 @@ Rules (GIE semantics):
   plugin implementing several is slotted into each); a scorer without weight gets 1.0; a weight on a
   plugin that is not a scorer, a second picker, a dangling or non-schedulable reference are errors.
   A profile without picker gets an implicit ``max-score-picker``.
-* ``single-profile-handler`` accepts exactly one routed (non-shadow) profile; every configuration
-  needs at least one routed profile.
+* ``single-profile-handler`` (and any handler with a true ``routes_one_profile`` attribute, e.g.
+  ``data-parallel-profile-handler``) accepts exactly one routed (non-shadow) profile; every
+  configuration needs at least one routed profile.
 * ``saturationDetector.pluginRef`` must name a plugin implementing SaturationDetector; the legacy
   threshold fields (or no section at all) configure an implicit ``utilization-detector`` when that
   type is registered.
@@ -161,7 +162,10 @@ def build_config(
         raise ConfigError(
             "every profile is shadow: at least one profile must be routed", location="schedulingProfiles"
         )
-    if handler.plugin_type == DEFAULT_PROFILE_HANDLER_TYPE and len(routed) > 1:
+    one_profile = handler.plugin_type == DEFAULT_PROFILE_HANDLER_TYPE or getattr(
+        handler, "routes_one_profile", False
+    )
+    if one_profile and len(routed) > 1:
         raise ConfigError(
             f"{_label(handler)} routes exactly one profile, got {len(routed)} ({', '.join(routed)}); "
             "configure a profile handler for several profiles (e.g. disagg-profile-handler) "

@@ -87,3 +87,11 @@ def register_builtin(registry: Registry) -> None:
     registry.register("prefix-based-pd-decider", disagg_deciders.prefix_based_factory)
     registry.register("always-disagg-multimodal-decider", disagg_deciders.multimodal_factory)
     registry.register("disagg-profile-handler", disagg.factory)
+
+    from scheduler.plugins.handlers import data_parallel, disagg_headers, header_profile, pd_profile
+
+    registry.register("pd-profile-handler", pd_profile.factory)
+    registry.register("disagg-headers-handler", disagg_headers.factory)
+    registry.register("prefill-header-handler", disagg_headers.prefill_factory)
+    registry.register("data-parallel-profile-handler", data_parallel.factory)
+    registry.register("header-profile-handler", header_profile.factory)

@@ -35,6 +35,11 @@ TYPES = [
     "lora-affinity-filter",
     "by-label-selector",
     "encode-filter",
+    "always-disagg-multimodal-decider",
+    "disagg-headers-handler",
+    "prefill-header-handler",
+    "data-parallel-profile-handler",
+    "header-profile-handler",
 ]
 
 
