@@ -289,6 +289,9 @@ async def build_app(options: Options) -> PickerApp:
         max_body_bytes=options.max_body_bytes,
         response_chunks=scheduler.has_chunk_hooks,
         response_header_map=scheduler.has_response_header_hooks,
+        response_headers=scheduler.client_response_headers
+        if scheduler.has_response_header_providers
+        else None,
     )
     server = EppServer(
         settings,

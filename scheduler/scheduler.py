@@ -44,6 +44,7 @@ from scheduler.interfaces import (
     RequestHeadersProvider,
     ResponseChunkHook,
     ResponseHeadersHook,
+    ResponseHeadersProvider,
     SaturationDetector,
 )
 from scheduler.observer import LoggingObserver, SchedulerObserver
@@ -89,6 +90,7 @@ class Scheduler:
         self._completed = [p for p in self.plugins if isinstance(p, CompletionHook)]
         self._removed = [p for p in self.plugins if isinstance(p, EndpointRemovalHook)]
         self._request_headers = [p for p in self.plugins if isinstance(p, RequestHeadersProvider)]
+        self._response_headers = [p for p in self.plugins if isinstance(p, ResponseHeadersProvider)]
 
     @property
     def observer(self) -> SchedulerObserver:
@@ -101,6 +103,26 @@ class Scheduler:
     @property
     def has_response_header_hooks(self) -> bool:
         return bool(self._headers)
+
+    @property
+    def has_response_header_providers(self) -> bool:
+        """True when a plugin adds headers to the client response (e.g. a session-affinity token)."""
+        return bool(self._response_headers)
+
+    def client_response_headers(
+        self, request: LLMRequest, result: SchedulingResult, served: str | None
+    ) -> Mapping[str, str]:
+        """Headers every ``ResponseHeadersProvider`` adds to the client response (configuration order).
+
+        A provider that raises is reported to the observer and adds nothing.
+        """
+        merged: dict[str, str] = {}
+        for plugin in self._response_headers:
+            try:
+                merged.update(plugin.response_headers(request, result, served))
+            except Exception as exc:
+                self._observer.plugin_error("response_headers", plugin.plugin_type, plugin.name, exc)
+        return merged
 
     @property
     def has_chunk_hooks(self) -> bool:

@@ -95,3 +95,9 @@ def register_builtin(registry: Registry) -> None:
     registry.register("prefill-header-handler", disagg_headers.prefill_factory)
     registry.register("data-parallel-profile-handler", data_parallel.factory)
     registry.register("header-profile-handler", header_profile.factory)
+
+    from scheduler.plugins.filters import session_affinity as session_affinity_filter
+    from scheduler.plugins.scorers import context_length
+
+    registry.register("session-affinity-filter", session_affinity_filter.factory)
+    registry.register("context-length-aware", context_length.factory)

@@ -40,6 +40,8 @@ TYPES = [
     "prefill-header-handler",
     "data-parallel-profile-handler",
     "header-profile-handler",
+    "session-affinity-filter",
+    "context-length-aware",
 ]
 
 
