@@ -101,3 +101,9 @@ def register_builtin(registry: Registry) -> None:
 
     registry.register("session-affinity-filter", session_affinity_filter.factory)
     registry.register("context-length-aware", context_length.factory)
+
+    from scheduler.plugins.filters import utilization as utilization_filter
+    from scheduler.plugins.scorers import header_label_affinity
+
+    registry.register("utilization-filter", utilization_filter.factory)
+    registry.register("header-label-affinity-scorer", header_label_affinity.factory)

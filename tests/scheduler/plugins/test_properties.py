@@ -43,6 +43,8 @@ SCORERS: dict[str, dict[str, Any]] = {
     "binpack-scorer": {},
     "spread-scorer": {"load": "queue", "capacity": 20},
     "no-hit-lru-scorer": {},
+    "context-length-aware": {},
+    "header-label-affinity-scorer": {"headerName": "x-zone", "labelKey": "zone"},
 }
 FILTERS: dict[str, dict[str, Any]] = {
     "label-selector-filter": {
@@ -65,6 +67,14 @@ FILTERS: dict[str, dict[str, Any]] = {
     "lora-affinity-filter": {"threshold": 0.5},
     "by-label": {"label": ROLE_LABEL, "validValues": ["decode", "both"], "allowsNoLabel": True},
     "by-label-selector": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]},
+    "context-length-aware": {"enableFiltering": True},
+    "session-affinity-filter": {},
+    "utilization-filter": {
+        "conditions": [
+            {"metric": "active-requests", "maxValue": 1},
+            {"metric": "waiting-queue", "maxValue": 5},
+        ]
+    },
 }
 DETECTORS = ["utilization-detector", "concurrency-detector"]
 
