@@ -107,3 +107,9 @@ def register_builtin(registry: Registry) -> None:
 
     registry.register("utilization-filter", utilization_filter.factory)
     registry.register("header-label-affinity-scorer", header_label_affinity.factory)
+
+    from scheduler.plugins.filters import endpoint_attribute as endpoint_attribute_filter
+    from scheduler.plugins.scorers import endpoint_attribute
+
+    registry.register("endpoint-attribute-scorer", endpoint_attribute.factory)
+    registry.register("endpoint-attribute-filter", endpoint_attribute_filter.factory)
