@@ -58,6 +58,7 @@ from epp.server.server import EppServer, ServerSettings
 from epp.server.tls import TlsError, load_certificate, server_credentials
 from scheduler.config.resolved import ResolvedConfig
 from scheduler.errors import ConfigError
+from scheduler.interfaces import RequestAdmitter
 
 __all__ = ["PickerApp", "StartupError", "build_app", "run", "serve"]
 
@@ -296,7 +297,7 @@ async def build_app(options: Options) -> PickerApp:
     server = EppServer(
         settings,
         source=layer,
-        admitter=Admitter(detector, layer.now),
+        admitter=Admitter(detector, layer.now, [p for p in plugins if isinstance(p, RequestAdmitter)]),
         scheduler=scheduler,
         session_config=session_config,
         registry=registry,

@@ -43,6 +43,7 @@ __all__ = [
     "PluginFactory",
     "PrepareHook",
     "ProfileHandler",
+    "RequestAdmitter",
     "RequestHeadersProvider",
     "ResponseChunkHook",
     "ResponseHeadersHook",
@@ -128,6 +129,19 @@ class ProfileHandler(Plugin, Protocol):
         """Turn the profile results into the routing result (primary profile, extra headers).
 
         Raises :class:`scheduler.errors.NoEndpointError` when no routable result exists.
+        """
+        ...
+
+
+@runtime_checkable
+class RequestAdmitter(Plugin, Protocol):
+    def admit(self, request: LLMRequest, endpoints: Sequence[EndpointView]) -> str | None:
+        """Admission control before scheduling (llm-d's Admitter): None admits the request.
+
+        A string rejects it with 429 (resource exhausted) and is the reason given to the client.
+        ``endpoints`` are the request's candidates (after the subset hint). Called once per
+        request, on the event-loop thread; may draw from the plugin's seeded random source but does
+        no I/O. An exception is logged and the request is admitted.
         """
         ...
 

@@ -113,3 +113,7 @@ def register_builtin(registry: Registry) -> None:
 
     registry.register("endpoint-attribute-scorer", endpoint_attribute.factory)
     registry.register("endpoint-attribute-filter", endpoint_attribute_filter.factory)
+
+    from scheduler.plugins import admitters
+
+    registry.register("probabilistic-admitter", admitters.factory)
