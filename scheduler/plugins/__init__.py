@@ -117,3 +117,9 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins import admitters
 
     registry.register("probabilistic-admitter", admitters.factory)
+
+    from scheduler.plugins import topology
+
+    registry.register("topology-extractor", topology.extractor_factory)
+    registry.register("topology-affinity-filter", topology.filter_factory)
+    registry.register("topology-affinity-scorer", topology.scorer_factory)

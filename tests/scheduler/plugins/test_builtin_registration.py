@@ -42,6 +42,10 @@ TYPES = [
     "header-profile-handler",
     "session-affinity-filter",
     "context-length-aware",
+    "probabilistic-admitter",
+    "topology-extractor",
+    "topology-affinity-filter",
+    "topology-affinity-scorer",
 ]
 
 

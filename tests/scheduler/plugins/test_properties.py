@@ -45,6 +45,7 @@ SCORERS: dict[str, dict[str, Any]] = {
     "no-hit-lru-scorer": {},
     "context-length-aware": {},
     "header-label-affinity-scorer": {"headerName": "x-zone", "labelKey": "zone"},
+    "topology-affinity-scorer": {},
 }
 FILTERS: dict[str, dict[str, Any]] = {
     "label-selector-filter": {
@@ -69,6 +70,7 @@ FILTERS: dict[str, dict[str, Any]] = {
     "by-label-selector": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]},
     "context-length-aware": {"enableFiltering": True},
     "session-affinity-filter": {},
+    "topology-affinity-filter": {"minAffinity": "zone"},
     "utilization-filter": {
         "conditions": [
             {"metric": "active-requests", "maxValue": 1},
