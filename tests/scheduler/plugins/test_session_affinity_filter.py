@@ -10,12 +10,14 @@ import pytest
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
+from scheduler.plugins import session
 from scheduler.plugins.filters import session_affinity
-from scheduler.plugins.filters.session_affinity import MAX_SESSIONS, SessionAffinityFilter
+from scheduler.plugins.filters.session_affinity import SessionAffinityFilter
 from scheduler.plugins.handlers.single_profile import SingleProfileHandler
 from scheduler.plugins.pickers.common import PickerParams
 from scheduler.plugins.pickers.max_score import MaxScorePicker
 from scheduler.plugins.scorers.session_affinity import SessionAffinityScorer, encode_token
+from scheduler.plugins.session import MAX_SESSIONS
 from scheduler.profile import SchedulerProfile
 from scheduler.scheduler import Scheduler
 from scheduler.types import Endpoint, LLMRequest, ProfileResult, SchedulingResult, ScoredEndpoint
@@ -161,7 +163,7 @@ def test_session_id_sources_in_priority_order_and_ttl() -> None:
 
 
 def test_session_id_bindings_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(session_affinity, "MAX_SESSIONS", 2)
+    monkeypatch.setattr(session, "MAX_SESSIONS", 2)
     plugin = build({"strategy": "session_id"}, Clock())
     for s in ("a", "b", "c"):
         plugin.on_dispatched(req(**{"x-session-id": s}), result(B))
@@ -181,3 +183,57 @@ def test_scheduler_gathers_client_response_headers() -> None:
     res = scheduler.schedule(r, POOL)
     assert res.addresses == (B.address,)
     assert scheduler.client_response_headers(r, res, None) == {"x-session-token": encode_token(B.address)}
+
+
+def decided(primary: Endpoint, candidates: tuple[str, ...]) -> SchedulingResult:
+    """A result whose decision record says which endpoints reached scoring in the decode profile."""
+    from scheduler.types import DecisionRecord, ProfileDecision
+
+    decision = ProfileDecision(
+        "decode", (), candidates, {}, {}, (0.0,) * len(candidates), "p", (primary.address,)
+    )
+    plain = result(primary)
+    return SchedulingResult(
+        "decode", plain.endpoints, plain.profile_results, decision=DecisionRecord("r", (decision,), "decode")
+    )
+
+
+def test_session_id_keeps_binding_when_bound_endpoint_was_a_candidate() -> None:
+    plugin = build({"strategy": "session_id"}, Clock())
+    r = req(**{"x-session-id": "s"})
+    plugin.on_dispatched(r, decided(A, (A.address, B.address)))
+    plugin.on_dispatched(r, decided(B, (A.address, B.address)))  # A was there but lost: keep A
+    assert list(plugin.filter(CycleState(), r, POOL)) == [A]
+    plugin.on_dispatched(r, decided(B, (B.address,)))  # A was not a candidate: move to B
+    assert list(plugin.filter(CycleState(), r, POOL)) == [B]
+
+
+@pytest.mark.parametrize(
+    ("params", "headers", "want"),
+    [
+        ({}, {"x-session-token": encode_token(B.address)}, [0.0, 1.0]),
+        ({"headerName": "X-Custom"}, {"x-custom": encode_token(B.address)}, [0.0, 1.0]),
+        (
+            {"encodedEndpointHeaderConfig": {"header": "x-custom"}},
+            {"x-custom": encode_token(A.address)},
+            [1.0, 0.0],
+        ),
+        ({"strategy": "encoded_endpoint_header", "algorithm": "encoded_endpoint_header"}, {}, [0.0, 0.0]),
+        ({"strategy": "session_id"}, {"x-session-id": "unbound"}, [0.0, 0.0]),
+    ],
+)
+def test_scorer_strategies(params: dict[str, Any], headers: dict[str, str], want: list[float]) -> None:
+    from scheduler.plugins.scorers import session_affinity as scorer_module
+
+    scorer = scorer_module.factory("s", params, PluginHandle(clock=Clock()))
+    assert scorer.score(CycleState(), req(**headers), POOL) == want  # type: ignore[attr-defined]
+
+
+def test_scorer_session_id_binds_and_prefers() -> None:
+    from scheduler.plugins.scorers import session_affinity as scorer_module
+
+    scorer = scorer_module.factory("s", {"strategy": "session_id"}, PluginHandle(clock=Clock()))
+    r = req(**{"x-session-id": "s"})
+    scorer.on_dispatched(r, result(B))  # type: ignore[attr-defined]
+    assert scorer.score(CycleState(), r, POOL) == [0.0, 1.0]  # type: ignore[attr-defined]
+    assert scorer.response_headers(r, result(B), None) == {}  # type: ignore[attr-defined]
