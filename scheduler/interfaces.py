@@ -148,13 +148,16 @@ class RequestAdmitter(Plugin, Protocol):
 
 @runtime_checkable
 class RequestHeadersProvider(Plugin, Protocol):
-    def request_headers(self, request: LLMRequest, result: SchedulingResult) -> Mapping[str, str]:
+    def request_headers(
+        self, cycle: CycleState, request: LLMRequest, result: SchedulingResult
+    ) -> Mapping[str, str]:
         """Headers to set on the request sent to the model server (llm-d's header PreRequest plugins).
 
         Called once per scheduling cycle, after the profile handler built ``result``, in
-        configuration order; the returned headers are merged into ``result.headers`` (a later
-        provider wins on the same name). Pure: no I/O, no mutation. Header names are lower-case.
-        An exception is reported and the cycle goes on without that provider's headers.
+        configuration order, with the cycle's state (e.g. the prefix match); the returned headers
+        are merged into ``result.headers`` (a later provider wins on the same name). Pure: no I/O,
+        no mutation. Header names are lower-case. An exception is reported and the cycle goes on
+        without that provider's headers.
         """
         ...
 

@@ -200,16 +200,18 @@ class Scheduler:
         record = DecisionRecord(request.request_id, tuple(decisions), outcome.primary_profile, shadow_run)
         headers = outcome.headers
         if self._request_headers:
-            headers = self._add_request_headers(request, outcome)
+            headers = self._add_request_headers(cycle, request, outcome)
         return SchedulingResult(outcome.primary_profile, outcome.endpoints, profile_results, headers, record)
 
-    def _add_request_headers(self, request: LLMRequest, outcome: SchedulingResult) -> Mapping[str, str]:
+    def _add_request_headers(
+        self, cycle: CycleState, request: LLMRequest, outcome: SchedulingResult
+    ) -> Mapping[str, str]:
         merged = dict(outcome.headers)
         observer = self._observer
         for plugin in self._request_headers:
             t0 = perf_counter()
             try:
-                merged.update(plugin.request_headers(request, outcome))
+                merged.update(plugin.request_headers(cycle, request, outcome))
             except Exception as exc:
                 observer.plugin_error("request_headers", plugin.plugin_type, plugin.name, exc)
             observer.observe_plugin("request_headers", plugin.plugin_type, plugin.name, perf_counter() - t0)

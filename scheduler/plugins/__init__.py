@@ -123,3 +123,7 @@ def register_builtin(registry: Registry) -> None:
     registry.register("topology-extractor", topology.extractor_factory)
     registry.register("topology-affinity-filter", topology.filter_factory)
     registry.register("topology-affinity-scorer", topology.scorer_factory)
+
+    from scheduler.plugins.prefix import p2p_source
+
+    registry.register("p2p-source-producer", p2p_source.factory)

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Handle
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
@@ -43,7 +44,9 @@ class DisaggHeadersHandler(PluginBase):
         self._prefill = params.prefill_profile
         self._encode = params.encode_profile
 
-    def request_headers(self, request: LLMRequest, result: SchedulingResult) -> Mapping[str, str]:
+    def request_headers(
+        self, cycle: CycleState, request: LLMRequest, result: SchedulingResult
+    ) -> Mapping[str, str]:
         return disagg_headers(result.profile_results, self._prefill, self._encode)
 
 

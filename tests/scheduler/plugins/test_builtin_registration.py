@@ -46,6 +46,7 @@ TYPES = [
     "topology-extractor",
     "topology-affinity-filter",
     "topology-affinity-scorer",
+    "p2p-source-producer",
 ]
 
 

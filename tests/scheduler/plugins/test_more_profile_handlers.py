@@ -174,14 +174,14 @@ def result_of(results: Mapping[str, ProfileResult]) -> SchedulingResult:
 )
 def test_headers_handler(results: dict[str, ProfileResult], want: dict[str, str]) -> None:
     for handler in (DisaggHeadersHandler("h"), PrefillHeaderHandler("h")):
-        assert handler.request_headers(REQ, result_of(results)) == want
+        assert handler.request_headers(CycleState(), REQ, result_of(results)) == want
 
 
 def test_headers_handler_custom_profiles_and_factories() -> None:
     handler = disagg_headers.factory("h", {"prefillProfile": "p", "encodeProfile": "e"}, PluginHandle())
     assert isinstance(handler, DisaggHeadersHandler) and handler.params == HeadersParams("p", "e")
     results = {"decode": target("1:1"), "p": target("2:2"), "prefill": target("9:9")}
-    assert handler.request_headers(REQ, result_of(results)) == {PREFILLER_HEADER: "2:2"}
+    assert handler.request_headers(CycleState(), REQ, result_of(results)) == {PREFILLER_HEADER: "2:2"}
     alias = disagg_headers.prefill_factory("x", {}, PluginHandle())
     assert alias.plugin_type == "prefill-header-handler"
     with pytest.raises(ConfigError, match=r"parameters\.decodeProfile"):
