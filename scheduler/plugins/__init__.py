@@ -100,6 +100,7 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins.scorers import context_length
 
     registry.register("session-affinity-filter", session_affinity_filter.factory)
+    registry.register("multicluster-session-affinity-filter", session_affinity_filter.multicluster_factory)
     registry.register("context-length-aware", context_length.factory)
 
     from scheduler.plugins.filters import utilization as utilization_filter

@@ -44,7 +44,14 @@ from scheduler.plugins.session import (
 )
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
-__all__ = ["SessionAffinityFilter", "SessionAffinityFilterParams", "SessionStrategyParams", "factory"]
+__all__ = [
+    "MultiClusterSessionAffinityFilter",
+    "SessionAffinityFilter",
+    "SessionAffinityFilterParams",
+    "SessionStrategyParams",
+    "factory",
+    "multicluster_factory",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +155,22 @@ class SessionAffinityFilter(SessionAffinity):
         return f"session pinned to {self.wanted(request)}"
 
 
+class MultiClusterSessionAffinityFilter(SessionAffinityFilter):
+    """llm-d's ``multicluster-session-affinity-filter``: the same filter, pinning a session to a cluster
+    endpoint (in llm-d, cluster identity comes from multi-cluster discovery; the filter is unchanged)."""
+
+    plugin_type = "multicluster-session-affinity-filter"
+
+
 def _build(name: str, params: SessionStrategyParams, handle: Handle) -> SessionAffinityFilter:
     return SessionAffinityFilter(name, params, handle.clock)
 
 
+def _build_multicluster(name: str, params: SessionStrategyParams, handle: Handle) -> SessionAffinityFilter:
+    return MultiClusterSessionAffinityFilter(name, params, handle.clock)
+
+
 factory = factory_with_params(SessionAffinityFilter.plugin_type, SessionStrategyParams, _build)
+multicluster_factory = factory_with_params(
+    MultiClusterSessionAffinityFilter.plugin_type, SessionStrategyParams, _build_multicluster
+)

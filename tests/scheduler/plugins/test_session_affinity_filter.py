@@ -237,3 +237,10 @@ def test_scorer_session_id_binds_and_prefers() -> None:
     scorer.on_dispatched(r, result(B))  # type: ignore[attr-defined]
     assert scorer.score(CycleState(), r, POOL) == [0.0, 1.0]  # type: ignore[attr-defined]
     assert scorer.response_headers(r, result(B), None) == {}  # type: ignore[attr-defined]
+
+
+def test_multicluster_variant_is_the_same_filter() -> None:
+    plugin = session_affinity.multicluster_factory("m", {}, PluginHandle())
+    assert plugin.plugin_type == "multicluster-session-affinity-filter"
+    r = req(**{"x-session-token": encode_token(B.address)})
+    assert list(plugin.filter(CycleState(), r, POOL)) == [B]  # type: ignore[attr-defined]
