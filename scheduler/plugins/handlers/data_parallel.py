@@ -11,6 +11,7 @@ Parameters: ``primaryPort`` (1-65535, default 8000).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ from scheduler.plugins.handlers.single_profile import SingleProfileHandler
 from scheduler.types import LLMRequest, ProfileResult, SchedulingResult
 
 __all__ = ["DataParallelParams", "DataParallelProfileHandler", "factory"]
+
+_log = logging.getLogger("scheduler.plugins")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,11 @@ class DataParallelProfileHandler(SingleProfileHandler):
 
 
 def _build(name: str, params: DataParallelParams, handle: Handle) -> DataParallelProfileHandler:
+    _log.info(
+        '%s "%s" is deprecated (as in llm-d): with Istio >= 1.28.1 use single-profile-handler',
+        DataParallelProfileHandler.plugin_type,
+        name,
+    )
     return DataParallelProfileHandler(name, params)
 
 

@@ -15,6 +15,7 @@ Parameters: ``prefillProfile`` (default ``prefill``), ``encodeProfile`` (default
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
@@ -27,6 +28,8 @@ from scheduler.plugins.handlers.disagg import disagg_headers
 from scheduler.types import LLMRequest, SchedulingResult
 
 __all__ = ["DisaggHeadersHandler", "HeadersParams", "PrefillHeaderHandler", "factory", "prefill_factory"]
+
+_log = logging.getLogger("scheduler.plugins")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +59,16 @@ class PrefillHeaderHandler(DisaggHeadersHandler):
     plugin_type: ClassVar[str] = "prefill-header-handler"
 
 
+_DEPRECATED = '%s "%s" is deprecated (as in llm-d): disagg-profile-handler sets these headers itself'
+
+
 def _build(name: str, params: HeadersParams, handle: Handle) -> DisaggHeadersHandler:
+    _log.info(_DEPRECATED, DisaggHeadersHandler.plugin_type, name)
     return DisaggHeadersHandler(name, params)
 
 
 def _build_prefill(name: str, params: HeadersParams, handle: Handle) -> PrefillHeaderHandler:
+    _log.info(_DEPRECATED, PrefillHeaderHandler.plugin_type, name)
     return PrefillHeaderHandler(name, params)
 
 

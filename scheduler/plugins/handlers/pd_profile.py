@@ -19,6 +19,7 @@ configuration).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,8 @@ from scheduler.profile import SchedulerProfile
 from scheduler.types import LLMRequest, ProfileResult, SchedulingResult
 
 __all__ = ["PdParams", "PdProfileHandler", "factory"]
+
+_log = logging.getLogger("scheduler.plugins")
 
 PLUGIN_TYPE = "pd-profile-handler"
 
@@ -116,6 +119,7 @@ class PdProfileHandler(PluginBase):
 
 def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> Plugin:
     params = parse_params(PdParams, parameters, PLUGIN_TYPE, name)
+    _log.info('%s "%s" is deprecated (as in llm-d): use disagg-profile-handler instead', PLUGIN_TYPE, name)
     where = plugin_location(PLUGIN_TYPE, name)
     if not params.decider_plugin_name:
         raise ConfigError(
