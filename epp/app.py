@@ -293,6 +293,7 @@ async def build_app(options: Options) -> PickerApp:
         response_headers=scheduler.client_response_headers
         if scheduler.has_response_header_providers
         else None,
+        owned_request_headers=scheduler.owned_request_headers,
     )
     server = EppServer(
         settings,

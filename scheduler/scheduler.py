@@ -105,6 +105,18 @@ class Scheduler:
         return bool(self._headers)
 
     @property
+    def owned_request_headers(self) -> frozenset[str]:
+        """Request headers some plugin owns (``owned_request_headers`` attribute, lower-case).
+
+        The caller removes a client-sent copy of these that the result does not set, as llm-d's
+        plugins delete them from the request (a client must not pick the prefill peer itself).
+        """
+        owned: set[str] = set()
+        for plugin in self.plugins:
+            owned.update(getattr(plugin, "owned_request_headers", ()))
+        return frozenset(owned)
+
+    @property
     def has_response_header_providers(self) -> bool:
         """True when a plugin adds headers to the client response (e.g. a session-affinity token)."""
         return bool(self._response_headers)

@@ -32,7 +32,7 @@ referenced plugins first, like llm-d's dependency sort). Without a decider a sta
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from scheduler.cycle_state import CycleState, StateKey
 from scheduler.errors import ConfigError, NoEndpointError
@@ -93,6 +93,7 @@ def disagg_headers(
 
 class DisaggProfileHandler(PluginBase):
     plugin_type = PLUGIN_TYPE
+    owned_request_headers: ClassVar[frozenset[str]] = frozenset({PREFILLER_HEADER, ENCODER_HEADER})
 
     def __init__(
         self,

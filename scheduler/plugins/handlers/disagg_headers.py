@@ -24,7 +24,7 @@ from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Handle
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.handlers.disagg import disagg_headers
+from scheduler.plugins.handlers.disagg import ENCODER_HEADER, PREFILLER_HEADER, disagg_headers
 from scheduler.types import LLMRequest, SchedulingResult
 
 __all__ = ["DisaggHeadersHandler", "HeadersParams", "PrefillHeaderHandler", "factory", "prefill_factory"]
@@ -40,6 +40,7 @@ class HeadersParams:
 
 class DisaggHeadersHandler(PluginBase):
     plugin_type: ClassVar[str] = "disagg-headers-handler"
+    owned_request_headers: ClassVar[frozenset[str]] = frozenset({PREFILLER_HEADER, ENCODER_HEADER})
 
     def __init__(self, name: str, params: HeadersParams | None = None) -> None:
         super().__init__(name)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from scheduler.cycle_state import CycleState, StateKey
 from scheduler.errors import ConfigError
@@ -84,6 +85,7 @@ class P2PSourceParams:
 
 class P2PSourceProducer(PluginBase):
     plugin_type = PLUGIN_TYPE
+    owned_request_headers: ClassVar[frozenset[str]] = frozenset({KV_CACHE_SOURCE_HEADER})
 
     def __init__(self, name: str, params: P2PSourceParams | None = None) -> None:
         super().__init__(name)

@@ -335,3 +335,16 @@ def test_header_profile_process_results() -> None:
         handler.process_results(CycleState(), with_headers(**{"epp-profile": "x"}), {})
     with pytest.raises(NoEndpointError, match='profile "decode" found no endpoint'):
         handler.process_results(CycleState(), with_headers(), {"decode": None})
+
+
+def test_scheduler_reports_the_request_headers_its_plugins_own() -> None:
+    from scheduler.scheduler import Scheduler
+
+    resolved = load_config_text(HEAD + LEGACY_PD)
+    scheduler = Scheduler(resolved.profiles, resolved.handler, [r.plugin for r in resolved.plugins])
+    assert scheduler.owned_request_headers == {PREFILLER_HEADER, ENCODER_HEADER}  # prefill-header-handler
+    bare = load_config_text(HEAD + LEGACY_PD.replace("- type: prefill-header-handler\n", ""))
+    assert (
+        Scheduler(bare.profiles, bare.handler, [r.plugin for r in bare.plugins]).owned_request_headers
+        == set()
+    )
