@@ -78,6 +78,7 @@ from epp.server.server import EppServer, ServerSettings
 from epp.server.tls import TlsError, load_certificate, server_credentials
 from scheduler.config.resolved import ResolvedConfig
 from scheduler.errors import ConfigError
+from scheduler.interfaces import RequestAdmitter
 from scheduler.types import EndpointView
 
 __all__ = ["PickerApp", "StartupError", "build_app", "run", "serve"]
@@ -361,11 +362,12 @@ async def build_app(options: Options) -> PickerApp:
         response_headers=(
             scheduler.added_response_headers if scheduler.has_response_header_providers else None
         ),
+        owned_request_headers=scheduler.owned_request_headers,
     )
     server = EppServer(
         settings,
         source=layer,
-        admitter=Admitter(detector, layer.now),
+        admitter=Admitter(detector, layer.now, [p for p in plugins if isinstance(p, RequestAdmitter)]),
         scheduler=scheduler,
         session_config=session_config,
         registry=registry,

@@ -43,6 +43,8 @@ __all__ = [
     "PluginFactory",
     "PrepareHook",
     "ProfileHandler",
+    "RequestAdmitter",
+    "RequestHeadersProvider",
     "ResponseChunkHook",
     "ResponseHeadersHook",
     "ResponseHeadersProvider",
@@ -132,6 +134,35 @@ class ProfileHandler(Plugin, Protocol):
 
 
 @runtime_checkable
+class RequestAdmitter(Plugin, Protocol):
+    def admit(self, request: LLMRequest, endpoints: Sequence[EndpointView]) -> str | None:
+        """Admission control before scheduling (llm-d's Admitter): None admits the request.
+
+        A string rejects it with 429 (resource exhausted) and is the reason given to the client.
+        ``endpoints`` are the request's candidates (after the subset hint). Called once per
+        request, on the event-loop thread; may draw from the plugin's seeded random source but does
+        no I/O. An exception is logged and the request is admitted.
+        """
+        ...
+
+
+@runtime_checkable
+class RequestHeadersProvider(Plugin, Protocol):
+    def request_headers(
+        self, cycle: CycleState, request: LLMRequest, result: SchedulingResult
+    ) -> Mapping[str, str]:
+        """Headers to set on the request sent to the model server (llm-d's header PreRequest plugins).
+
+        Called once per scheduling cycle, after the profile handler built ``result``, in
+        configuration order, with the cycle's state (e.g. the prefix match); the returned headers
+        are merged into ``result.headers`` (a later provider wins on the same name). Pure: no I/O,
+        no mutation. Header names are lower-case. An exception is reported and the cycle goes on
+        without that provider's headers.
+        """
+        ...
+
+
+@runtime_checkable
 class PrepareHook(Plugin, Protocol):
     def prepare(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> None:
         """Precompute per-request data into ``cycle`` before any profile runs (e.g. the prefix match).
@@ -200,11 +231,15 @@ class ResponseHeadersProvider(Plugin, Protocol):
 
 @runtime_checkable
 class PDDecider(Plugin, Protocol):
-    def should_disaggregate(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> bool:
-        """True when a separate prefill step should run for ``request`` routed to ``decode``.
+    def should_disaggregate(
+        self, cycle: CycleState, request: LLMRequest, decode: EndpointView | None
+    ) -> bool:
+        """True when the disaggregated stage (prefill, or encode) should run for ``request``.
 
-        Called by a P/D profile handler once per request, after the decode profile chose
-        ``decode``. Pure: may read ``cycle`` (e.g. the prefix match), must not write it; no I/O.
+        Called by a disaggregation profile handler once per request and stage, after the decode
+        profile chose ``decode``; ``decode`` is None when the stage runs before decode (llm-d's
+        ``prefill-first`` order asks the encode decider that way). Pure: may read ``cycle`` (e.g.
+        the prefix match), must not write it; no I/O.
         """
         ...
 

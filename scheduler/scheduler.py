@@ -9,7 +9,9 @@
    (a profile runs at most once per cycle; a handler returning one again is a contract error);
 4. passes the results of the routed (non-shadow) profiles to ``handler.process_results``; shadow
    profile results are attached to the returned ``SchedulingResult.profile_results`` and to its
-   ``decision`` record, and never routed.
+   ``decision`` record, and never routed;
+5. merges the headers of every ``RequestHeadersProvider`` plugin (configuration order) into the
+   result's headers.
 
 Raises :class:`NoEndpointError` (empty pool, or no routable result; the reason joins the failure
 reasons of the routed profiles, which name the profile and filter) or :class:`SchedulingError` (the
@@ -41,6 +43,7 @@ from scheduler.interfaces import (
     Plugin,
     PrepareHook,
     ProfileHandler,
+    RequestHeadersProvider,
     ResponseChunkHook,
     ResponseHeadersHook,
     ResponseHeadersProvider,
@@ -89,6 +92,7 @@ class Scheduler:
         self._chunks = [p for p in self.plugins if isinstance(p, ResponseChunkHook)]
         self._completed = [p for p in self.plugins if isinstance(p, CompletionHook)]
         self._removed = [p for p in self.plugins if isinstance(p, EndpointRemovalHook)]
+        self._request_headers = [p for p in self.plugins if isinstance(p, RequestHeadersProvider)]
 
     @property
     def observer(self) -> SchedulerObserver:
@@ -106,6 +110,18 @@ class Scheduler:
     def has_response_header_providers(self) -> bool:
         """False when no plugin adds client response headers (the caller may skip the call)."""
         return bool(self._providers)
+
+    @property
+    def owned_request_headers(self) -> frozenset[str]:
+        """Request headers some plugin owns (``owned_request_headers`` attribute, lower-case).
+
+        The caller removes a client-sent copy of these that the result does not set, as llm-d's
+        plugins delete them from the request (a client must not pick the prefill peer itself).
+        """
+        owned: set[str] = set()
+        for plugin in self.plugins:
+            owned.update(getattr(plugin, "owned_request_headers", ()))
+        return frozenset(owned)
 
     @property
     def has_chunk_hooks(self) -> bool:
@@ -181,9 +197,24 @@ class Scheduler:
                     merged[name] = shadow_result
             profile_results = merged
         record = DecisionRecord(request.request_id, tuple(decisions), outcome.primary_profile, shadow_run)
-        return SchedulingResult(
-            outcome.primary_profile, outcome.endpoints, profile_results, outcome.headers, record
-        )
+        headers = outcome.headers
+        if self._request_headers:
+            headers = self._add_request_headers(cycle, request, outcome)
+        return SchedulingResult(outcome.primary_profile, outcome.endpoints, profile_results, headers, record)
+
+    def _add_request_headers(
+        self, cycle: CycleState, request: LLMRequest, outcome: SchedulingResult
+    ) -> Mapping[str, str]:
+        merged = dict(outcome.headers)
+        observer = self._observer
+        for plugin in self._request_headers:
+            t0 = perf_counter()
+            try:
+                merged.update(plugin.request_headers(cycle, request, outcome))
+            except Exception as exc:
+                observer.plugin_error("request_headers", plugin.plugin_type, plugin.name, exc)
+            observer.observe_plugin("request_headers", plugin.plugin_type, plugin.name, perf_counter() - t0)
+        return merged
 
     def _call_handler(self, point: str, method: Callable[..., Any], *args: Any) -> Any:
         handler = self.handler

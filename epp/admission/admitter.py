@@ -7,6 +7,8 @@
    (empty hint or no overlap) -> 503;
 3. sheddable request (priority < 0) and the saturation detector reports the pool (the whole snapshot)
    saturated -> 429;
+3b. every ``RequestAdmitter`` plugin (configuration order, e.g. ``probabilistic-admitter``) on the
+   candidates: the first that returns a reason rejects with 429 and that reason;
 4. readiness: only endpoints the data layer reports ``ready`` (discovered ready and scraped healthy:
    a stopped, crashed or unreachable server is not) are candidates. When none of the remaining
    endpoints is ready (e.g. before the first scrape, or while scraping itself is broken) all of them
@@ -21,26 +23,37 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import structlog
+
 from epp.admission.subset import select_subset
 from epp.request.errors import RATE_LIMITED, UNAVAILABLE, RequestError
-from scheduler.interfaces import SaturationDetector
+from scheduler.interfaces import RequestAdmitter, SaturationDetector
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["Admitter"]
+
+_log = structlog.get_logger("epp.admission")
 
 
 class Admitter:
     """Admission control in front of the scheduler.
 
     ``detector`` is the configuration's SaturationDetector plugin (None disables shedding);
-    ``clock`` the monotonic clock shared with the data layer.
+    ``clock`` the monotonic clock shared with the data layer; ``admitters`` the configuration's
+    RequestAdmitter plugins.
     """
 
-    __slots__ = ("_clock", "_detector", "none_ready_total", "shed_total")
+    __slots__ = ("_admitters", "_clock", "_detector", "none_ready_total", "shed_total")
 
-    def __init__(self, detector: SaturationDetector | None, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        detector: SaturationDetector | None,
+        clock: Callable[[], float],
+        admitters: Sequence[RequestAdmitter] = (),
+    ) -> None:
         self._detector = detector
         self._clock = clock
+        self._admitters = tuple(admitters)
         self.shed_total = 0
         self.none_ready_total = 0
 
@@ -62,6 +75,15 @@ class Admitter:
             self.shed_total += 1
             message = f"pool saturated: sheddable request (priority {request.priority}) rejected"
             raise RequestError(429, RATE_LIMITED, message)
+        for admitter in self._admitters:
+            try:
+                reason = admitter.admit(request, candidates)
+            except Exception:
+                _log.exception("admitter failed", plugin=admitter.name, request_id=request.request_id)
+                continue
+            if reason is not None:
+                self.shed_total += 1
+                raise RequestError(429, RATE_LIMITED, reason)
         ready = [e for e in candidates if e.ready]
         if ready:
             return ready if len(ready) != len(candidates) else candidates

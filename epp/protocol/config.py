@@ -49,6 +49,8 @@ class SessionConfig:
     to the client response when the model server's response headers arrive (e.g. the
     session-affinity token of :class:`scheduler.plugins.scorers.session_affinity.ResponseHeadersProvider`
     plugins). It must be pure and fast; an exception from it is logged and adds nothing.
+    ``owned_request_headers`` (lower-case) are request headers that scheduling plugins own (e.g.
+    ``x-prefiller-host-port``): a copy sent by the client is removed unless the result sets it.
     """
 
     parser: RequestParser = field(default_factory=OpenAIParser)
@@ -60,6 +62,7 @@ class SessionConfig:
     response_header_map: bool = True
     usage_capture_bytes: int = 4 * 1024 * 1024
     response_headers: ResponseHeadersFn | None = None
+    owned_request_headers: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0:

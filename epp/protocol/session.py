@@ -224,7 +224,8 @@ class Session:
             request_mode=self._request_mode,
             header_only=self._header_only,
             set_headers=set_headers,
-            remove=[h for h in CONTROL_HEADERS if h in self._headers],
+            remove=[h for h in CONTROL_HEADERS if h in self._headers]
+            + [h for h in self._config.owned_request_headers if h in self._headers and h not in set_headers],
             destination=destination,
             body=self._body,
             changed_body=self._changed_body,

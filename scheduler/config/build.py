@@ -3,7 +3,9 @@
 Rules (GIE semantics):
 
 * Plugins are instantiated in configuration order through the registry, with a shared
-  :class:`~scheduler.handle.PluginHandle` (lookup of earlier plugins by name, seeded rng, clock).
+  :class:`~scheduler.handle.PluginHandle` (lookup of other plugins by name, seeded rng, clock); a
+  plugin whose factory looks up one declared later gets it built first (llm-d's dependency order);
+  a circular reference is an error naming the cycle.
   An unknown type or a bad parameter fails with the plugin's location, type and name.
 * At most one plugin may be a profile handler; with none, a ``single-profile-handler`` is added.
 * No ``schedulingProfiles``: one ``default`` profile with every filter, scorer and picker instance in
@@ -12,8 +14,9 @@ Rules (GIE semantics):
   plugin implementing several is slotted into each); a scorer without weight gets 1.0; a weight on a
   plugin that is not a scorer, a second picker, a dangling or non-schedulable reference are errors.
   A profile without picker gets an implicit ``max-score-picker``.
-* ``single-profile-handler`` accepts exactly one routed (non-shadow) profile; every configuration
-  needs at least one routed profile.
+* ``single-profile-handler`` (and any handler with a true ``routes_one_profile`` attribute, e.g.
+  ``data-parallel-profile-handler``) accepts exactly one routed (non-shadow) profile; every
+  configuration needs at least one routed profile.
 * ``saturationDetector.pluginRef`` must name a plugin implementing SaturationDetector; the legacy
   threshold fields (or no section at all) configure an implicit ``utilization-detector`` when that
   type is registered.
@@ -48,6 +51,14 @@ def _label(plugin: Plugin) -> str:
     return f'{plugin.plugin_type} "{plugin.name}"'
 
 
+class _ResolveFailure(Exception):
+    """A plugin built on demand for another one's reference failed: its error is reported as is."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 class _Builder:
     def __init__(self, registry: Registry, handle: PluginHandle) -> None:
         self.registry = registry
@@ -72,6 +83,8 @@ class _Builder:
             )
         try:
             plugin = self.registry.create(spec.type, spec.name, spec.parameters, self.handle)
+        except _ResolveFailure:
+            raise
         except ConfigError as exc:
             inner = exc.location or plugin_location(spec.type, spec.name)
             raise ConfigError(exc.message, location=self._prefix(spec, inner)) from None
@@ -107,8 +120,37 @@ def build_config(
 ) -> ResolvedConfig:
     """Instantiate and wire everything; raises ConfigError (without ``source``; the caller sets it)."""
     b = _Builder(registry, handle)
-    for spec in doc.plugins:
-        b.create(spec)
+    declared = {spec.name: spec for spec in doc.plugins}
+    building: list[str] = []
+
+    def build_on_demand(name: str) -> Plugin | None:
+        spec = declared.get(name)
+        if spec is None or name in b.where:
+            return None
+        if name in building:
+            cycle = " -> ".join([*building[building.index(name) :], name])
+            raise _ResolveFailure(ConfigError(f"circular plugin references: {cycle}", location=spec.location))
+        building.append(name)
+        try:
+            return b.create(spec)
+        except ConfigError as exc:
+            raise _ResolveFailure(exc) from None
+        finally:
+            building.pop()
+
+    handle.resolver = build_on_demand
+    try:
+        for spec in doc.plugins:
+            if spec.name not in b.where:
+                building.append(spec.name)
+                try:
+                    b.create(spec)
+                finally:
+                    building.pop()
+    except _ResolveFailure as failure:
+        raise failure.error from None
+    finally:
+        handle.resolver = None
     handler = _handler(b)
     detector, detector_names = _saturation(doc, b)
     specs = doc.profiles
@@ -120,7 +162,10 @@ def build_config(
         raise ConfigError(
             "every profile is shadow: at least one profile must be routed", location="schedulingProfiles"
         )
-    if handler.plugin_type == DEFAULT_PROFILE_HANDLER_TYPE and len(routed) > 1:
+    one_profile = handler.plugin_type == DEFAULT_PROFILE_HANDLER_TYPE or getattr(
+        handler, "routes_one_profile", False
+    )
+    if one_profile and len(routed) > 1:
         raise ConfigError(
             f"{_label(handler)} routes exactly one profile, got {len(routed)} ({', '.join(routed)}); "
             "configure a profile handler for several profiles (e.g. disagg-profile-handler) "

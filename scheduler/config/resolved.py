@@ -72,8 +72,10 @@ class ResolvedConfig:
             plugins.append(entry)
         profiles = []
         for profile in self.profiles.values():
-            refs: list[dict[str, Any]] = [{"pluginRef": f.name} for f in profile.filters]
-            refs += [{"pluginRef": s.name, "weight": w} for s, w in profile.scorers]
+            by_name: dict[str, dict[str, Any]] = {f.name: {"pluginRef": f.name} for f in profile.filters}
+            for scorer, weight in profile.scorers:  # a filter that also scores is referenced once
+                by_name.setdefault(scorer.name, {"pluginRef": scorer.name})["weight"] = weight
+            refs: list[dict[str, Any]] = list(by_name.values())
             refs.append({"pluginRef": profile.picker.name})
             entry = {"name": profile.name, "plugins": refs}
             if profile.shadow:

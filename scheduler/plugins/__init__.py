@@ -88,4 +88,46 @@ def register_builtin(registry: Registry) -> None:
     registry.register("concurrency-detector", concurrency.factory)
     registry.register("always-disagg-pd-decider", disagg_deciders.always_factory)
     registry.register("prefix-based-pd-decider", disagg_deciders.prefix_based_factory)
+    registry.register("always-disagg-multimodal-decider", disagg_deciders.multimodal_factory)
     registry.register("disagg-profile-handler", disagg.factory)
+
+    from scheduler.plugins.handlers import data_parallel, disagg_headers, header_profile, pd_profile
+
+    registry.register("pd-profile-handler", pd_profile.factory)
+    registry.register("disagg-headers-handler", disagg_headers.factory)
+    registry.register("prefill-header-handler", disagg_headers.prefill_factory)
+    registry.register("data-parallel-profile-handler", data_parallel.factory)
+    registry.register("header-profile-handler", header_profile.factory)
+
+    from scheduler.plugins.filters import session_affinity as session_affinity_filter
+    from scheduler.plugins.scorers import context_length
+
+    registry.register("session-affinity-filter", session_affinity_filter.factory)
+    registry.register("multicluster-session-affinity-filter", session_affinity_filter.multicluster_factory)
+    registry.register("context-length-aware", context_length.factory)
+
+    from scheduler.plugins.filters import utilization as utilization_filter
+    from scheduler.plugins.scorers import header_label_affinity
+
+    registry.register("utilization-filter", utilization_filter.factory)
+    registry.register("header-label-affinity-scorer", header_label_affinity.factory)
+
+    from scheduler.plugins.filters import endpoint_attribute as endpoint_attribute_filter
+    from scheduler.plugins.scorers import endpoint_attribute
+
+    registry.register("endpoint-attribute-scorer", endpoint_attribute.factory)
+    registry.register("endpoint-attribute-filter", endpoint_attribute_filter.factory)
+
+    from scheduler.plugins import admitters
+
+    registry.register("probabilistic-admitter", admitters.factory)
+
+    from scheduler.plugins import topology
+
+    registry.register("topology-extractor", topology.extractor_factory)
+    registry.register("topology-affinity-filter", topology.filter_factory)
+    registry.register("topology-affinity-scorer", topology.scorer_factory)
+
+    from scheduler.plugins.prefix import p2p_source
+
+    registry.register("p2p-source-producer", p2p_source.factory)

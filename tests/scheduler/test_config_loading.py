@@ -196,7 +196,9 @@ def test_every_builtin_type_renders_and_reloads(plugin_type: str) -> None:
     try:
         resolved = load_config_text(text)
     except ConfigError as exc:
-        assert "required parameter missing" in exc.message  # types that cannot run on defaults
+        # types that cannot run on defaults: a required parameter, or a default plugin reference
+        # (pd-profile-handler's deciderPluginName) that this minimal file does not declare
+        assert "required parameter missing" in exc.message or "no plugin named" in exc.message
         return
     rendered = resolved.render()
     assert load_config_text(rendered).render() == rendered

@@ -1,10 +1,17 @@
-"""P/D deciders: whether a request should run a separate prefill step (``disagg-profile-handler``).
+"""Deciders: whether a request should run a disaggregated stage (``disagg-profile-handler``).
 
 A decider is a plugin implementing :class:`~scheduler.interfaces.PDDecider` (re-exported here),
-referenced by name from the handler's ``deciders.prefill`` (or ``prefillDeciderPluginName``). It is
-called once per request, after the decode profile chose its endpoint, and must be pure.
+referenced by name from the handler's ``deciders.prefill`` / ``deciders.encode`` (or the flat
+``prefillDeciderPluginName`` / ``encodeDeciderPluginName``). It is called once per request and stage,
+after the decode profile chose its endpoint (None in ``prefill-first`` order), and must be pure.
 
 * ``always-disagg-pd-decider``: always true. Parameters: none.
+* ``always-disagg-multimodal-decider`` (llm-d's encode decider): true when the request carries
+  multimodal content: a chat message whose content list holds a block of type ``image_url``,
+  ``video_url`` or ``input_audio`` (vLLM's online-serving multimodal inputs; the rule of
+  llm-d-inference-scheduler, whose successor llm-d-router reads the same fact from the tokenized
+  prompt's multimodal features). Text-only, completions and header-only requests: false.
+  Parameters: none.
 * ``prefix-based-pd-decider`` (llm-d): disaggregate when the prompt tokens the decode endpoint does
   not hold yet are at least ``nonCachedTokens``::
 
@@ -23,6 +30,7 @@ called once per request, after the decode profile chose its endpoint, and must b
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState
@@ -34,11 +42,15 @@ from scheduler.plugins.prefix.match import prefix_match
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = [
+    "MULTIMODAL_BLOCK_TYPES",
     "AlwaysDisaggDecider",
+    "AlwaysDisaggMultimodalDecider",
     "PDDecider",
     "PrefixBasedDecider",
     "PrefixBasedDeciderParams",
     "always_factory",
+    "has_multimodal_content",
+    "multimodal_factory",
     "prefix_based_factory",
 ]
 
@@ -46,12 +58,42 @@ __all__ = [
 class AlwaysDisaggDecider(PluginBase):
     plugin_type = "always-disagg-pd-decider"
 
-    def should_disaggregate(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> bool:
+    def should_disaggregate(
+        self, cycle: CycleState, request: LLMRequest, decode: EndpointView | None
+    ) -> bool:
         return True
 
 
 always_factory = factory_without_params(
     AlwaysDisaggDecider.plugin_type, lambda name, handle: AlwaysDisaggDecider(name)
+)
+
+MULTIMODAL_BLOCK_TYPES = frozenset({"image_url", "video_url", "input_audio"})
+"""Chat content block types that make a request multimodal (vLLM's online-serving inputs)."""
+
+
+def has_multimodal_content(request: LLMRequest) -> bool:
+    """True when a chat message's content list holds an image, video or audio block."""
+    for message in request.messages or ():
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            for block in content:
+                if isinstance(block, Mapping) and block.get("type") in MULTIMODAL_BLOCK_TYPES:
+                    return True
+    return False
+
+
+class AlwaysDisaggMultimodalDecider(PluginBase):
+    plugin_type = "always-disagg-multimodal-decider"
+
+    def should_disaggregate(
+        self, cycle: CycleState, request: LLMRequest, decode: EndpointView | None
+    ) -> bool:
+        return has_multimodal_content(request)
+
+
+multimodal_factory = factory_without_params(
+    AlwaysDisaggMultimodalDecider.plugin_type, lambda name, handle: AlwaysDisaggMultimodalDecider(name)
 )
 
 
@@ -79,7 +121,11 @@ class PrefixBasedDecider(PluginBase):
         cached = min(match.cached_tokens(decode.address), (prompt - 1) // bs * bs)
         return prompt - cached
 
-    def should_disaggregate(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> bool:
+    def should_disaggregate(
+        self, cycle: CycleState, request: LLMRequest, decode: EndpointView | None
+    ) -> bool:
+        if decode is None:
+            return False  # only asked before decode in prefill-first order, where it cannot be configured
         if self._min_prompt and prompt_tokens(request) < self._min_prompt:
             return False
         if self._threshold == 0:

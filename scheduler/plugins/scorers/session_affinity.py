@@ -1,38 +1,40 @@
 """``session-affinity-scorer``: keep a client session on the endpoint that served it before.
 
-The session token is ``base64(ip:port)`` (standard alphabet, padded) of the endpoint that served the
-session's previous request (llm-d encodes the pod's ``namespace/name``; the address is our endpoint
-identity). The client echoes it back in request header ``headerName`` (default ``x-session-token``).
+The soft-preference form of ``session-affinity-filter`` (same parameters and strategies, see
+:mod:`scheduler.plugins.session`): 1.0 for the session's endpoint, 0.0 for every other endpoint;
+all 0.0 without a (valid) session (never an error: a stale or forged token only loses its affinity).
 
-Score: 1.0 for the endpoint whose address the token decodes to, 0.0 for every other endpoint; all
-0.0 when the header is absent or not a valid token (never an error: a stale or forged token only
-loses its affinity).
+* ``encoded_endpoint_header`` (default): the session token is ``base64(ip:port)`` (standard
+  alphabet, padded) of the endpoint that served the session's previous request (llm-d encodes the
+  pod's ``namespace/name``; the address is our endpoint identity), echoed by the client in the
+  header (``encodedEndpointHeaderConfig.header`` or llm-d's older ``headerName``; default
+  ``x-session-token``). Setting the token: this plugin implements
+  :class:`~scheduler.interfaces.ResponseHeadersProvider` (re-exported here): after the model
+  server's response headers arrive, the EPP adds ``{header: token}`` of the endpoint that served
+  (the proxy-reported one when known, else the primary) or, with ``profileName`` set (e.g.
+  ``prefill`` in P/D, usually with header ``x-session-token-prefill``), of the first target of that
+  profile's result.
+* ``session_id``: an opaque id from ``sessionIdConfig.sources``, bound to the endpoint a request
+  was dispatched to; the binding stays when the bound endpoint was a candidate but another won.
 
-Setting the token: this plugin implements :class:`~scheduler.interfaces.ResponseHeadersProvider`
-(re-exported here). After the model server's response headers arrive, the EPP calls
-``response_headers(request, result, served)`` and adds the returned headers to the response sent to
-the client: ``headerName`` = the token of the endpoint that served (the proxy-reported one when
-known, else the primary), or, with ``profileName`` set (e.g. ``prefill`` in P/D, usually with
-``headerName: x-session-token-prefill``), of the first target of that profile's result.
-
-Parameters (llm-d names): ``headerName`` (default ``x-session-token``), ``profileName`` (default
-none = the routed endpoint), ``algorithm`` (only ``encoded_endpoint_header``, the default; llm-d's
-stateful ``session_id_header`` is not provided). ``score`` is pure: one header lookup and one base64
-decode per request.
+Parameters: those of :class:`~scheduler.plugins.filters.session_affinity.SessionStrategyParams`,
+plus ``algorithm`` (pyepp's earlier spelling of the strategy; only ``encoded_endpoint_header``).
+``score`` is pure: one header lookup and one base64 decode (or one dict lookup) per request.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import ResponseHeadersProvider
+from scheduler.interfaces import Handle, ResponseHeadersProvider
 from scheduler.params import param
-from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.types import EndpointView, LLMRequest, SchedulingResult
+from scheduler.plugins.base import factory_with_params
+from scheduler.plugins.filters.session_affinity import SessionAffinity, SessionStrategyParams
+from scheduler.plugins.session import ENCODED, SESSION_TOKEN_HEADER, decode_token, encode_token
+from scheduler.types import EndpointView, LLMRequest
 
 __all__ = [
     "SESSION_TOKEN_HEADER",
@@ -44,63 +46,32 @@ __all__ = [
     "factory",
 ]
 
-SESSION_TOKEN_HEADER = "x-session-token"
-
-
-def encode_token(address: str) -> str:
-    return base64.b64encode(address.encode()).decode("ascii")
-
-
-def decode_token(token: str) -> str | None:
-    """The address in ``token``, or None when it is not a valid token."""
-    try:
-        return base64.b64decode(token.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, ValueError):
-        return None
-
-
-def _header_name(raw: object) -> str:
-    if not isinstance(raw, str) or not raw or raw != raw.strip() or ":" in raw:
-        raise ValueError("not a header name")
-    return raw.lower()
-
 
 @dataclass(frozen=True, slots=True)
-class SessionAffinityParams:
-    header_name: str = param(SESSION_TOKEN_HEADER, convert=_header_name, expect="an HTTP header name")
-    profile_name: str | None = None
-    algorithm: str = param("encoded_endpoint_header", choices=("encoded_endpoint_header",))
+class SessionAffinityParams(SessionStrategyParams):
+    algorithm: str = param(ENCODED, choices=(ENCODED,))
 
 
-class SessionAffinityScorer(PluginBase):
+class SessionAffinityScorer(SessionAffinity):
     plugin_type = "session-affinity-scorer"
 
-    def __init__(self, name: str, params: SessionAffinityParams | None = None) -> None:
-        super().__init__(name)
-        self.params = params = params or SessionAffinityParams()
-        self._header = params.header_name
-        self._profile = params.profile_name
+    def __init__(
+        self,
+        name: str,
+        params: SessionAffinityParams | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(name, params or SessionAffinityParams(), clock)
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        token = request.headers.get(self._header)
-        address = decode_token(token) if token else None
+        address = self.wanted(request)
         if address is None:
             return [0.0] * len(endpoints)
         return [1.0 if e.address == address else 0.0 for e in endpoints]
 
-    def response_headers(
-        self, request: LLMRequest, result: SchedulingResult, served: str | None
-    ) -> Mapping[str, str]:
-        if self._profile is not None:
-            profile = result.profile_results.get(self._profile)
-            address = profile.targets[0].endpoint.address if profile is not None and profile.targets else None
-        else:
-            address = served or (result.endpoints[0].address if result.endpoints else None)
-        return {self._header: encode_token(address)} if address else {}
+
+def _build(name: str, params: SessionAffinityParams, handle: Handle) -> SessionAffinityScorer:
+    return SessionAffinityScorer(name, params, handle.clock)
 
 
-factory = factory_with_params(
-    SessionAffinityScorer.plugin_type,
-    SessionAffinityParams,
-    lambda name, params, handle: SessionAffinityScorer(name, params),
-)
+factory = factory_with_params(SessionAffinityScorer.plugin_type, SessionAffinityParams, _build)

@@ -297,3 +297,20 @@ def test_buffered_body_without_end_of_stream_then_trailers() -> None:
     (trailers,) = sends(s.receive(request_trailers()))
     assert trailers.WhichOneof("response") == "request_trailers"
     assert s.state is State.DISPATCHED
+
+
+def test_owned_request_headers_sent_by_the_client_are_removed_unless_the_result_sets_them() -> None:
+    owned = frozenset({"x-prefiller-host-port", "x-encoder-hosts-ports"})
+    spoofed = {"x-prefiller-host-port": "6.6.6.6:80", "x-encoder-hosts-ports": "6.6.6.6:80"}
+    s = Session(SessionConfig(owned_request_headers=owned))
+    start(s, CHAT, spoofed, path="/v1/chat/completions")
+    out = sends(s.scheduled(result("10.0.0.1:8000")))
+    assert sorted(removed_headers(out[0], "request_headers")) == sorted(owned)
+    s = Session(SessionConfig(owned_request_headers=owned))
+    start(s, CHAT, spoofed, path="/v1/chat/completions")
+    out = sends(s.scheduled(result("10.0.0.1:8000", headers={"x-prefiller-host-port": "10.0.1.1:8000"})))
+    assert removed_headers(out[0], "request_headers") == ["x-encoder-hosts-ports"]
+    assert set_headers(out[0], "request_headers")["x-prefiller-host-port"] == "10.0.1.1:8000"
+    plain = Session(SessionConfig())  # no plugin owns them: passed through, as before
+    start(plain, CHAT, spoofed, path="/v1/chat/completions")
+    assert removed_headers(sends(plain.scheduled(result("10.0.0.1:8000")))[0], "request_headers") == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from srv_helpers import destination, free_port, request_body, request_headers, s
 from epp.app import StartupError, build_app, run
 from epp.cli import main
 from epp.options import parse_options
-from scheduler.types import LLMRequest, SchedulingResult
+from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 
 VLLM_METRICS = b"""# TYPE vllm:num_requests_waiting gauge
 vllm:num_requests_waiting{model_name="m1"} %d
@@ -352,3 +353,28 @@ async def test_response_header_providers_reach_the_session(model_servers: list[s
     req = LLMRequest(request_id="r", model="m", target_model="m")
     result = SchedulingResult(endpoints=(), profile_results={}, primary_profile="")
     assert provider(req, result, "10.0.0.1:8000") == {"x-conformance-test-served-endpoint": "10.0.0.1:8000"}
+
+
+SESSION_CONFIG = """apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: session-affinity-scorer
+- type: queue-scorer
+"""
+
+
+async def test_session_tokens_reach_the_client_response(model_servers: list[str]) -> None:
+    plain = await build_app(parse_options(_flags(model_servers, "--secure-serving=false")))
+    assert plain.server.core.config.response_headers is None
+    app = await build_app(
+        parse_options(_flags(model_servers, "--secure-serving=false", "--config-text", SESSION_CONFIG))
+    )
+    provider = app.server.core.config.response_headers
+    assert provider is not None
+    request = LLMRequest(request_id="r", model="m", target_model="m")
+    result = SchedulingResult("default", (Endpoint("10.1.2.3:8000"),), {})
+    token = base64.b64encode(b"10.1.2.3:8000").decode()
+    assert provider(request, result, None) == {"x-session-token": token}
+    assert provider(request, result, "10.1.2.4:8000") == {
+        "x-session-token": base64.b64encode(b"10.1.2.4:8000").decode()
+    }

@@ -36,6 +36,18 @@ TYPES = [
     "by-label-selector",
     "encode-filter",
     "destination-endpoint-served-verifier",
+    "always-disagg-multimodal-decider",
+    "disagg-headers-handler",
+    "prefill-header-handler",
+    "data-parallel-profile-handler",
+    "header-profile-handler",
+    "session-affinity-filter",
+    "context-length-aware",
+    "probabilistic-admitter",
+    "topology-extractor",
+    "topology-affinity-filter",
+    "topology-affinity-scorer",
+    "p2p-source-producer",
 ]
 
 

@@ -43,6 +43,9 @@ SCORERS: dict[str, dict[str, Any]] = {
     "binpack-scorer": {},
     "spread-scorer": {"load": "queue", "capacity": 20},
     "no-hit-lru-scorer": {},
+    "context-length-aware": {},
+    "header-label-affinity-scorer": {"headerName": "x-zone", "labelKey": "zone"},
+    "topology-affinity-scorer": {},
 }
 FILTERS: dict[str, dict[str, Any]] = {
     "label-selector-filter": {
@@ -65,6 +68,15 @@ FILTERS: dict[str, dict[str, Any]] = {
     "lora-affinity-filter": {"threshold": 0.5},
     "by-label": {"label": ROLE_LABEL, "validValues": ["decode", "both"], "allowsNoLabel": True},
     "by-label-selector": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]},
+    "context-length-aware": {"enableFiltering": True},
+    "session-affinity-filter": {},
+    "topology-affinity-filter": {"minAffinity": "zone"},
+    "utilization-filter": {
+        "conditions": [
+            {"metric": "active-requests", "maxValue": 1},
+            {"metric": "waiting-queue", "maxValue": 5},
+        ]
+    },
 }
 DETECTORS = ["utilization-detector", "concurrency-detector"]
 

@@ -59,7 +59,7 @@ def test_header_name_and_profile_name() -> None:
 
     s = factory("s", {"headerName": "X-Session-Token-Prefill", "profileName": "prefill"}, PluginHandle())
     assert isinstance(s, SessionAffinityScorer)
-    assert s.params == SessionAffinityParams("x-session-token-prefill", "prefill")
+    assert s.params == SessionAffinityParams(header_name="x-session-token-prefill", profile_name="prefill")
     token = {"x-session-token-prefill": encode_token(EPS[2].address)}
     assert s.score(CycleState(), req(token), EPS) == [0.0, 0.0, 1.0]
     result = SchedulingResult(
