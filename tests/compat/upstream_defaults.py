@@ -208,9 +208,6 @@ DEFAULT_MISMATCHES: dict[tuple[str, str], str] = {
     ("prefix-cache-affinity-filter", "explorationProbability"): (
         "pyepp keeps GIE's and llm-d-inference-scheduler's 0.01; llm-d-router changed it to 0"
     ),
-    ("session-affinity-scorer", "strategy"): (
-        "pyepp's schema names it 'algorithm' (same value); llm-d-router's 'strategy' is not accepted yet"
-    ),
     ("session-affinity-scorer", "encodedEndpointHeaderConfig.header"): (
         "pyepp's schema has a flat 'headerName' (same default x-session-token); "
         "the nested form is not accepted yet"

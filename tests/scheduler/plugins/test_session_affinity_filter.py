@@ -182,7 +182,7 @@ def test_scheduler_gathers_client_response_headers() -> None:
     r = req(**{"x-session-token": encode_token(B.address)})
     res = scheduler.schedule(r, POOL)
     assert res.addresses == (B.address,)
-    assert scheduler.client_response_headers(r, res, None) == {"x-session-token": encode_token(B.address)}
+    assert scheduler.added_response_headers(r, res, None) == {"x-session-token": encode_token(B.address)}
 
 
 def decided(primary: Endpoint, candidates: tuple[str, ...]) -> SchedulingResult:
