@@ -18,6 +18,7 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins.handlers import single_profile
     from scheduler.plugins.pickers import max_score, random_picker, weighted_random
     from scheduler.plugins.prefix import affinity as prefix_affinity_scorer
+    from scheduler.plugins.prefix import producer as prefix_producer
     from scheduler.plugins.prefix import scorer as prefix_scorer
     from scheduler.plugins.scorers import kv_cache_utilization, queue
 
@@ -25,6 +26,7 @@ def register_builtin(registry: Registry) -> None:
     registry.register("kv-cache-utilization-scorer", kv_cache_utilization.factory)
     registry.register_alias("kv-cache-scorer", "kv-cache-utilization-scorer")  # GIE < v1.0 name
     registry.register("prefix-cache-scorer", prefix_scorer.factory)
+    registry.register("approx-prefix-cache-producer", prefix_producer.factory)
     registry.register("prefix-affinity-scorer", prefix_affinity_scorer.factory)  # pyepp's own
     registry.register("max-score-picker", max_score.factory)
     registry.register("random-picker", random_picker.factory)
