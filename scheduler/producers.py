@@ -24,13 +24,13 @@ does not matter.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from scheduler.interfaces import Plugin
 
-__all__ = ["DataConsumer", "DataNeed", "DataProducer", "data_key"]
+__all__ = ["DataConsumer", "DataNeed", "DataProducer", "SelfContainedConsumer", "data_key"]
 
 
 def data_key(data_type: str, producer_name: str) -> str:
@@ -71,4 +71,12 @@ class DataConsumer(Plugin, Protocol):
     def bind_producer(self, key: str, producer: Plugin | None) -> None:
         """Called once per need at configuration time: the producer of ``key`` (None: work alone,
         only for a ``legacy_self_contained`` need under the legacy apiVersion)."""
+        ...
+
+
+@runtime_checkable
+class SelfContainedConsumer(DataConsumer, Protocol):
+    def standalone_parameters(self) -> Mapping[str, Any] | None:
+        """Parameters that keep this instance self-contained under either apiVersion (None when it
+        reads a producer). Used by ``check-config --to`` to convert without changing the meaning."""
         ...

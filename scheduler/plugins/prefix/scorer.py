@@ -28,7 +28,7 @@ from typing import Any
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.interfaces import Handle, Plugin
-from scheduler.params import parse_params, plugin_location
+from scheduler.params import params_to_dict, parse_params, plugin_location
 from scheduler.plugins.prefix.match import PrefixMatch
 from scheduler.plugins.prefix.matcher import PREFILLER_HEADER, PrefixMatcher
 from scheduler.plugins.prefix.params import SCORE_KEYS, PrefixCacheScorerParams, PrefixScoreParams
@@ -83,6 +83,15 @@ class PrefixCacheScorer(PrefixMatcher):
         assert isinstance(producer, PrefixMatcher)
         self._producer = producer
         self.params = self.scoring
+
+    def standalone_parameters(self) -> Mapping[str, Any] | None:
+        if self._producer is not None:
+            return None
+        out = params_to_dict(self.params)
+        for key in SCORE_KEYS:  # the scoring keys only where they differ from the defaults
+            if out[key] == params_to_dict(PrefixScoreParams())[key]:
+                del out[key]
+        return out
 
     # -- per cycle ----------------------------------------------------------------------------------
 
