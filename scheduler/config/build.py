@@ -2,7 +2,8 @@
 
 Rules (GIE semantics):
 
-* Plugins are instantiated in configuration order through the registry, with a shared
+* Plugins are instantiated in configuration order (a plugin naming one declared later is created
+  after it) through the registry, with a shared
   :class:`~scheduler.handle.PluginHandle` (lookup of earlier plugins by name, seeded rng, clock).
   An unknown type or a bad parameter fails with the plugin's location, type and name.
 * At most one plugin may be a profile handler; with none, a ``single-profile-handler`` is added.
@@ -118,8 +119,7 @@ def build_config(
 ) -> ResolvedConfig:
     """Instantiate and wire everything; raises ConfigError (without ``source``; the caller sets it)."""
     b = _Builder(registry, handle)
-    for spec in doc.plugins:
-        b.create(spec)
+    _create_all(doc.plugins, b)
     _bind_data(doc.api_version, b)
     handler = _handler(b)
     detector, detector_names = _saturation(doc, b)
@@ -150,6 +150,25 @@ def build_config(
         raw_sections=dict(doc.raw_sections),
         handle=handle,
     )
+
+
+def _create_all(specs: tuple[PluginSpec, ...], b: _Builder) -> None:
+    """Create every declared plugin; one that fails (e.g. it names a plugin declared after it) is
+    retried once the others exist, like upstream's dependency-ordered creation. The first error of a
+    round that made no progress is raised. The resolved list keeps configuration order."""
+    pending = list(specs)
+    while pending:
+        failed: list[tuple[PluginSpec, ConfigError]] = []
+        for spec in pending:
+            try:
+                b.create(spec)
+            except ConfigError as exc:
+                failed.append((spec, exc))
+        if len(failed) == len(pending):
+            raise failed[0][1]
+        pending = [spec for spec, _ in failed]
+    order = {spec.name: i for i, spec in enumerate(specs)}
+    b.resolved.sort(key=lambda r: order.get(r.spec.name, len(order)))
 
 
 def _bind_data(api_version: str, b: _Builder) -> None:

@@ -17,8 +17,8 @@ rank-0 server of a data-parallel group) and the originally chosen ``ip:port`` go
 ``x-data-parallel-host-port``, as llm-d does.
 
 Parameters: see :mod:`scheduler.plugins.handlers.disagg_params` (llm-d's nested ``profiles`` /
-``deciders`` form and its deprecated flat form). The decider is a plugin declared before this
-handler; without one the prefill stage never runs (llm-d's behaviour: P/D disabled), and a
+``deciders`` form and its deprecated flat form). The decider is a plugin declared anywhere in
+``plugins`` (created first, as upstream orders plugins by their references); without one the prefill stage never runs (llm-d's behaviour: P/D disabled), and a
 configuration that names a decider but has no prefill profile routes decode-only.
 """
 
@@ -124,7 +124,7 @@ def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> Plugin:
         decider = handle.plugin(decider_name)
     except KeyError:
         raise ConfigError(
-            f"no plugin named {decider_name!r}: expected a P/D decider plugin declared before this handler",
+            f"no plugin named {decider_name!r}: expected a P/D decider plugin declared in plugins",
             location=where,
         ) from None
     if not isinstance(decider, PDDecider):

@@ -114,7 +114,7 @@ def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> Plugin:
             target = handle.plugin(ref)
         except KeyError:
             raise ConfigError(
-                f"no plugin named {ref!r}: expected a prefix-cache-scorer declared before this plugin",
+                f"no plugin named {ref!r}: expected a prefix-cache-scorer declared in plugins",
                 location=where,
             ) from None
         if target.plugin_type != "prefix-cache-scorer":
