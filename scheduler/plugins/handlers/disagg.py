@@ -18,8 +18,9 @@ rank-0 server of a data-parallel group) and the originally chosen ``ip:port`` go
 
 Parameters: see :mod:`scheduler.plugins.handlers.disagg_params` (llm-d's nested ``profiles`` /
 ``deciders`` form and its deprecated flat form). The decider is a plugin declared anywhere in
-``plugins`` (created first, as upstream orders plugins by their references); without one the prefill stage never runs (llm-d's behaviour: P/D disabled), and a
-configuration that names a decider but has no prefill profile routes decode-only.
+``plugins`` (created first, as upstream orders plugins by their references); without one the
+prefill stage never runs (llm-d's behaviour: P/D disabled), and a configuration that names a
+decider but has no prefill profile routes decode-only.
 """
 
 from __future__ import annotations

@@ -16,9 +16,12 @@ requests only, with the primary endpoint and the prefill endpoint of the ``prefi
 this does not affect any score, so scoring stays deterministic.
 
 Parameters: ``lruSize`` (int >= 1, default 1024), ``prefillProfile`` (default ``"prefill"``),
-``prefixPluginName`` (llm-d's; optional: when given it must name a ``prefix-cache-scorer`` declared
-before this plugin. The match read is always the cycle's published one, i.e. that of the first
-prefix-cache-scorer, which is the named one in every configuration with a single prefix scorer).
+``prefixMatchInfoProducerName`` (llm-d-router's; the producer whose match decides coldness, see
+:mod:`scheduler.producers`: "" reads ``approx-prefix-cache-producer``, injected under
+``llm-d.ai/v1alpha1`` when not configured; under the legacy apiVersion without a producer the cycle's
+published match is read), ``prefixPluginName`` (llm-d's older form; when given it must name a
+``prefix-cache-scorer`` declared in ``plugins``, and the cycle's published match is read: that of the
+first prefix-cache-scorer, which is the named one in every configuration with a single prefix scorer).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from scheduler.interfaces import Handle, Plugin
 from scheduler.params import param, parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.prefix.match import prefix_match
+from scheduler.plugins.prefix.matcher import PrefixMatcher
+from scheduler.plugins.prefix.scorer import DEFAULT_PRODUCER, PREFIX_MATCH_INFO
+from scheduler.producers import DataNeed
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = ["NoHitLruParams", "NoHitLruScorer", "factory"]
@@ -47,10 +53,17 @@ class NoHitLruParams:
     lru_size: int = param(1024, ge=1, key="lruSize")
     prefill_profile: str = "prefill"
     prefix_plugin_name: str | None = None
+    prefix_match_info_producer_name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.prefix_plugin_name is not None and self.prefix_match_info_producer_name:
+            raise ValueError("give prefixMatchInfoProducerName or the older prefixPluginName, not both")
 
 
 class NoHitLruScorer(PluginBase):
     plugin_type = "no-hit-lru-scorer"
+
+    params: NoHitLruParams
 
     def __init__(self, name: str, params: NoHitLruParams | None = None) -> None:
         super().__init__(name)
@@ -60,9 +73,23 @@ class NoHitLruScorer(PluginBase):
         self._clock = 0
         self._last_used: OrderedDict[str, int] = OrderedDict()  # oldest first
         self._cold: dict[str, None] = {}
+        self._producer: PrefixMatcher | None = None
+
+    def data_needs(self) -> Sequence[DataNeed]:
+        if self.params.prefix_plugin_name is not None:
+            return ()
+        named = self.params.prefix_match_info_producer_name
+        key = f"{PREFIX_MATCH_INFO}/{named or DEFAULT_PRODUCER}"
+        return (DataNeed(key, "prefixMatchInfoProducerName", bool(named), DEFAULT_PRODUCER, True),)
+
+    def bind_producer(self, key: str, producer: Plugin | None) -> None:
+        if producer is not None:
+            assert isinstance(producer, PrefixMatcher)
+            self._producer = producer
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        match = prefix_match(cycle)
+        producer = self._producer
+        match = producer.match(cycle, request) if producer is not None else prefix_match(cycle)
         if match is not None and any(match.matched.values()):
             return [NEUTRAL] * len(endpoints)
         self._remember_cold(request.request_id)

@@ -288,3 +288,42 @@ def test_scheduling_through_the_producer_follows_the_prefix() -> None:
         scheduler.dispatched(request(prompt, f"a{i}"), first)
         again = scheduler.schedule(request(prompt, f"b{i}"), [A, B])
         assert again.endpoints[0].address == first.endpoints[0].address
+
+
+# -- no-hit-lru-scorer as a consumer ---------------------------------------------------------------
+
+
+def test_no_hit_lru_reads_the_named_producer() -> None:
+    from scheduler.plugins.scorers.no_hit_lru import NoHitLruScorer
+
+    plugins = (
+        "- {name: p, type: approx-prefix-cache-producer, parameters: {autoTune: false}}\n"
+        "- {type: prefix-cache-scorer, parameters: {prefixMatchInfoProducerName: p}}\n"
+        "- {type: no-hit-lru-scorer, parameters: {prefixMatchInfoProducerName: p}}\n"
+    )
+    profile = "  - pluginRef: prefix-cache-scorer\n  - pluginRef: no-hit-lru-scorer\n"
+    resolved = load_config_text(config(NEW, plugins, profile))
+    lru = resolved.plugin("no-hit-lru-scorer")
+    producer_plugin = resolved.plugin("p")
+    assert isinstance(lru, NoHitLruScorer) and isinstance(producer_plugin, ApproxPrefixCacheProducer)
+    prompt = "q" * 4096
+    cold = lru.score(CycleState(), request(prompt, "c"), [A, B])
+    assert cold == [1.0, 0.0]  # cold: least recently used first
+    producer_plugin.on_dispatched(request(prompt, "c"), dispatch(A))
+    warm = lru.score(CycleState(), request(prompt, "w"), [A, B])
+    assert warm == [0.5, 0.5]  # the producer now holds the prefix on A: neutral
+
+
+def test_no_hit_lru_gets_the_injected_producer_under_the_new_api_version() -> None:
+    plugins = "- type: no-hit-lru-scorer\n"
+    resolved = load_config_text(config(NEW, plugins, "  - pluginRef: no-hit-lru-scorer\n"))
+    assert "approx-prefix-cache-producer" in resolved.handle.plugins
+    legacy = load_config_text(config(OLD, plugins, "  - pluginRef: no-hit-lru-scorer\n"))
+    assert "approx-prefix-cache-producer" not in legacy.handle.plugins
+
+
+def test_no_hit_lru_with_a_wrong_producer_name_is_an_error() -> None:
+    plugins = "- {type: no-hit-lru-scorer, parameters: {prefixMatchInfoProducerName: missing}}\n"
+    with pytest.raises(ConfigError) as err:
+        load_config_text(config(NEW, plugins, "  - pluginRef: no-hit-lru-scorer\n"))
+    assert err.value.location == "plugins[0].parameters.prefixMatchInfoProducerName"
