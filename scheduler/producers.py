@@ -12,6 +12,8 @@ upstream's ``CreateMissingDataProducers``):
 * a needed key produced by a configured plugin binds the consumer to that plugin;
 * a key no plugin produces, whose producer the consumer's parameter named explicitly, is a
   ConfigError naming that parameter (the name is wrong, or the plugin is not such a producer);
+* a need with a ``fallback_key`` that some plugin produces is left unbound (the consumer reads the
+  fallback data);
 * otherwise the default producer type is created with default parameters under its type name and
   bound (the resolved configuration lists it as implicit), except under the legacy apiVersion
   ``inference.networking.x-k8s.io/v1alpha1`` for a need marked ``legacy_self_contained``: there the
@@ -45,7 +47,9 @@ class DataNeed:
     ``parameter``: the consumer's parameter naming the producer (for error locations);
     ``explicit``: whether the configuration set that parameter; ``default_producer``: the plugin type
     created when nothing produces the key; ``legacy_self_contained``: under the legacy apiVersion the
-    consumer works without a producer (it computes the data itself).
+    consumer works without a producer (it computes or reads the data itself); ``fallback_key``: when
+    the parameter was not set and a configured plugin produces this key, the consumer works without a
+    producer under either apiVersion (it reads that data its own way).
     """
 
     key: str
@@ -53,6 +57,7 @@ class DataNeed:
     explicit: bool
     default_producer: str
     legacy_self_contained: bool = False
+    fallback_key: str | None = None
 
 
 @runtime_checkable

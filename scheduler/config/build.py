@@ -185,6 +185,9 @@ def _bind_data(api_version: str, b: _Builder) -> None:
                     f"{need.default_producer} (declared: {b.declared()})",
                     location=f"{where}.parameters.{need.parameter}",
                 )
+            if producer is None and need.fallback_key and _producer_of(b, need.fallback_key):
+                plugin.bind_producer(need.key, None)
+                continue
             if producer is None and not (legacy and need.legacy_self_contained):
                 if need.default_producer in b.where:
                     raise ConfigError(

@@ -35,11 +35,21 @@ from scheduler.plugins.prefix.params import SCORE_KEYS, PrefixCacheScorerParams,
 from scheduler.producers import DataNeed
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
-__all__ = ["PREFILLER_HEADER", "PREFIX_MATCH_INFO", "PrefixCacheScorer", "factory"]
+__all__ = [
+    "DEFAULT_PRODUCER",
+    "PREFILLER_HEADER",
+    "PREFIX_MATCH_INFO",
+    "PUBLISHED_PREFIX_MATCH",
+    "PrefixCacheScorer",
+    "factory",
+]
 
 PREFIX_MATCH_INFO = "PrefixCacheMatchInfo"
 """Data type of the per-request prefix match (llm-d-router's ``PrefixCacheMatchInfoDataKey``)."""
 DEFAULT_PRODUCER = "approx-prefix-cache-producer"
+PUBLISHED_PREFIX_MATCH = f"{PREFIX_MATCH_INFO}/(published)"
+"""The key a scorer configured with its own index produces: the cycle's published match
+(:data:`~scheduler.plugins.prefix.match.PREFIX_MATCH`), which other prefix consumers fall back to."""
 
 
 class PrefixCacheScorer(PrefixMatcher):
@@ -62,6 +72,10 @@ class PrefixCacheScorer(PrefixMatcher):
         return self._producer
 
     # -- producer model -----------------------------------------------------------------------------
+
+    def produced_keys(self) -> frozenset[str]:
+        """:data:`PUBLISHED_PREFIX_MATCH` when configured with index parameters (it owns its index)."""
+        return frozenset({PUBLISHED_PREFIX_MATCH}) if self.index_parameters else frozenset()
 
     def data_needs(self) -> Sequence[DataNeed]:
         if self.index_parameters:

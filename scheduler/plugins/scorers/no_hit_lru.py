@@ -18,10 +18,10 @@ this does not affect any score, so scoring stays deterministic.
 Parameters: ``lruSize`` (int >= 1, default 1024), ``prefillProfile`` (default ``"prefill"``),
 ``prefixMatchInfoProducerName`` (llm-d-router's; the producer whose match decides coldness, see
 :mod:`scheduler.producers`: "" reads ``approx-prefix-cache-producer``, injected under
-``llm-d.ai/v1alpha1`` when not configured; under the legacy apiVersion without a producer the cycle's
-published match is read), ``prefixPluginName`` (llm-d's older form; when given it must name a
-``prefix-cache-scorer`` declared in ``plugins``, and the cycle's published match is read: that of the
-first prefix-cache-scorer, which is the named one in every configuration with a single prefix scorer).
+``llm-d.ai/v1alpha1`` when not configured, unless a ``prefix-cache-scorer`` with its own index is;
+without a producer the cycle's published match is read), ``prefixPluginName`` (llm-d's older form;
+when given it must name a ``prefix-cache-scorer`` declared in ``plugins``, and the cycle's published
+match is read: that of the first prefix-cache-scorer, the named one whenever there is only one).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from scheduler.params import param, parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.matcher import PrefixMatcher
-from scheduler.plugins.prefix.scorer import DEFAULT_PRODUCER, PREFIX_MATCH_INFO
+from scheduler.plugins.prefix.scorer import DEFAULT_PRODUCER, PREFIX_MATCH_INFO, PUBLISHED_PREFIX_MATCH
 from scheduler.producers import DataNeed
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
@@ -80,7 +80,16 @@ class NoHitLruScorer(PluginBase):
             return ()
         named = self.params.prefix_match_info_producer_name
         key = f"{PREFIX_MATCH_INFO}/{named or DEFAULT_PRODUCER}"
-        return (DataNeed(key, "prefixMatchInfoProducerName", bool(named), DEFAULT_PRODUCER, True),)
+        return (
+            DataNeed(
+                key,
+                "prefixMatchInfoProducerName",
+                bool(named),
+                DEFAULT_PRODUCER,
+                legacy_self_contained=True,
+                fallback_key=PUBLISHED_PREFIX_MATCH,
+            ),
+        )
 
     def bind_producer(self, key: str, producer: Plugin | None) -> None:
         if producer is not None:
