@@ -56,6 +56,7 @@ from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import hit_ratio_observer, index_size_reader
 from epp.server.server import EppServer, ServerSettings
 from epp.server.tls import TlsError, load_certificate, server_credentials
+from scheduler.config.document import API_VERSION, LEGACY_API_VERSION
 from scheduler.config.resolved import ResolvedConfig
 from scheduler.errors import ConfigError
 
@@ -236,6 +237,12 @@ async def build_app(options: Options) -> PickerApp:
     except ConfigError as exc:
         raise StartupError(f"invalid configuration: {exc}") from None
     config = loaded.config
+    if config.api_version == LEGACY_API_VERSION and (options.config_file or options.config_text):
+        _log.info(  # as llm-d-router logs it
+            "DEPRECATION: apiVersion inference.networking.x-k8s.io/v1alpha1 is deprecated",
+            replacement=API_VERSION,
+            convert=f"epp check-config --to {API_VERSION} FILE",
+        )
     objectives, priorities = _objectives(options)
     settings = _server_settings(options)
     try:
