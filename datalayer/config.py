@@ -330,6 +330,11 @@ def validate_datalayer_section(
 ) -> DataLayerConfig:
     """Validate the parsed ``dataLayer`` mapping (None: defaults).
 
+    ``injectDefaults`` (default true, llm-d-router): when no metrics-data-source is listed in
+    ``sources`` (which may be empty or absent), one with the core extractor is appended. With
+    ``injectDefaults: false`` nothing is added, and pyepp still needs a metrics-data-source (it
+    decides endpoint health), so such a section without one is an error.
+
     ``plugins`` is the document's raw ``plugins`` list when available; references to names not
     found there stay unresolved until :meth:`DataLayerConfig.resolve`.
     """
@@ -337,10 +342,15 @@ def validate_datalayer_section(
         return default_datalayer_config()
     if not isinstance(section, Mapping):
         raise DataLayerConfigError(f"expected a mapping, got {section!r}", location)
-    _check_keys(section, {"sources"}, location)
+    _check_keys(section, {"sources", "injectDefaults"}, location)
+    inject = section.get("injectDefaults", True)
+    if not isinstance(inject, bool):
+        raise DataLayerConfigError(f"expected true or false, got {inject!r}", f"{location}.injectDefaults")
     entries = section.get("sources")
-    if not isinstance(entries, list) or not entries:
-        raise DataLayerConfigError("expected a non-empty list of sources", f"{location}.sources")
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        raise DataLayerConfigError("expected a list of sources", f"{location}.sources")
     named = _named(plugins)
     sources: list[SourceSpec] = []
     for i, entry in enumerate(entries):
@@ -354,7 +364,31 @@ def validate_datalayer_section(
             _ref(e, EXTRACTOR_TYPES, named, f"{where}.extractors[{j}]") for j, e in enumerate(raw)
         )
         sources.append(SourceSpec(plugin, extractors))
+    if inject and not any(s.plugin.plugin_type in ("metrics-data-source", "") for s in sources):
+        sources.append(_injected_metrics_source(named))
     return _checked(tuple(sources), location)
+
+
+def _injected_metrics_source(named: Mapping[str, tuple[int, Mapping[str, Any]]] | None) -> SourceSpec:
+    """llm-d-router's ``injectDefaults``: the metrics source with the core extractor, appended when no
+    metrics-data-source is listed. A ``plugins`` entry named after the type supplies the parameters
+    (upstream reuses such an entry instead of creating one)."""
+
+    def spec(plugin_type: str) -> PluginSpec:
+        found = (named or {}).get(plugin_type)
+        if found is None:
+            return PluginSpec(plugin_type, plugin_type, {})
+        index, raw = found
+        if raw.get("type") != plugin_type:
+            raise DataLayerConfigError(
+                f"the injected default {plugin_type} would be the plugin named {plugin_type!r}, "
+                f"which has type {raw.get('type')!r}; rename that plugin or set injectDefaults: false",
+                f"plugins[{index}].name",
+            )
+        params = _validate_params(plugin_type, raw.get("parameters"), f"plugins[{index}].parameters")
+        return PluginSpec(plugin_type, plugin_type, params)
+
+    return SourceSpec(spec("metrics-data-source"), (spec("core-metrics-extractor"),))
 
 
 validate_data_layer_section = validate_datalayer_section

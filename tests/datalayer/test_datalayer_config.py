@@ -65,15 +65,52 @@ def test_refs_resolve_later_against_plugin_instances() -> None:
     assert err.value.location == "dataLayer.sources[0].pluginRef"
 
 
+# llm-d-router pkg/epp/config/loader/defaults_test.go TestEnsureDataLayer (commit ebab68792): the
+# metrics source and core extractor are appended unless a metrics-data-source is listed or
+# injectDefaults is false (which pyepp then rejects: it needs the metrics source for health).
+@pytest.mark.parametrize(
+    ("section", "types"),
+    [
+        ({}, ["metrics-data-source"]),  # empty DataLayer {} injects metrics defaults
+        ({"sources": []}, ["metrics-data-source"]),
+        ({"sources": [{"pluginRef": "models"}]}, ["models-data-source", "metrics-data-source"]),  # additive
+        (
+            {"sources": [{"pluginRef": "metrics", "extractors": [{"pluginRef": "core-metrics-extractor"}]}]},
+            ["metrics-data-source"],  # an existing metrics source is not doubled
+        ),
+    ],
+)
+def test_inject_defaults(section: Any, types: list[str]) -> None:
+    config = validate_datalayer_section(section, _PLUGINS)
+    assert [s.plugin.plugin_type for s in config.sources] == types
+    injected = config.sources[-1]
+    assert [e.plugin_type for e in injected.extractors] == ["core-metrics-extractor"]
+
+
+def test_injected_source_takes_parameters_of_plugins_named_after_the_type() -> None:
+    plugins = [{"type": "metrics-data-source", "parameters": {"path": "/custom"}}]
+    (source,) = validate_datalayer_section({"sources": []}, plugins).sources
+    assert source.plugin.parameters == {"path": "/custom"}
+    with pytest.raises(DataLayerConfigError) as err:
+        validate_datalayer_section({}, [{"name": "metrics-data-source", "type": "models-data-source"}])
+    assert err.value.location == "plugins[0].name"
+
+
 @pytest.mark.parametrize(
     ("section", "location", "message"),
     [
         ([], "dataLayer", "expected a mapping"),
-        ({"sources": []}, "dataLayer.sources", "non-empty list"),
+        ({"sources": {}}, "dataLayer.sources", "expected a list"),
+        ({"injectDefaults": "no"}, "dataLayer.injectDefaults", "true or false"),
+        ({"injectDefaults": False}, "dataLayer.sources", "expected a metrics-data-source"),
         ({"sources": [{"pluginRef": "models"}], "x": 1}, "dataLayer.x", "unknown parameter"),
         ({"sources": [{"pluginRef": "nope"}]}, "dataLayer.sources[0].pluginRef", "no plugin named"),
         ({"sources": [{"pluginRef": "max-score-picker"}]}, "dataLayer.sources[0].pluginRef", "has type"),
-        ({"sources": [{"pluginRef": "models"}]}, "dataLayer.sources", "expected a metrics-data-source"),
+        (
+            {"sources": [{"pluginRef": "models"}], "injectDefaults": False},
+            "dataLayer.sources",
+            "expected a metrics-data-source",
+        ),
         (
             {"sources": [{"pluginRef": "metrics", "extractors": []}]},
             "dataLayer.sources[0].extractors",
