@@ -23,8 +23,9 @@ scorers after it balance load only among cache-warm endpoints. Everything is kep
 Parameters (llm-d names): ``affinityThreshold`` (0 < x <= 1, default 0.80),
 ``explorationProbability`` (0 <= p <= 1, default 0.01; llm-d's default is 0), ``maxTTFTPenaltyMs``
 (>= 0, default 18000), ``peakPrefillThroughput`` (tokens/s > 0, default 15928, llm-d's H100
-calibration), ``ttftSource`` (only ``prefillThroughput``), ``requestTimeout`` (duration, ``"2m"``).
-Order kept.
+calibration), ``ttftSource`` (only ``prefillThroughput``), ``requestTimeout`` (duration, ``"2m"``),
+``prefixMatchInfoProducerName`` (llm-d-router's: the producer whose match is read, see
+:mod:`scheduler.plugins.prefix.consumer`). Order kept.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from scheduler.cycle_state import CycleState
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
-from scheduler.plugins.prefix.match import PrefixMatch, prefix_match
+from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
+from scheduler.plugins.prefix.match import PrefixMatch
 from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
 from scheduler.plugins.scorers.inflight import InflightTracker
 from scheduler.plugins.scorers.inflight_hooks import InflightHooks
@@ -58,9 +60,10 @@ class PrefixAffinityParams:
     peak_prefill_throughput: float = param(15928.0, gt=0)
     ttft_source: str = param("prefillThroughput", choices=("prefillThroughput",), key="ttftSource")
     request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
+    prefix_match_info_producer_name: str = ""
 
 
-class PrefixAffinityFilter(InflightHooks, PluginBase):
+class PrefixAffinityFilter(PrefixMatchConsumer, InflightHooks, PluginBase):
     plugin_type = "prefix-cache-affinity-filter"
     count_every_profile = True
 
@@ -73,6 +76,7 @@ class PrefixAffinityFilter(InflightHooks, PluginBase):
     ) -> None:
         super().__init__(name)
         self.params = params = params or PrefixAffinityParams()
+        self.producer_name = params.prefix_match_info_producer_name
         self._threshold = params.affinity_threshold
         self._explore = params.exploration_probability
         self._penalty_ms = params.max_ttft_penalty_ms
@@ -92,7 +96,7 @@ class PrefixAffinityFilter(InflightHooks, PluginBase):
     def filter(
         self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
     ) -> Sequence[EndpointView]:
-        match = prefix_match(cycle)
+        match = self.prefix_match_for(cycle, request)
         if match is None or not match.hashes or self.explores(request):
             return endpoints
         threshold = self._threshold
@@ -114,7 +118,7 @@ class PrefixAffinityFilter(InflightHooks, PluginBase):
         return sticky
 
     def reason(self, cycle: CycleState, request: LLMRequest, endpoint: EndpointView) -> str:
-        match = prefix_match(cycle)
+        match = self.prefix_match_for(cycle, request)
         score = match.score(endpoint.address) if match is not None else 0.0
         return f"prefix score {score:.2f} < affinityThreshold {self._threshold:.2f}"
 

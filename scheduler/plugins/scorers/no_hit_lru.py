@@ -36,10 +36,7 @@ from scheduler.errors import ConfigError
 from scheduler.interfaces import Handle, Plugin
 from scheduler.params import param, parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
-from scheduler.plugins.prefix.match import prefix_match
-from scheduler.plugins.prefix.matcher import PrefixMatcher
-from scheduler.plugins.prefix.scorer import DEFAULT_PRODUCER, PREFIX_MATCH_INFO, PUBLISHED_PREFIX_MATCH
-from scheduler.producers import DataNeed
+from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = ["NoHitLruParams", "NoHitLruScorer", "factory"]
@@ -60,7 +57,7 @@ class NoHitLruParams:
             raise ValueError("give prefixMatchInfoProducerName or the older prefixPluginName, not both")
 
 
-class NoHitLruScorer(PluginBase):
+class NoHitLruScorer(PrefixMatchConsumer, PluginBase):
     plugin_type = "no-hit-lru-scorer"
 
     params: NoHitLruParams
@@ -73,32 +70,11 @@ class NoHitLruScorer(PluginBase):
         self._clock = 0
         self._last_used: OrderedDict[str, int] = OrderedDict()  # oldest first
         self._cold: dict[str, None] = {}
-        self._producer: PrefixMatcher | None = None
-
-    def data_needs(self) -> Sequence[DataNeed]:
-        if self.params.prefix_plugin_name is not None:
-            return ()
-        named = self.params.prefix_match_info_producer_name
-        key = f"{PREFIX_MATCH_INFO}/{named or DEFAULT_PRODUCER}"
-        return (
-            DataNeed(
-                key,
-                "prefixMatchInfoProducerName",
-                bool(named),
-                DEFAULT_PRODUCER,
-                legacy_self_contained=True,
-                fallback_key=PUBLISHED_PREFIX_MATCH,
-            ),
-        )
-
-    def bind_producer(self, key: str, producer: Plugin | None) -> None:
-        if producer is not None:
-            assert isinstance(producer, PrefixMatcher)
-            self._producer = producer
+        self.producer_name = params.prefix_match_info_producer_name
+        self.uses_producer = params.prefix_plugin_name is None
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        producer = self._producer
-        match = producer.match(cycle, request) if producer is not None else prefix_match(cycle)
+        match = self.prefix_match_for(cycle, request)
         if match is not None and any(match.matched.values()):
             return [NEUTRAL] * len(endpoints)
         self._remember_cold(request.request_id)

@@ -327,3 +327,31 @@ def test_no_hit_lru_with_a_wrong_producer_name_is_an_error() -> None:
     with pytest.raises(ConfigError) as err:
         load_config_text(config(NEW, plugins, "  - pluginRef: no-hit-lru-scorer\n"))
     assert err.value.location == "plugins[0].parameters.prefixMatchInfoProducerName"
+
+
+def test_prefix_cache_affinity_filter_reads_the_named_producer() -> None:
+    from scheduler.plugins.filters.prefix_affinity import PrefixAffinityFilter
+
+    plugins = (
+        "- {name: p, type: approx-prefix-cache-producer, parameters: {autoTune: false}}\n"
+        "- type: prefix-cache-affinity-filter\n"
+        "  parameters: {prefixMatchInfoProducerName: p, explorationProbability: 0, maxTTFTPenaltyMs: 0}\n"
+    )
+    resolved = load_config_text(config(NEW, plugins, "  - pluginRef: prefix-cache-affinity-filter\n"))
+    flt = resolved.plugin("prefix-cache-affinity-filter")
+    producer_plugin = resolved.plugin("p")
+    assert isinstance(flt, PrefixAffinityFilter) and isinstance(producer_plugin, ApproxPrefixCacheProducer)
+    assert flt.producer is producer_plugin
+    prompt = "f" * 4096
+    assert list(flt.filter(CycleState(), request(prompt, "a"), [A, B])) == [A, B]  # nobody holds it
+    producer_plugin.on_dispatched(request(prompt, "a"), dispatch(B))
+    assert list(flt.filter(CycleState(), request(prompt, "b"), [A, B])) == [B]  # B is sticky now
+    with pytest.raises(ConfigError) as err:
+        load_config_text(
+            config(
+                NEW,
+                "- {type: prefix-cache-affinity-filter, parameters: {prefixMatchInfoProducerName: x}}\n",
+                "  - pluginRef: prefix-cache-affinity-filter\n",
+            )
+        )
+    assert err.value.location == "plugins[0].parameters.prefixMatchInfoProducerName"
