@@ -12,8 +12,9 @@ upstream's ``CreateMissingDataProducers``):
 * a needed key produced by a configured plugin binds the consumer to that plugin;
 * a key no plugin produces, whose producer the consumer's parameter named explicitly, is a
   ConfigError naming that parameter (the name is wrong, or the plugin is not such a producer);
-* a need with a ``fallback_key`` that some plugin produces is left unbound (the consumer reads the
-  fallback data);
+* a need with a ``fallback_key`` that some plugin produces, or an ``optional`` need, is left unbound
+  (the consumer reads the fallback data, or works without);
+* producers added here are wired in turn (a default producer may itself consume data);
 * otherwise the default producer type is created with default parameters under its type name and
   bound (the resolved configuration lists it as implicit), except under the legacy apiVersion
   ``inference.networking.x-k8s.io/v1alpha1`` for a need marked ``legacy_self_contained``: there the
@@ -49,7 +50,9 @@ class DataNeed:
     created when nothing produces the key; ``legacy_self_contained``: under the legacy apiVersion the
     consumer works without a producer (it computes or reads the data itself); ``fallback_key``: when
     the parameter was not set and a configured plugin produces this key, the consumer works without a
-    producer under either apiVersion (it reads that data its own way).
+    producer under either apiVersion (it reads that data its own way); ``optional``: when the
+    parameter was not set and nothing produces the key, the consumer works without it (no producer
+    is injected).
     """
 
     key: str
@@ -58,6 +61,7 @@ class DataNeed:
     default_producer: str
     legacy_self_contained: bool = False
     fallback_key: str | None = None
+    optional: bool = False
 
 
 @runtime_checkable

@@ -173,7 +173,10 @@ def _create_all(specs: tuple[PluginSpec, ...], b: _Builder) -> None:
 
 def _bind_data(api_version: str, b: _Builder) -> None:
     legacy = api_version == LEGACY_API_VERSION
-    for resolved in list(b.resolved):
+    i = 0
+    while i < len(b.resolved):  # grows while default producers are added; they are wired in turn
+        resolved = b.resolved[i]
+        i += 1
         plugin, where = resolved.plugin, resolved.spec.location
         if not isinstance(plugin, DataConsumer):
             continue
@@ -185,6 +188,9 @@ def _bind_data(api_version: str, b: _Builder) -> None:
                     f"{need.default_producer} (declared: {b.declared()})",
                     location=f"{where}.parameters.{need.parameter}",
                 )
+            if producer is None and not need.explicit and need.optional:
+                plugin.bind_producer(need.key, None)
+                continue
             if producer is None and need.fallback_key and _producer_of(b, need.fallback_key):
                 plugin.bind_producer(need.key, None)
                 continue

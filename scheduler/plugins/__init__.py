@@ -50,6 +50,7 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins.scorers import (
         active_request,
         binpack,
+        inflight_load,
         load_aware,
         lora_affinity,
         no_hit_lru,
@@ -64,6 +65,7 @@ def register_builtin(registry: Registry) -> None:
     registry.register("load-aware-scorer", load_aware.factory)
     registry.register("active-request-scorer", active_request.factory)
     registry.register("token-load-scorer", token_load.factory)
+    registry.register("inflight-load-producer", inflight_load.factory)
     registry.register("session-affinity-scorer", session_affinity.factory)
     registry.register("binpack-scorer", binpack.factory)
     registry.register("spread-scorer", spread.factory)

@@ -30,6 +30,7 @@ class PrefixMatchConsumer:
 
     producer_name: str = ""
     uses_producer: bool = True  # False: the plugin reads the published match whatever is configured
+    prefix_match_optional: bool = False  # True: no producer is injected when none is configured
     _producer: PrefixMatcher | None = None
 
     def data_needs(self) -> Sequence[DataNeed]:
@@ -44,6 +45,7 @@ class PrefixMatchConsumer:
                 DEFAULT_PRODUCER,
                 legacy_self_contained=True,
                 fallback_key=PUBLISHED_PREFIX_MATCH,
+                optional=self.prefix_match_optional,
             ),
         )
 
