@@ -143,3 +143,12 @@ def test_check_config_to_rejects_bad_arguments(argv: list[str], message: str) ->
     err = io.StringIO()
     assert check_config(argv, stdout=io.StringIO(), stderr=err) == 2
     assert message in err.getvalue()
+
+
+@pytest.mark.parametrize("path", sorted(UPSTREAM.glob("*.yaml")), ids=lambda p: p.name)
+def test_resolved_form_is_a_fixpoint(path: Path, tmp_path: Path) -> None:
+    """check-config's resolved form (implicit producers declared) loads to the same resolved form."""
+    first = load(path).render()
+    again = tmp_path / "resolved.yaml"
+    again.write_text(first)
+    assert load(again).render() == first
