@@ -10,12 +10,13 @@ Where the match comes from (see :mod:`scheduler.producers`):
 * *consumer* (llm-d-router): the scorer reads the match of the ``approx-prefix-cache-producer``
   named by ``prefixMatchInfoProducerName`` (default: the instance named
   ``approx-prefix-cache-producer``, created with default parameters when not configured);
-* *self-contained* (GIE): under the legacy apiVersion, when no producer is named or configured, or
-  whenever an index parameter (``blockSizeTokens``, ``lruCapacityPerServer``, ...) is given, the scorer
-  owns its index (:class:`~scheduler.plugins.prefix.matcher.PrefixMatcher`), under either apiVersion
-  (llm-d-inference-scheduler ships ``llm-d.ai/v1alpha1`` files that configure the scorer's index).
-  Index parameters with ``prefixMatchInfoProducerName`` are an error. ``epp check-config --to
-  llm-d.ai/v1alpha1`` moves index parameters onto a producer.
+* *self-contained* (GIE v1): the scorer owns its index
+  (:class:`~scheduler.plugins.prefix.matcher.PrefixMatcher`) when an index parameter
+  (``blockSizeTokens``, ``lruCapacityPerServer``, ...) is given, under either apiVersion
+  (llm-d-inference-scheduler ships ``llm-d.ai/v1alpha1`` files that configure the scorer's index),
+  and under the legacy apiVersion when no producer is named or configured. Index parameters together
+  with ``prefixMatchInfoProducerName`` are an error. ``epp check-config --to llm-d.ai/v1alpha1``
+  writes a self-contained scorer's index parameters out, so it stays self-contained.
 
 Parameters: :mod:`scheduler.plugins.prefix.params` (``PrefixCacheScorerParams``).
 """
