@@ -226,3 +226,23 @@ def test_consumer_errors(plugins: str, location: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config_text(config("llm-d.ai/v1alpha1", plugins, "token-load-scorer"))
     assert (err.value.location or "").endswith(location)
+
+
+def test_the_scheduler_drives_the_injected_producer() -> None:
+    """The implicit producer is one of the scheduler's plugins: its hooks run through the Scheduler."""
+    text = config("llm-d.ai/v1alpha1", "- type: active-request-scorer\n", "active-request-scorer")
+    resolved = load_config_text(text)
+    scheduler = resolved.build_scheduler()
+    made = resolved.plugin("inflight-load-producer")
+    assert isinstance(made, InflightLoadProducer)
+    req = LLMRequest(request_id="a", model="m", target_model="m", prompt_text="x" * 400, stream=True)
+    res = scheduler.schedule(req, [D, P])
+    scheduler.dispatched(req, res)
+    chosen = res.endpoints[0]
+    assert load(made, chosen) == (1, 100)
+    scheduler.response_chunk(req, res, b"data: {}\n\n")
+    assert load(made, chosen) == (1, 0)
+    scheduler.completed(req, res, DONE)
+    assert load(made, chosen) == (0, 0)
+    second = scheduler.schedule(LLMRequest(request_id="b", model="m", target_model="m"), [D, P])
+    assert second.endpoints  # the scorer reads the producer's (now empty) counts without error
