@@ -246,3 +246,19 @@ def test_the_scheduler_drives_the_injected_producer() -> None:
     assert load(made, chosen) == (0, 0)
     second = scheduler.schedule(LLMRequest(request_id="b", model="m", target_model="m"), [D, P])
     assert second.endpoints  # the scorer reads the producer's (now empty) counts without error
+
+
+def test_concurrency_detector_reads_the_producer() -> None:
+    from scheduler.plugins.saturation.concurrency import ConcurrencyDetector
+
+    text = (
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+        "- {type: concurrency-detector, parameters: {maxConcurrency: 1}}\n- type: queue-scorer\n"
+        "saturationDetector: {pluginRef: concurrency-detector}\n"
+    )
+    resolved = load_config_text(text)
+    detector, made = resolved.plugin("concurrency-detector"), resolved.plugin("inflight-load-producer")
+    assert isinstance(detector, ConcurrencyDetector) and isinstance(made, InflightLoadProducer)
+    assert not detector.is_saturated([D], 0.0)
+    made.on_dispatched(request(4), result(default=D))
+    assert detector.is_saturated([D], 0.0) and detector.saturation([D, P], 0.0) == 0.5
