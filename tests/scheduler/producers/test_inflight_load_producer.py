@@ -262,3 +262,32 @@ def test_concurrency_detector_reads_the_producer() -> None:
     assert not detector.is_saturated([D], 0.0)
     made.on_dispatched(request(4), result(default=D))
     assert detector.is_saturated([D], 0.0) and detector.saturation([D, P], 0.0) == 0.5
+
+
+def test_prefix_cache_affinity_filter_gate_reads_the_producer() -> None:
+    from scheduler.plugins.filters.prefix_affinity import PrefixAffinityFilter
+    from scheduler.plugins.prefix.producer import ApproxPrefixCacheProducer
+
+    text = (
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+        "- {type: approx-prefix-cache-producer, parameters: {autoTune: false}}\n"
+        "- type: prefix-cache-affinity-filter\n"
+        "  parameters: {explorationProbability: 0, maxTTFTPenaltyMs: 1000, peakPrefillThroughput: 1000}\n"
+        "schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: prefix-cache-affinity-filter\n"
+    )
+    resolved = load_config_text(text)
+    flt, load_producer = (
+        resolved.plugin("prefix-cache-affinity-filter"),
+        resolved.plugin("inflight-load-producer"),
+    )
+    prefix = resolved.plugin("approx-prefix-cache-producer")
+    assert isinstance(flt, PrefixAffinityFilter) and isinstance(load_producer, InflightLoadProducer)
+    assert isinstance(prefix, ApproxPrefixCacheProducer)
+    assert flt.inflight_producer is load_producer and flt.producer is prefix
+    prompt = "s" * 8192
+    warm = LLMRequest(request_id="w", model="m", target_model="m", prompt_text=prompt)
+    prefix.on_dispatched(warm, result(default=D))
+    ask = LLMRequest(request_id="q", model="m", target_model="m", prompt_text=prompt)
+    assert list(flt.filter(CycleState(), ask, [D, P])) == [D]  # sticky to D
+    load_producer.on_dispatched(request(1500, "busy"), result(default=D))  # D: 1.5 s behind P
+    assert list(flt.filter(CycleState(), ask, [D, P])) == [D, P]  # the gate breaks stickiness
