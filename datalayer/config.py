@@ -326,6 +326,11 @@ def validate_datalayer_section(
     entries named ``metrics-data-source``, ``core-metrics-extractor``, ``models-data-source`` when
     declared).
 
+    ``injectDefaults`` (default true, llm-d-router): when no metrics-data-source is listed in
+    ``sources`` (which may be empty or absent), one with the core extractor is appended. With
+    ``injectDefaults: false`` nothing is added, and pyepp still needs a metrics-data-source (it
+    decides endpoint health), so such a section without one is an error.
+
     ``plugins`` is the document's raw ``plugins`` list when available; references to names not
     found there stay unresolved until :meth:`DataLayerConfig.resolve`.
     """

@@ -76,6 +76,7 @@ from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
 from epp.server.server import EppServer, ServerSettings
 from epp.server.tls import TlsError, load_certificate, server_credentials
+from scheduler.config.document import API_VERSION, LEGACY_API_VERSION
 from scheduler.config.resolved import ResolvedConfig
 from scheduler.errors import ConfigError
 from scheduler.interfaces import RequestAdmitter
@@ -297,6 +298,12 @@ async def build_app(options: Options) -> PickerApp:
     if flow_control_from_env(os.environ):
         raise StartupError(f"{FLOW_CONTROL_ENV}: {NO_FLOW_CONTROL.replace('this section', 'the variable')}")
     config = loaded.config
+    if config.api_version == LEGACY_API_VERSION and (options.config_file or options.config_text):
+        _log.info(  # as llm-d-router logs it
+            "DEPRECATION: apiVersion inference.networking.x-k8s.io/v1alpha1 is deprecated",
+            replacement=API_VERSION,
+            convert=f"epp check-config --to {API_VERSION} FILE",
+        )
     objectives, priorities = _objectives(options)
     settings = _server_settings(options)
     try:

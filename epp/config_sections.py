@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+import yaml
+
 from datalayer.config import (
     DataLayerConfig,
     DataLayerConfigError,
@@ -45,6 +47,7 @@ from epp.request.plugins import (
     validate_request_handler,
 )
 from scheduler.config import DEFAULT_CONFIG_TEXT, ResolvedConfig, SectionValidator, resolve_document
+from scheduler.config.convert import convert_document, equivalent
 from scheduler.config.loader import DEFAULT_SOURCE
 from scheduler.config.yaml_io import TEXT_SOURCE, read_yaml_file, read_yaml_text
 from scheduler.errors import ConfigError
@@ -173,6 +176,10 @@ def load_picker_config(
         raw = read_yaml_text(text, where)
     else:
         raw, where = read_yaml_text(DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE), DEFAULT_SOURCE
+    return _load_raw(raw, where, seed)
+
+
+def _load_raw(raw: Any, where: str, seed: int = 0) -> LoadedConfig:
     plugins = raw.get("plugins") if isinstance(raw, Mapping) else None
     plugins = plugins if isinstance(plugins, list) else None
     sections = section_validators(plugins)
@@ -191,24 +198,47 @@ def load_picker_config(
 
 
 def check_config(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """``epp check-config [FILE | -]``: validate exactly as the server does; print the resolved form.
+    """``epp check-config [--to APIVERSION] [FILE | -]``: validate exactly as the server does.
 
     0 and the effective configuration (YAML) on stdout; 2 and ``error: <file>: <location>: <message>``
     on stderr for an invalid configuration or command line. No FILE: the default configuration.
+    With ``--to``, the document converted to that apiVersion is printed instead (see
+    :mod:`scheduler.config.convert`), after checking that it loads and resolves to the same
+    configuration as the input.
     """
     out, err = stdout or sys.stdout, stderr or sys.stderr
-    if len(argv) > 1 or (argv and argv[0].startswith("-") and argv[0] != "-"):
-        print("usage: epp check-config [FILE | -]", file=err)
+    args = list(argv)
+    to: str | None = None
+    if args and args[0] == "--to":
+        if len(args) < 2 or args[1].startswith("-"):
+            print(f"usage: {_USAGE}", file=err)
+            return 2
+        to, args = args[1], args[2:]
+    if len(args) > 1 or (args and args[0].startswith("-") and args[0] != "-"):
+        print(f"usage: {_USAGE}", file=err)
         return 2
     try:
-        if not argv:
-            loaded = load_picker_config(None, None)
-        elif argv[0] == "-":
-            loaded = load_picker_config(None, sys.stdin.read(), source="<stdin>")
+        if not args:
+            raw, where = read_yaml_text(DEFAULT_CONFIG_TEXT, DEFAULT_SOURCE), DEFAULT_SOURCE
+        elif args[0] == "-":
+            raw, where = read_yaml_text(sys.stdin.read(), "<stdin>"), "<stdin>"
         else:
-            loaded = load_picker_config(argv[0], None)
+            raw, where = read_yaml_file(args[0]), args[0]
+        loaded = _load_raw(raw, where)
+        if to is None:
+            out.write(loaded.config.render())
+            return 0
+        converted = convert_document(raw, loaded.config, to)
+        text = yaml.safe_dump(converted, sort_keys=False, default_flow_style=False)
+        again = _load_raw(read_yaml_text(text, f"{where} (converted)"), f"{where} (converted)")
+        difference = equivalent(loaded.config, again.config)
+        if difference is not None:
+            raise ConfigError(f"the converted document does not mean the same: {difference}", location="--to")
     except (ConfigError, PluginRegistrationError) as exc:
         print(f"error: {exc}", file=err)
         return 2
-    out.write(loaded.config.render())
+    out.write(f"# converted from {loaded.config.api_version} by epp check-config --to {to}\n{text}")
     return 0
+
+
+_USAGE = "epp check-config [--to APIVERSION] [FILE | -]"

@@ -17,6 +17,10 @@ Rules (GIE semantics):
 * ``single-profile-handler`` (and any handler with a true ``routes_one_profile`` attribute, e.g.
   ``data-parallel-profile-handler``) accepts exactly one routed (non-shadow) profile; every
   configuration needs at least one routed profile.
+* Data producers (:mod:`scheduler.producers`): every consumer's needed key is bound to the configured
+  plugin producing it; a missing key whose producer the consumer named explicitly is an error at that
+  parameter; otherwise the default producer type is added (implicit, named after its type), except
+  under the legacy apiVersion for consumers that can work alone (GIE's self-contained plugins).
 * ``saturationDetector.pluginRef`` must name a plugin implementing SaturationDetector; the legacy
   threshold fields (or no section at all) configure an implicit ``utilization-detector`` when that
   type is registered.
@@ -33,12 +37,19 @@ from scheduler.config.defaults import (
     DEFAULT_PROFILE_NAME,
     DEFAULT_SATURATION_DETECTOR_TYPE,
 )
-from scheduler.config.document import ConfigDocument, PluginRefSpec, PluginSpec, ProfileSpec
+from scheduler.config.document import (
+    LEGACY_API_VERSION,
+    ConfigDocument,
+    PluginRefSpec,
+    PluginSpec,
+    ProfileSpec,
+)
 from scheduler.config.resolved import ResolvedConfig, ResolvedPlugin
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
 from scheduler.interfaces import Filter, Picker, Plugin, ProfileHandler, SaturationDetector, Scorer
 from scheduler.params import plugin_location
+from scheduler.producers import DataConsumer, DataProducer
 from scheduler.profile import SchedulerProfile
 from scheduler.registry import Registry
 
@@ -151,6 +162,7 @@ def build_config(
         raise failure.error from None
     finally:
         handle.resolver = None
+    _bind_data(doc.api_version, b)
     handler = _handler(b)
     detector, detector_names = _saturation(doc, b)
     specs = doc.profiles
@@ -183,6 +195,47 @@ def build_config(
         raw_sections=dict(doc.raw_sections),
         handle=handle,
     )
+
+
+def _bind_data(api_version: str, b: _Builder) -> None:
+    legacy = api_version == LEGACY_API_VERSION
+    i = 0
+    while i < len(b.resolved):  # grows while default producers are added; they are wired in turn
+        resolved = b.resolved[i]
+        i += 1
+        plugin, where = resolved.plugin, resolved.spec.location
+        if not isinstance(plugin, DataConsumer):
+            continue
+        for need in plugin.data_needs():
+            producer = _producer_of(b, need.key)
+            if producer is None and need.explicit:
+                raise ConfigError(
+                    f"no plugin produces {need.key}: expected the name of a configured "
+                    f"{need.default_producer} (declared: {b.declared()})",
+                    location=f"{where}.parameters.{need.parameter}",
+                )
+            if producer is None and not need.explicit and need.optional:
+                plugin.bind_producer(need.key, None)
+                continue
+            if producer is None and need.fallback_key and _producer_of(b, need.fallback_key):
+                plugin.bind_producer(need.key, None)
+                continue
+            if producer is None and not (legacy and need.legacy_self_contained):
+                if need.default_producer in b.where:
+                    raise ConfigError(
+                        f'{_label(plugin)} needs {need.key}, but the plugin named "{need.default_producer}" '
+                        f"is not a {need.default_producer}",
+                        location=b.where[need.default_producer],
+                    )
+                producer = b.create(PluginSpec(need.default_producer, need.default_producer, {}, IMPLICIT))
+            plugin.bind_producer(need.key, producer)
+
+
+def _producer_of(b: _Builder, key: str) -> Plugin | None:
+    for resolved in b.resolved:
+        if isinstance(resolved.plugin, DataProducer) and key in resolved.plugin.produced_keys():
+            return resolved.plugin
+    return None
 
 
 def _handler(b: _Builder) -> ProfileHandler:

@@ -23,9 +23,11 @@ from typing import Any, NoReturn
 from scheduler.errors import ConfigError
 
 __all__ = [
+    "API_VERSION",
     "API_VERSIONS",
     "EXTERNAL_SECTIONS",
     "KIND",
+    "LEGACY_API_VERSION",
     "LEGACY_SATURATION_FIELDS",
     "ConfigDocument",
     "PluginRefSpec",
@@ -36,7 +38,12 @@ __all__ = [
     "parse_document",
 ]
 
-API_VERSIONS = ("inference.networking.x-k8s.io/v1alpha1", "llm-d.ai/v1alpha1")
+LEGACY_API_VERSION = "inference.networking.x-k8s.io/v1alpha1"
+"""GIE's apiVersion (deprecated by llm-d-router): plugins that predate the producer model keep their
+own state when no producer is configured (see :mod:`scheduler.producers`)."""
+API_VERSION = "llm-d.ai/v1alpha1"
+"""llm-d-router's apiVersion: consumers get their default producers injected."""
+API_VERSIONS = (LEGACY_API_VERSION, API_VERSION)
 KIND = "EndpointPickerConfig"
 EXTERNAL_SECTIONS = ("dataLayer", "data", "flowControl", "parser", "featureGates")
 """Sections owned by other parts of the EPP; validated only through registered validators."""

@@ -19,6 +19,7 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins.handlers import single_profile
     from scheduler.plugins.pickers import max_score, random_picker, weighted_random
     from scheduler.plugins.prefix import affinity as prefix_affinity_scorer
+    from scheduler.plugins.prefix import producer as prefix_producer
     from scheduler.plugins.prefix import scorer as prefix_scorer
     from scheduler.plugins.scorers import kv_cache_utilization, queue
 
@@ -26,6 +27,7 @@ def register_builtin(registry: Registry) -> None:
     registry.register("kv-cache-utilization-scorer", kv_cache_utilization.factory)
     registry.register_alias("kv-cache-scorer", "kv-cache-utilization-scorer")  # GIE < v1.0 name
     registry.register("prefix-cache-scorer", prefix_scorer.factory)
+    registry.register("approx-prefix-cache-producer", prefix_producer.factory)
     registry.register("prefix-affinity-scorer", prefix_affinity_scorer.factory)  # pyepp's own
     registry.register("max-score-picker", max_score.factory)
     registry.register("random-picker", random_picker.factory)
@@ -50,6 +52,7 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins.scorers import (
         active_request,
         binpack,
+        inflight_load,
         load_aware,
         lora_affinity,
         no_hit_lru,
@@ -64,6 +67,7 @@ def register_builtin(registry: Registry) -> None:
     registry.register("load-aware-scorer", load_aware.factory)
     registry.register("active-request-scorer", active_request.factory)
     registry.register("token-load-scorer", token_load.factory)
+    registry.register("inflight-load-producer", inflight_load.factory)
     registry.register("session-affinity-scorer", session_affinity.factory)
     registry.register("binpack-scorer", binpack.factory)
     registry.register("spread-scorer", spread.factory)

@@ -64,6 +64,37 @@ def test_refs_resolve_later_against_plugin_instances() -> None:
     assert err.value.location == "dataLayer.sources[0].pluginRef"
 
 
+# llm-d-router pkg/epp/config/loader/defaults_test.go TestEnsureDataLayer (commit ebab68792): the
+# metrics source and core extractor are appended unless a metrics-data-source is listed or
+# injectDefaults is false (which pyepp then rejects: it needs the metrics source for health).
+@pytest.mark.parametrize(
+    ("section", "types"),
+    [
+        ({}, ["metrics-data-source"]),  # empty DataLayer {} injects metrics defaults
+        ({"sources": []}, ["metrics-data-source"]),
+        ({"sources": [{"pluginRef": "models"}]}, ["models-data-source", "metrics-data-source"]),  # additive
+        (
+            {"sources": [{"pluginRef": "metrics", "extractors": [{"pluginRef": "core-metrics-extractor"}]}]},
+            ["metrics-data-source"],  # an existing metrics source is not doubled
+        ),
+    ],
+)
+def test_inject_defaults(section: Any, types: list[str]) -> None:
+    config = validate_datalayer_section(section, _PLUGINS)
+    assert [s.plugin.plugin_type for s in config.sources] == types
+    injected = config.sources[-1]
+    assert [e.plugin_type for e in injected.extractors] == ["core-metrics-extractor"]
+
+
+def test_injected_source_takes_parameters_of_plugins_named_after_the_type() -> None:
+    plugins = [{"type": "metrics-data-source", "parameters": {"path": "/custom"}}]
+    (source,) = validate_datalayer_section({"sources": []}, plugins).sources
+    assert source.plugin.parameters == {"path": "/custom"}
+    with pytest.raises(DataLayerConfigError) as err:
+        validate_datalayer_section({}, [{"name": "metrics-data-source", "type": "models-data-source"}])
+    assert err.value.location == "plugins[0].name"
+
+
 @pytest.mark.parametrize(
     ("section", "location", "message"),
     [

@@ -23,26 +23,35 @@ scorers after it balance load only among cache-warm endpoints. Everything is kep
 Parameters (llm-d names): ``affinityThreshold`` (0 < x <= 1, default 0.80),
 ``explorationProbability`` (0 <= p <= 1, default 0.01; llm-d's default is 0), ``maxTTFTPenaltyMs``
 (>= 0, default 18000), ``peakPrefillThroughput`` (tokens/s > 0, default 15928, llm-d's H100
-calibration), ``ttftSource`` (only ``prefillThroughput``), ``requestTimeout`` (duration, ``"2m"``).
-Order kept.
+calibration), ``ttftSource`` (only ``prefillThroughput``), ``requestTimeout`` (duration, ``"2m"``),
+``prefixMatchInfoProducerName`` (llm-d-router's: the producer whose match is read, see
+:mod:`scheduler.plugins.prefix.consumer`), ``inFlightLoadProducerName`` (llm-d-router's: with the gate
+on, read that ``inflight-load-producer``'s tokens, and then ``ttft`` counts in-flight tokens only, as
+upstream; injected under ``llm-d.ai/v1alpha1`` unless ``requestTimeout`` is given). Order kept.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import xxhash
 
 from scheduler.cycle_state import CycleState
-from scheduler.params import param
-from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.interfaces import Handle, Plugin
+from scheduler.params import param, parse_params
+from scheduler.plugins.base import PluginBase
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
-from scheduler.plugins.prefix.match import PrefixMatch, prefix_match
+from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
+from scheduler.plugins.prefix.match import PrefixMatch
 from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
 from scheduler.plugins.scorers.inflight import InflightTracker
+from scheduler.plugins.scorers.inflight_consumer import InflightLoadConsumer, check_own_tracking
 from scheduler.plugins.scorers.inflight_hooks import InflightHooks
+from scheduler.plugins.scorers.inflight_load import INFLIGHT_LOAD
+from scheduler.producers import DataNeed
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["PrefixAffinityFilter", "PrefixAffinityParams", "factory"]
@@ -58,9 +67,11 @@ class PrefixAffinityParams:
     peak_prefill_throughput: float = param(15928.0, gt=0)
     ttft_source: str = param("prefillThroughput", choices=("prefillThroughput",), key="ttftSource")
     request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
+    prefix_match_info_producer_name: str = ""
+    in_flight_load_producer_name: str = ""
 
 
-class PrefixAffinityFilter(InflightHooks, PluginBase):
+class PrefixAffinityFilter(PrefixMatchConsumer, InflightLoadConsumer, InflightHooks, PluginBase):
     plugin_type = "prefix-cache-affinity-filter"
     count_every_profile = True
 
@@ -73,6 +84,8 @@ class PrefixAffinityFilter(InflightHooks, PluginBase):
     ) -> None:
         super().__init__(name)
         self.params = params = params or PrefixAffinityParams()
+        self.producer_name = params.prefix_match_info_producer_name
+        self.inflight_producer_name = params.in_flight_load_producer_name
         self._threshold = params.affinity_threshold
         self._explore = params.exploration_probability
         self._penalty_ms = params.max_ttft_penalty_ms
@@ -84,15 +97,36 @@ class PrefixAffinityFilter(InflightHooks, PluginBase):
         """Whether ``request`` is an exploration request (skips the filter)."""
         return xxhash.xxh64_intdigest(request.request_id.encode(), self._seed) / _TWO_64 < self._explore
 
+    def data_needs(self) -> Sequence[DataNeed]:
+        """The prefix match, and (with the TTFT gate on) an inflight-load-producer's tokens."""
+        needs = list(PrefixMatchConsumer.data_needs(self))
+        if self._penalty_ms > 0:
+            needs.extend(InflightLoadConsumer.data_needs(self))
+        return needs
+
+    def bind_producer(self, key: str, producer: Plugin | None) -> None:
+        if key.startswith(f"{INFLIGHT_LOAD}/"):
+            InflightLoadConsumer.bind_producer(self, key, producer)
+        else:
+            PrefixMatchConsumer.bind_producer(self, key, producer)
+
+    def _inflight_tokens(self) -> dict[str, int]:
+        producer = self.inflight_producer
+        return producer.token_counts if producer is not None else self.tracker.token_counts
+
     def ttft_ms(self, request: LLMRequest, endpoint: EndpointView, match: PrefixMatch) -> float:
         """Estimated time to first token on ``endpoint`` (ms), from in-flight and uncached tokens."""
-        uncached = max(0, prompt_tokens(request) - match.cached_tokens(endpoint.address))
-        return (self.tracker.tokens(endpoint.address) + uncached) * self._ms_per_token
+        uncached = 0 if self.inflight_producer is not None else self._uncached(request, endpoint, match)
+        return (self._inflight_tokens().get(endpoint.address, 0) + uncached) * self._ms_per_token
+
+    @staticmethod
+    def _uncached(request: LLMRequest, endpoint: EndpointView, match: PrefixMatch) -> int:
+        return max(0, prompt_tokens(request) - match.cached_tokens(endpoint.address))
 
     def filter(
         self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
     ) -> Sequence[EndpointView]:
-        match = prefix_match(cycle)
+        match = self.prefix_match_for(cycle, request)
         if match is None or not match.hashes or self.explores(request):
             return endpoints
         threshold = self._threshold
@@ -102,11 +136,15 @@ class PrefixAffinityFilter(InflightHooks, PluginBase):
         if not sticky or len(sticky) == len(endpoints):
             return endpoints
         if self._penalty_ms > 0.0:
-            prompt, inflight, cached = prompt_tokens(request), self.tracker.token_counts, match.cached_tokens
-            ms = self._ms_per_token
-            ttft = [
-                (inflight.get(a, 0) + max(0, prompt - cached(a))) * ms for a in (e.address for e in endpoints)
-            ]
+            inflight, ms = self._inflight_tokens(), self._ms_per_token
+            if self.inflight_producer is not None:  # llm-d-router: in-flight tokens only
+                ttft = [inflight.get(e.address, 0) * ms for e in endpoints]
+            else:
+                prompt, cached = prompt_tokens(request), match.cached_tokens
+                ttft = [
+                    (inflight.get(a, 0) + max(0, prompt - cached(a))) * ms
+                    for a in (e.address for e in endpoints)
+                ]
             best_sticky = min(t for t, keep in zip(ttft, is_sticky, strict=True) if keep)
             best_other = min(t for t, keep in zip(ttft, is_sticky, strict=True) if not keep)
             if best_sticky - best_other > self._penalty_ms:
@@ -114,7 +152,7 @@ class PrefixAffinityFilter(InflightHooks, PluginBase):
         return sticky
 
     def reason(self, cycle: CycleState, request: LLMRequest, endpoint: EndpointView) -> str:
-        match = prefix_match(cycle)
+        match = self.prefix_match_for(cycle, request)
         score = match.score(endpoint.address) if match is not None else 0.0
         return f"prefix score {score:.2f} < affinityThreshold {self._threshold:.2f}"
 
@@ -122,8 +160,8 @@ class PrefixAffinityFilter(InflightHooks, PluginBase):
         return prompt_tokens(request)
 
 
-factory = factory_with_params(
-    PrefixAffinityFilter.plugin_type,
-    PrefixAffinityParams,
-    lambda name, params, handle: PrefixAffinityFilter(name, handle.rng(name), handle.clock, params),
-)
+def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> PrefixAffinityFilter:
+    params = parse_params(PrefixAffinityParams, parameters, PrefixAffinityFilter.plugin_type, name)
+    plugin = PrefixAffinityFilter(name, handle.rng(name), handle.clock, params)
+    plugin.own_tracking = check_own_tracking(PrefixAffinityFilter.plugin_type, name, parameters)
+    return plugin

@@ -24,9 +24,11 @@ Data parallelism (``primaryPort``): when set, every decode target is rewritten t
 rank-0 server of a data-parallel group) and the originally chosen ``ip:port`` goes in header
 ``x-data-parallel-host-port``, as llm-d's pd-profile-handler does.
 
-Parameters: see :mod:`scheduler.plugins.handlers.disagg_params`. Deciders are plugins of the same
-configuration, referenced by name (declaration order does not matter: the configuration builds
-referenced plugins first, like llm-d's dependency sort). Without a decider a stage never runs.
+Parameters: see :mod:`scheduler.plugins.handlers.disagg_params` (llm-d's nested ``profiles`` /
+``deciders`` form and its deprecated flat form). The decider is a plugin declared anywhere in
+``plugins`` (created first, as upstream orders plugins by their references); without one the
+prefill stage never runs (llm-d's behaviour: P/D disabled), and a configuration that names a
+decider but has no prefill profile routes decode-only.
 """
 
 from __future__ import annotations

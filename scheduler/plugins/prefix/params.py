@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from scheduler.params import param
 
-__all__ = ["ENTRY_BYTES", "PrefixCacheParams"]
+__all__ = ["ENTRY_BYTES", "SCORE_KEYS", "PrefixCacheParams", "PrefixCacheScorerParams", "PrefixScoreParams"]
 
 ENTRY_BYTES = 150
 """Upper bound of the memory one (endpoint, block) entry costs (measured ~130 B, bench/scheduler_bench.py)."""
@@ -73,3 +73,52 @@ class PrefixCacheParams:
     def max_capacity(self) -> int:
         """The most entries per endpoint the memory budget allows."""
         return max(1, self.max_index_bytes_per_server // ENTRY_BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixScoreParams:
+    """llm-d-router's ``prefix-cache-scorer`` parameters (the scorer consumes a producer's match).
+
+    | YAML key | default | meaning |
+    |---|---|---|
+    | ``prefixMatchInfoProducerName`` | "" | producer read ("": ``approx-prefix-cache-producer``) |
+    | ``matchLengthWeight`` | 0.0 | share of the score given to the absolute match length, in [0, 1] |
+    | ``matchLengthScaleTokens`` | 8192 | tokens at which the length term saturates (> 0 when the weight is) |
+    """
+
+    prefix_match_info_producer_name: str = param("")
+    match_length_weight: float = param(0.0, ge=0.0, le=1.0)
+    match_length_scale_tokens: int = param(8192)
+
+    def __post_init__(self) -> None:
+        _check_length_scale(self.match_length_weight, self.match_length_scale_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheScorerParams(PrefixCacheParams):
+    """Every parameter ``prefix-cache-scorer`` takes: its own index's (GIE) plus the scoring ones."""
+
+    prefix_match_info_producer_name: str = param("")
+    match_length_weight: float = param(0.0, ge=0.0, le=1.0)
+    match_length_scale_tokens: int = param(8192)
+
+    def __post_init__(self) -> None:
+        PrefixCacheParams.__post_init__(self)
+        _check_length_scale(self.match_length_weight, self.match_length_scale_tokens)
+
+    def scoring(self) -> PrefixScoreParams:
+        return PrefixScoreParams(
+            self.prefix_match_info_producer_name, self.match_length_weight, self.match_length_scale_tokens
+        )
+
+
+def _check_length_scale(weight: float, scale: int) -> None:
+    if weight > 0.0 and scale <= 0:
+        raise ValueError(
+            f"matchLengthScaleTokens must be greater than 0 when matchLengthWeight is greater than 0, "
+            f"got {scale}"
+        )
+
+
+SCORE_KEYS = frozenset({"prefixMatchInfoProducerName", "matchLengthWeight", "matchLengthScaleTokens"})
+"""The scorer's own parameter keys; every other ``prefix-cache-scorer`` key configures its index."""

@@ -1,102 +1,123 @@
 """``prefix-cache-scorer``: prefer endpoints that probably hold the longest prefix of the prompt.
 
-Formula: ``score(e) = matched_blocks(e) / total_blocks`` where the prompt is cut into full blocks of
-``blockSizeTokens x 4`` characters (at most ``maxPrefixBlocksToMatch``), hashed as a chain
-(:mod:`scheduler.plugins.prefix.hashing`) and looked up in the approximate index
-(:mod:`scheduler.plugins.prefix.index`); ``matched_blocks`` counts consecutive blocks from the start.
-A prompt shorter than one block scores 0 everywhere.
+Formula (llm-d-router): ``score(e) = w x min(1, matched(e) x block_tokens / matchLengthScaleTokens)^2
++ (1 - w) x matched(e) / total_blocks`` with ``w = matchLengthWeight`` (default 0: the match ratio
+only); a prompt shorter than one block scores 0 everywhere. ``matched`` and ``total_blocks`` come
+from a :class:`~scheduler.plugins.prefix.match.PrefixMatch`.
 
-Lifecycle: ``prepare`` computes the match once per cycle and publishes it (``PREFIX_MATCH``);
-``on_dispatched`` records the prompt's blocks for the primary endpoint and, in P/D, for the prefill
-endpoint named by ``x-prefiller-host-port``; ``on_endpoints_removed`` purges endpoints.
+Where the match comes from (see :mod:`scheduler.producers`):
 
-Autotuning (``autoTune``, default true): the block size is taken once from the first endpoint that
-reports ``block_size`` (unless ``blockSize``/``hashBlockSize`` fix it; the index is cleared if it
-already had entries), and each endpoint's capacity becomes ``num_gpu_blocks x block_size /
-blockSizeTokens`` clamped to the memory budgets (:mod:`scheduler.plugins.prefix.capacity`).
-Parameters: see :mod:`scheduler.plugins.prefix.params`.
+* *consumer* (llm-d-router): the scorer reads the match of the ``approx-prefix-cache-producer``
+  named by ``prefixMatchInfoProducerName`` (default: the instance named
+  ``approx-prefix-cache-producer``, created with default parameters when not configured);
+* *self-contained* (GIE v1): the scorer owns its index
+  (:class:`~scheduler.plugins.prefix.matcher.PrefixMatcher`) when an index parameter
+  (``blockSizeTokens``, ``lruCapacityPerServer``, ...) is given, under either apiVersion
+  (llm-d-inference-scheduler ships ``llm-d.ai/v1alpha1`` files that configure the scorer's index),
+  and under the legacy apiVersion when no producer is named or configured. Index parameters together
+  with ``prefixMatchInfoProducerName`` are an error. ``epp check-config --to llm-d.ai/v1alpha1``
+  writes a self-contained scorer's index parameters out, so it stays self-contained.
+
+Parameters: :mod:`scheduler.plugins.prefix.params` (``PrefixCacheScorerParams``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from scheduler.cycle_state import CycleState, StateKey
-from scheduler.interfaces import Handle
-from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.prefix.capacity import CapacityPlanner
-from scheduler.plugins.prefix.hashing import ChainHasher
-from scheduler.plugins.prefix.index import PrefixIndex
-from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
-from scheduler.plugins.prefix.params import PrefixCacheParams
+from scheduler.cycle_state import CycleState
+from scheduler.errors import ConfigError
+from scheduler.interfaces import Handle, Plugin
+from scheduler.params import params_to_dict, parse_params, plugin_location
+from scheduler.plugins.prefix.match import PrefixMatch
+from scheduler.plugins.prefix.matcher import PREFILLER_HEADER, PrefixMatcher
+from scheduler.plugins.prefix.params import SCORE_KEYS, PrefixCacheScorerParams, PrefixScoreParams
+from scheduler.producers import DataNeed
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
-__all__ = ["PREFILLER_HEADER", "PrefixCacheScorer", "factory"]
+__all__ = [
+    "DEFAULT_PRODUCER",
+    "PREFILLER_HEADER",
+    "PREFIX_MATCH_INFO",
+    "PUBLISHED_PREFIX_MATCH",
+    "PrefixCacheScorer",
+    "factory",
+]
 
-PREFILLER_HEADER = "x-prefiller-host-port"
-_PENDING_LIMIT = 1024  # hash chains kept from prepare to on_dispatched (bounded: <= ~10 MB)
+PREFIX_MATCH_INFO = "PrefixCacheMatchInfo"
+"""Data type of the per-request prefix match (llm-d-router's ``PrefixCacheMatchInfoDataKey``)."""
+DEFAULT_PRODUCER = "approx-prefix-cache-producer"
+PUBLISHED_PREFIX_MATCH = f"{PREFIX_MATCH_INFO}/(published)"
+"""The key a scorer configured with its own index produces: the cycle's published match
+(:data:`~scheduler.plugins.prefix.match.PREFIX_MATCH`), which other prefix consumers fall back to."""
 
 
-class PrefixCacheScorer(PluginBase):
+class PrefixCacheScorer(PrefixMatcher):
     plugin_type = "prefix-cache-scorer"
-    params: PrefixCacheParams
+    params: PrefixCacheScorerParams | PrefixScoreParams
 
-    def __init__(self, name: str, params: PrefixCacheParams) -> None:
-        super().__init__(name)
+    def __init__(
+        self, name: str, params: PrefixCacheScorerParams, index_parameters: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(name, params)
         self.params = params
-        self.index = PrefixIndex(min(params.lru_capacity_per_server, params.max_capacity))
-        self.capacities = CapacityPlanner(
-            self.index,
-            params.lru_capacity_per_server,
-            params.max_capacity,
-            params.total_entries,
-            params.max_prefix_blocks_to_match,
+        self.scoring = params.scoring()
+        self.index_parameters = index_parameters
+        """Index parameters the configuration gave explicitly (they make the scorer self-contained)."""
+        self._producer: PrefixMatcher | None = None
+
+    @property
+    def producer(self) -> PrefixMatcher | None:
+        """The producer whose match this scorer reads (None: self-contained)."""
+        return self._producer
+
+    # -- producer model -----------------------------------------------------------------------------
+
+    def produced_keys(self) -> frozenset[str]:
+        """:data:`PUBLISHED_PREFIX_MATCH` when configured with index parameters (it owns its index)."""
+        return frozenset({PUBLISHED_PREFIX_MATCH}) if self.index_parameters else frozenset()
+
+    def data_needs(self) -> Sequence[DataNeed]:
+        if self.index_parameters:
+            return ()
+        named = self.scoring.prefix_match_info_producer_name
+        return (
+            DataNeed(
+                f"{PREFIX_MATCH_INFO}/{named or DEFAULT_PRODUCER}",
+                "prefixMatchInfoProducerName",
+                bool(named),
+                DEFAULT_PRODUCER,
+                legacy_self_contained=True,
+            ),
         )
-        fixed = params.fixed_block_chars
-        self._block_chars = fixed if fixed is not None else params.block_size_tokens * 4
-        self._learn_block_size = params.auto_tune and fixed is None
-        self._key: StateKey[PrefixMatch] = StateKey(f"prefix-cache-scorer/{name}")
-        self._pending: dict[str, tuple[int, ...]] = {}
-        self._hasher = ChainHasher()
 
-    @property
-    def block_chars(self) -> int:
-        return self._block_chars
+    def bind_producer(self, key: str, producer: Plugin | None) -> None:
+        if producer is None:
+            return
+        assert isinstance(producer, PrefixMatcher)
+        self._producer = producer
+        self.params = self.scoring
 
-    @property
-    def block_size_tokens(self) -> int:
-        return max(1, self._block_chars // 4)
+    def standalone_parameters(self) -> Mapping[str, Any] | None:
+        if self._producer is not None:
+            return None
+        out = params_to_dict(self.params)
+        for key in SCORE_KEYS:  # the scoring keys only where they differ from the defaults
+            if out[key] == params_to_dict(PrefixScoreParams())[key]:
+                del out[key]
+        return out
 
     # -- per cycle ----------------------------------------------------------------------------------
 
-    def hashes(self, request: LLMRequest) -> tuple[int, ...]:
-        """The request's chained block hashes (pure)."""
-        return self._hasher.hashes(
-            request.prompt_text,
-            request.target_model,
-            request.cache_salt,
-            self._block_chars,
-            self.params.max_prefix_blocks_to_match,
-        )
-
     def match(self, cycle: CycleState, request: LLMRequest) -> PrefixMatch:
-        """The memoised match of this cycle (computed on first use)."""
-        found = cycle.read(self._key)
-        if found is None:
-            hashes = self.hashes(request)
-            found = PrefixMatch(hashes, self.index.match(hashes), self.block_size_tokens, self.name)
-            cycle.write(self._key, found)
-            if len(self._pending) >= _PENDING_LIMIT:
-                self._pending.pop(next(iter(self._pending)))
-            self._pending[request.request_id] = hashes
-        return found
+        if self._producer is not None:
+            return self._producer.match(cycle, request)
+        return super().match(cycle, request)
 
     def prepare(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> None:
-        if self._learn_block_size:
-            self._autotune_block_size(endpoints)
-        found = self.match(cycle, request)
-        if PREFIX_MATCH not in cycle:
-            cycle.write(PREFIX_MATCH, found)
+        if self._producer is None:
+            super().prepare(cycle, request, endpoints)
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         found = self.match(cycle, request)
@@ -104,62 +125,36 @@ class PrefixCacheScorer(PluginBase):
         if not total or not found.matched:
             return [0.0] * len(endpoints)
         get = found.matched.get
-        return [get(e.address, 0) / total for e in endpoints]
+        weight = self.scoring.match_length_weight
+        if weight <= 0.0:
+            return [get(e.address, 0) / total for e in endpoints]
+        scale = self.scoring.match_length_scale_tokens
+        block = found.block_size_tokens
+        out = []
+        for e in endpoints:
+            blocks = get(e.address, 0)
+            length = min(1.0, blocks * block / scale)
+            out.append(weight * length * length + (1.0 - weight) * blocks / total)
+        return out
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
-        hashes = self._pending.pop(request.request_id, None)
-        if hashes is None:
-            hashes = self.hashes(request)
-        if not hashes or not result.endpoints:
-            return
-        primary = result.endpoints[0]
-        targets: dict[str, EndpointView | None] = {primary.address: primary}
-        prefiller = result.headers.get(PREFILLER_HEADER)
-        if prefiller and prefiller not in targets:
-            targets[prefiller] = _find(result, prefiller)
-        for address, endpoint in targets.items():
-            own = (
-                self._autotuned_capacity(endpoint) if endpoint is not None and self.params.auto_tune else None
-            )
-            self.capacities.admit(address, own)
-            self.index.insert(address, hashes)
+        if self._producer is None:
+            super().on_dispatched(request, result)
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
-        self.index.remove(addresses)
-        self.capacities.removed(addresses)
-
-    # -- autotuning ---------------------------------------------------------------------------------
-
-    def _autotune_block_size(self, endpoints: Sequence[EndpointView]) -> None:
-        for e in endpoints[:8]:  # any endpoint will do; bounded so a pool that never reports stays cheap
-            size = e.metrics.block_size
-            if size:
-                self._learn_block_size = False
-                if size * 4 != self._block_chars:
-                    self._block_chars = size * 4
-                    self.index.clear()
-                return
-
-    def _autotuned_capacity(self, endpoint: EndpointView) -> int | None:
-        blocks = endpoint.metrics.num_gpu_blocks
-        if not blocks:
-            return None
-        server_block = endpoint.metrics.block_size or self.block_size_tokens
-        return max(1, blocks * server_block // self.block_size_tokens)
+        if self._producer is None:
+            super().on_endpoints_removed(addresses)
 
 
-def _find(result: SchedulingResult, address: str) -> EndpointView | None:
-    for profile_result in result.profile_results.values():
-        for target in profile_result.targets:
-            if target.endpoint.address == address:
-                return target.endpoint
-    return None
-
-
-def _build(name: str, params: PrefixCacheParams, handle: Handle) -> PrefixCacheScorer:
-    return PrefixCacheScorer(name, params)
-
-
-factory = factory_with_params(PrefixCacheScorer.plugin_type, PrefixCacheParams, _build)
+def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> PrefixCacheScorer:
+    params = parse_params(PrefixCacheScorerParams, parameters, PrefixCacheScorer.plugin_type, name)
+    given = tuple(k for k in (parameters or {}) if k not in SCORE_KEYS)
+    if given and params.prefix_match_info_producer_name:
+        raise ConfigError(
+            f"{given[0]} configures the scorer's own index, which a scorer reading a producer "
+            "(prefixMatchInfoProducerName) does not have: set it on the approx-prefix-cache-producer",
+            location=f"{plugin_location(PrefixCacheScorer.plugin_type, name)}: parameters.{given[0]}",
+        )
+    return PrefixCacheScorer(name, params, given)

@@ -18,19 +18,26 @@ the input unchanged if that would drop all of them.
 
 Parameters (GIE names and defaults): ``concurrencyMode`` (``requests`` | ``tokens``, ``requests``),
 ``maxConcurrency`` (int >= 1, 100), ``maxTokenConcurrency`` (int >= 1, 1,000,000), ``headroom``
-(>= 0, 0.0), ``requestTimeout`` (duration, ``"2m"``: entries whose completion never came expire).
+(>= 0, 0.0), ``requestTimeout`` (duration, ``"2m"``: entries whose completion never came expire),
+``inFlightLoadProducerName`` (llm-d-router: read that ``inflight-load-producer``'s counts instead of
+counting here; injected under ``llm-d.ai/v1alpha1`` unless ``requestTimeout`` is given; see
+:mod:`scheduler.plugins.scorers.inflight_consumer`). In token mode the producer's tokens are the
+uncached prompt tokens it tracks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.cycle_state import CycleState
-from scheduler.params import param
-from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.interfaces import Handle
+from scheduler.params import param, parse_params
+from scheduler.plugins.base import PluginBase
 from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
 from scheduler.plugins.scorers.inflight import InflightTracker
+from scheduler.plugins.scorers.inflight_consumer import InflightLoadConsumer, check_own_tracking
 from scheduler.plugins.scorers.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest
 
@@ -44,9 +51,10 @@ class ConcurrencyParams:
     max_token_concurrency: int = param(1_000_000, ge=1)
     headroom: float = param(0.0, ge=0)
     request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
+    in_flight_load_producer_name: str = param("")
 
 
-class ConcurrencyDetector(InflightHooks, PluginBase):
+class ConcurrencyDetector(InflightLoadConsumer, InflightHooks, PluginBase):
     plugin_type = "concurrency-detector"
 
     def __init__(
@@ -55,12 +63,14 @@ class ConcurrencyDetector(InflightHooks, PluginBase):
         super().__init__(name)
         self.params = params = params or ConcurrencyParams()
         self.tracker = InflightTracker(clock, params.request_timeout)
+        self.inflight_producer_name = params.in_flight_load_producer_name
         self._tokens = params.concurrency_mode == "tokens"
         self._limit = params.max_token_concurrency if self._tokens else params.max_concurrency
         self._filter_limit = self._limit * (1.0 + params.headroom)
 
     def _counts(self) -> dict[str, int]:
-        return self.tracker.token_counts if self._tokens else self.tracker.request_counts
+        source = self.inflight_producer or self.tracker
+        return source.token_counts if self._tokens else source.request_counts
 
     def saturation(self, endpoints: Sequence[EndpointView], now: float) -> float:
         if not endpoints:
@@ -89,8 +99,8 @@ class ConcurrencyDetector(InflightHooks, PluginBase):
         return request.token_estimate
 
 
-factory = factory_with_params(
-    ConcurrencyDetector.plugin_type,
-    ConcurrencyParams,
-    lambda name, params, handle: ConcurrencyDetector(name, handle.clock, params),
-)
+def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> ConcurrencyDetector:
+    params = parse_params(ConcurrencyParams, parameters, ConcurrencyDetector.plugin_type, name)
+    plugin = ConcurrencyDetector(name, handle.clock, params)
+    plugin.own_tracking = check_own_tracking(ConcurrencyDetector.plugin_type, name, parameters)
+    return plugin

@@ -20,19 +20,24 @@ i.e. min-max normalisation anchored at zero: the busiest candidate scores 0, idl
 ``maxBusyScore`` below 1 opens a gap between idle and merely less busy endpoints (llm-d).
 
 Parameters: ``requestTimeout`` (duration, default ``"2m"``, > 0), ``idleThreshold`` (int >= 0,
-default 0), ``maxBusyScore`` (0 <= x <= 1, default 1.0).
+default 0), ``maxBusyScore`` (0 <= x <= 1, default 1.0), ``inFlightLoadProducerName`` (llm-d-router:
+read that ``inflight-load-producer``'s request counts instead of counting here; see
+:mod:`scheduler.plugins.scorers.inflight_consumer`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.cycle_state import CycleState
-from scheduler.params import param
-from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.interfaces import Handle
+from scheduler.params import param, parse_params
+from scheduler.plugins.base import PluginBase
 from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
 from scheduler.plugins.scorers.inflight import InflightTracker
+from scheduler.plugins.scorers.inflight_consumer import InflightLoadConsumer, check_own_tracking
 from scheduler.plugins.scorers.inflight_hooks import SERVED_ENDPOINT_HEADER, InflightHooks
 from scheduler.types import EndpointView, LLMRequest
 
@@ -44,9 +49,10 @@ class ActiveRequestParams:
     request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
     idle_threshold: int = param(0, ge=0)
     max_busy_score: float = param(1.0, ge=0, le=1)
+    in_flight_load_producer_name: str = param("")
 
 
-class ActiveRequestScorer(InflightHooks, PluginBase):
+class ActiveRequestScorer(InflightLoadConsumer, InflightHooks, PluginBase):
     plugin_type = "active-request-scorer"
     count_every_profile = True
 
@@ -56,11 +62,13 @@ class ActiveRequestScorer(InflightHooks, PluginBase):
         super().__init__(name)
         self.params = params = params or ActiveRequestParams()
         self.tracker = InflightTracker(clock, params.request_timeout)
+        self.inflight_producer_name = params.in_flight_load_producer_name
         self._idle = params.idle_threshold
         self._busy_max = params.max_busy_score
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        counts = self.tracker.request_counts
+        producer = self.inflight_producer
+        counts = producer.request_counts if producer is not None else self.tracker.request_counts
         if not counts:
             return [1.0] * len(endpoints)
         values = [counts.get(e.address, 0) for e in endpoints]
@@ -72,8 +80,11 @@ class ActiveRequestScorer(InflightHooks, PluginBase):
         return [1.0 if v <= idle else (hi - v) * scale for v in values]
 
 
-factory = factory_with_params(
-    ActiveRequestScorer.plugin_type,
-    ActiveRequestParams,
-    lambda name, params, handle: ActiveRequestScorer(name, handle.clock, params),
-)
+def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> ActiveRequestScorer:
+    plugin = ActiveRequestScorer(
+        name,
+        handle.clock,
+        parse_params(ActiveRequestParams, parameters, ActiveRequestScorer.plugin_type, name),
+    )
+    plugin.own_tracking = check_own_tracking(ActiveRequestScorer.plugin_type, name, parameters)
+    return plugin

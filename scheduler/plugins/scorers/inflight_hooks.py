@@ -38,12 +38,16 @@ class InflightHooks:
 
     tracker: InflightTracker
     count_every_profile: ClassVar[bool] = False
+    tracking: bool = True
+    """False when the plugin reads an inflight-load-producer instead (the hooks then do nothing)."""
 
     def dispatch_tokens(self, request: LLMRequest) -> int:
         """Tokens counted for ``request`` while it is in flight (0 unless the plugin counts tokens)."""
         return 0
 
     def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
+        if not self.tracking:
+            return
         targets = dispatch_targets(result, every_profile=self.count_every_profile)
         self.tracker.dispatch(request.request_id, targets, self.dispatch_tokens(request))
 
@@ -51,7 +55,7 @@ class InflightHooks:
         self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
     ) -> None:
         served = headers.get(SERVED_ENDPOINT_HEADER)
-        if served:
+        if served and self.tracking:
             self.tracker.move(request.request_id, served)
 
     def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:

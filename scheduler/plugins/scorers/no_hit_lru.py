@@ -16,9 +16,12 @@ requests only, with the primary endpoint and the prefill endpoint of the ``prefi
 this does not affect any score, so scoring stays deterministic.
 
 Parameters: ``lruSize`` (int >= 1, default 1024), ``prefillProfile`` (default ``"prefill"``),
-``prefixPluginName`` (llm-d's; optional: when given it must name a ``prefix-cache-scorer`` declared
-before this plugin. The match read is always the cycle's published one, i.e. that of the first
-prefix-cache-scorer, which is the named one in every configuration with a single prefix scorer).
+``prefixMatchInfoProducerName`` (llm-d-router's; the producer whose match decides coldness, see
+:mod:`scheduler.producers`: "" reads ``approx-prefix-cache-producer``, injected under
+``llm-d.ai/v1alpha1`` when not configured, unless a ``prefix-cache-scorer`` with its own index is;
+without a producer the cycle's published match is read), ``prefixPluginName`` (llm-d's older form;
+when given it must name a ``prefix-cache-scorer`` declared in ``plugins``, and the cycle's published
+match is read: that of the first prefix-cache-scorer, the named one whenever there is only one).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from scheduler.errors import ConfigError
 from scheduler.interfaces import Handle, Plugin
 from scheduler.params import param, parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
-from scheduler.plugins.prefix.match import prefix_match
+from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = ["NoHitLruParams", "NoHitLruScorer", "factory"]
@@ -47,10 +50,17 @@ class NoHitLruParams:
     lru_size: int = param(1024, ge=1, key="lruSize")
     prefill_profile: str = "prefill"
     prefix_plugin_name: str | None = None
+    prefix_match_info_producer_name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.prefix_plugin_name is not None and self.prefix_match_info_producer_name:
+            raise ValueError("give prefixMatchInfoProducerName or the older prefixPluginName, not both")
 
 
-class NoHitLruScorer(PluginBase):
+class NoHitLruScorer(PrefixMatchConsumer, PluginBase):
     plugin_type = "no-hit-lru-scorer"
+
+    params: NoHitLruParams
 
     def __init__(self, name: str, params: NoHitLruParams | None = None) -> None:
         super().__init__(name)
@@ -60,9 +70,11 @@ class NoHitLruScorer(PluginBase):
         self._clock = 0
         self._last_used: OrderedDict[str, int] = OrderedDict()  # oldest first
         self._cold: dict[str, None] = {}
+        self.producer_name = params.prefix_match_info_producer_name
+        self.uses_producer = params.prefix_plugin_name is None
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        match = prefix_match(cycle)
+        match = self.prefix_match_for(cycle, request)
         if match is not None and any(match.matched.values()):
             return [NEUTRAL] * len(endpoints)
         self._remember_cold(request.request_id)
@@ -114,7 +126,7 @@ def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> Plugin:
             target = handle.plugin(ref)
         except KeyError:
             raise ConfigError(
-                f"no plugin named {ref!r}: expected a prefix-cache-scorer declared before this plugin",
+                f"no plugin named {ref!r}: expected a prefix-cache-scorer declared in plugins",
                 location=where,
             ) from None
         if target.plugin_type != "prefix-cache-scorer":

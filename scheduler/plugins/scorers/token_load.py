@@ -16,19 +16,25 @@ Accounting follows ``active-request-scorer``: counted against the primary endpoi
 fallback served, removed on ``on_completed`` (idempotent) or after ``requestTimeout``.
 
 Parameters: ``queueThresholdTokens`` (llm-d's name; alias ``threshold``; int >= 1, default
-4,194,304 tokens); ``requestTimeout`` (duration, default ``"2m"``).
+4,194,304 tokens); ``requestTimeout`` (duration, default ``"2m"``); ``inFlightLoadProducerName``
+(llm-d-router: read that ``inflight-load-producer`` instead, and score ``1 - min(inflight +
+uncached tokens of this request, threshold) / threshold``; see
+:mod:`scheduler.plugins.scorers.inflight_consumer`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.cycle_state import CycleState
-from scheduler.params import param
-from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.interfaces import Handle
+from scheduler.params import param, parse_params
+from scheduler.plugins.base import PluginBase
 from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
 from scheduler.plugins.scorers.inflight import InflightTracker
+from scheduler.plugins.scorers.inflight_consumer import InflightLoadConsumer, check_own_tracking
 from scheduler.plugins.scorers.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
@@ -45,6 +51,7 @@ class TokenLoadParams:
     queue_threshold_tokens: int | None = param(None, ge=1)
     threshold: int | None = param(None, ge=1)
     request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
+    in_flight_load_producer_name: str = param("")
 
     def __post_init__(self) -> None:
         if self.queue_threshold_tokens is not None and self.threshold is not None:
@@ -55,7 +62,7 @@ class TokenLoadParams:
         return self.queue_threshold_tokens or self.threshold or DEFAULT_THRESHOLD
 
 
-class TokenLoadScorer(InflightHooks, PluginBase):
+class TokenLoadScorer(InflightLoadConsumer, InflightHooks, PluginBase):
     plugin_type = "token-load-scorer"
 
     def __init__(self, name: str, clock: Callable[[], float], params: TokenLoadParams | None = None) -> None:
@@ -63,8 +70,20 @@ class TokenLoadScorer(InflightHooks, PluginBase):
         self.params = params = params or TokenLoadParams()
         self._threshold = params.effective_threshold
         self.tracker = InflightTracker(clock, params.request_timeout)
+        self.inflight_producer_name = params.in_flight_load_producer_name
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
+        producer = self.inflight_producer
+        if producer is not None:  # llm-d-router: in-flight tokens plus this request's uncached tokens
+            threshold, counts = self._threshold, producer.token_counts
+            return [
+                1.0
+                - min(
+                    counts.get(e.address, 0) + producer.uncached_tokens(cycle, request, e.address), threshold
+                )
+                / threshold
+                for e in endpoints
+            ]
         tokens = self.tracker.token_counts
         if not tokens:
             return [1.0] * len(endpoints)
@@ -76,12 +95,13 @@ class TokenLoadScorer(InflightHooks, PluginBase):
         return request.token_estimate
 
     def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
-        if request.stream:
+        if request.stream and self.tracking:
             self.tracker.add_tokens(request.request_id, chunk.count(_SSE_EVENT))
 
 
-factory = factory_with_params(
-    TokenLoadScorer.plugin_type,
-    TokenLoadParams,
-    lambda name, params, handle: TokenLoadScorer(name, handle.clock, params),
-)
+def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> TokenLoadScorer:
+    plugin = TokenLoadScorer(
+        name, handle.clock, parse_params(TokenLoadParams, parameters, TokenLoadScorer.plugin_type, name)
+    )
+    plugin.own_tracking = check_own_tracking(TokenLoadScorer.plugin_type, name, parameters)
+    return plugin

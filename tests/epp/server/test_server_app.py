@@ -378,3 +378,21 @@ async def test_session_tokens_reach_the_client_response(model_servers: list[str]
     assert provider(request, result, "10.1.2.4:8000") == {
         "x-session-token": base64.b64encode(b"10.1.2.4:8000").decode()
     }
+
+
+@pytest.mark.parametrize(
+    ("api_version", "logged"),
+    [("inference.networking.x-k8s.io/v1alpha1", True), ("llm-d.ai/v1alpha1", False)],
+)
+async def test_legacy_api_version_is_logged_as_deprecated_at_start(
+    model_servers: list[str], api_version: str, logged: bool
+) -> None:
+    from structlog.testing import capture_logs
+
+    text = f"apiVersion: {api_version}\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n"
+    with capture_logs() as logs:
+        await build_app(parse_options(_flags(model_servers, "--secure-serving=false", "--config-text", text)))
+    deprecations = [e for e in logs if e["event"].startswith("DEPRECATION: apiVersion")]
+    assert bool(deprecations) is logged
+    if logged:
+        assert deprecations[0]["replacement"] == "llm-d.ai/v1alpha1"

@@ -1,0 +1,215 @@
+"""``inflight-load-producer`` (llm-d-router): in-flight requests and tokens per endpoint, for consumers.
+
+Consumers read its counts instead of keeping their own: ``active-request-scorer`` (requests) and
+``token-load-scorer`` (tokens), selected by their ``inFlightLoadProducerName`` (default: the instance
+named ``inflight-load-producer``, injected under ``llm-d.ai/v1alpha1``; see :mod:`scheduler.producers`).
+
+Accounting, per dispatched request and per routed profile result (decode and, in P/D, prefill):
+
+* ``on_dispatched``: the first target of each profile gets one request and ``tokens`` =
+  the request's *uncached* prompt tokens there (``uncached = (total_blocks - matched_blocks) x
+  block_tokens + prompt tokens beyond the hashed blocks``, from the prefix match of the producer named
+  by ``prefixMatchInfoProducerName``, or the cycle's published match; the whole prompt without one)
+  plus, with ``addEstimatedOutputTokens``, ``min(round(prompt x outputRatio), maxEstimatedOutputTokens)``;
+* first response chunk: without ``addEstimatedOutputTokens`` the prefill charge is released and the
+  other charges drop their tokens (prefill compute is done); with it, only the prefill charge is
+  released;
+* ``on_completed``: everything left is released (idempotent); endpoints leaving the pool are dropped.
+
+Parameters: ``addEstimatedOutputTokens`` (false), ``outputRatio`` (1.5, >= 0),
+``maxEstimatedOutputTokens`` (none, >= 0), ``prefixMatchInfoProducerName`` (""),
+``syncCrossReplicaState`` (true; only meaningful with a cross-replica syncer, which pyepp does not
+have, so it changes nothing, as upstream without a syncer). Upstream also caps the output estimate by
+the client's ``max_tokens``; pyepp's request carries no such field, so only the two caps above apply.
+
+Bounds: requests still charged after :data:`STALE_SECONDS` (a completion that never came; the EPP
+reports exactly one completion per dispatch) are released on the next dispatch; at most
+:data:`PENDING_LIMIT` per-request prefix discounts wait between scheduling and dispatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from scheduler.cycle_state import CycleState
+from scheduler.params import param
+from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.plugins.filters.kv_headroom import prompt_tokens
+from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
+from scheduler.plugins.prefix.match import PrefixMatch
+from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
+
+__all__ = [
+    "INFLIGHT_LOAD",
+    "PENDING_LIMIT",
+    "STALE_SECONDS",
+    "InflightLoadParams",
+    "InflightLoadProducer",
+    "factory",
+]
+
+INFLIGHT_LOAD = "InFlightLoad"
+"""Data type of the in-flight counts (llm-d-router's ``InFlightLoadDataKey``)."""
+STALE_SECONDS = 1800.0
+PENDING_LIMIT = 1024
+_PREFILL = "prefill"
+
+
+@dataclass(frozen=True, slots=True)
+class InflightLoadParams:
+    add_estimated_output_tokens: bool = param(False)
+    output_ratio: float = param(1.5, ge=0)
+    max_estimated_output_tokens: int | None = param(None, ge=0)
+    prefix_match_info_producer_name: str = param("")
+    sync_cross_replica_state: bool = param(True)
+
+
+class _Charge:
+    __slots__ = ("address", "profile", "tokens")
+
+    def __init__(self, address: str, profile: str, tokens: int) -> None:
+        self.address, self.profile, self.tokens = address, profile, tokens
+
+
+class _Entry:
+    __slots__ = ("charges", "deadline", "started")
+
+    def __init__(self, charges: list[_Charge], deadline: float) -> None:
+        self.charges, self.deadline, self.started = charges, deadline, False
+
+
+class InflightLoadProducer(PrefixMatchConsumer, PluginBase):
+    plugin_type = "inflight-load-producer"
+    prefix_match_optional = True  # upstream: an optional input (no producer is injected for it)
+    params: InflightLoadParams
+
+    def __init__(self, name: str, params: InflightLoadParams, clock: Callable[[], float]) -> None:
+        super().__init__(name)
+        self.params = params
+        self.producer_name = params.prefix_match_info_producer_name
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self._pending: dict[str, tuple[int, PrefixMatch | None]] = {}
+        self._requests: dict[str, int] = {}
+        self._tokens: dict[str, int] = {}
+
+    def produced_keys(self) -> frozenset[str]:
+        return frozenset({f"{INFLIGHT_LOAD}/{self.name}"})
+
+    # -- what consumers read -------------------------------------------------------------------------
+
+    @property
+    def request_counts(self) -> dict[str, int]:
+        """Live per-address request counts (read-only by convention)."""
+        return self._requests
+
+    @property
+    def token_counts(self) -> dict[str, int]:
+        """Live per-address token counts (read-only by convention)."""
+        return self._tokens
+
+    def uncached_tokens(self, cycle: CycleState, request: LLMRequest, address: str) -> int:
+        """This request's prompt tokens ``address`` does not hold (the prefix discount applied)."""
+        return _uncached(prompt_tokens(request), self.prefix_match_for(cycle, request), address)
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def prepare(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> None:
+        if len(self._pending) >= PENDING_LIMIT:
+            self._pending.pop(next(iter(self._pending)))
+        self._pending[request.request_id] = (prompt_tokens(request), self.prefix_match_for(cycle, request))
+
+    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
+        if request.request_id in self._entries:
+            return
+        now = self._clock()
+        self._expire(now)
+        prompt, match = self._pending.pop(request.request_id, (prompt_tokens(request), None))
+        output = self._output_estimate(prompt)
+        charges = []
+        for profile, profile_result in result.profile_results.items():
+            if profile_result.shadow or not profile_result.targets:
+                continue
+            address = profile_result.targets[0].endpoint.address
+            charge = _Charge(address, profile, _uncached(prompt, match, address) + output)
+            self._add(address, 1, charge.tokens)
+            charges.append(charge)
+        if charges:
+            self._entries[request.request_id] = _Entry(charges, now + STALE_SECONDS)
+
+    def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
+        entry = self._entries.get(request.request_id)
+        if entry is None or entry.started:
+            return
+        entry.started = True
+        keep = []
+        for charge in entry.charges:
+            if charge.profile == _PREFILL:
+                self._add(charge.address, -1, -charge.tokens)
+                continue
+            if not self.params.add_estimated_output_tokens and charge.tokens:
+                self._add(charge.address, 0, -charge.tokens)
+                charge.tokens = 0
+            keep.append(charge)
+        entry.charges = keep
+
+    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
+        self._pending.pop(request.request_id, None)
+        self._release(request.request_id)
+
+    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
+        for address in addresses:
+            self._requests.pop(address, None)
+            self._tokens.pop(address, None)
+        for entry in self._entries.values():
+            entry.charges = [c for c in entry.charges if c.address not in addresses]
+
+    # -- internals -----------------------------------------------------------------------------------
+
+    def _output_estimate(self, prompt: int) -> int:
+        if not self.params.add_estimated_output_tokens:
+            return 0
+        estimate = round(prompt * self.params.output_ratio)
+        cap = self.params.max_estimated_output_tokens
+        return estimate if cap is None else min(estimate, cap)
+
+    def _release(self, request_id: str) -> None:
+        entry = self._entries.pop(request_id, None)
+        if entry is not None:
+            for charge in entry.charges:
+                self._add(charge.address, -1, -charge.tokens)
+
+    def _add(self, address: str, requests: int, tokens: int) -> None:
+        count = self._requests.get(address, 0) + requests
+        if count <= 0:
+            self._requests.pop(address, None)
+            self._tokens.pop(address, None)
+            return
+        self._requests[address] = count
+        self._tokens[address] = max(0, self._tokens.get(address, 0) + tokens)
+
+    def _expire(self, now: float) -> None:
+        entries = self._entries
+        while entries:
+            request_id = next(iter(entries))
+            if entries[request_id].deadline > now:
+                return
+            self._release(request_id)
+
+
+def _uncached(prompt: int, match: PrefixMatch | None, address: str) -> int:
+    """Upstream's uncachedInputTokens: unmatched hashed blocks plus the unhashed tail."""
+    if match is None or match.block_size_tokens <= 0:
+        return max(0, prompt)
+    block = match.block_size_tokens
+    indexed = match.total_blocks * block
+    matched = match.blocks(address) * block
+    return max(0, indexed - matched) + max(0, prompt - indexed)
+
+
+factory = factory_with_params(
+    InflightLoadProducer.plugin_type,
+    InflightLoadParams,
+    lambda name, params, handle: InflightLoadProducer(name, params, handle.clock),
+)
