@@ -379,6 +379,14 @@ def _injected(named: Mapping[str, tuple[int, Mapping[str, Any]]] | None, locatio
     """The default metrics source + core extractor (``plugins`` entries of those names when declared)."""
     entry = {"pluginRef": "metrics-data-source", "extractors": [{"pluginRef": "core-metrics-extractor"}]}
     where = f"{location}.injectDefaults"
+    for plugin_type in ("metrics-data-source", "core-metrics-extractor"):
+        found = (named or {}).get(plugin_type)
+        if found is not None and found[1].get("type") != plugin_type:
+            raise DataLayerConfigError(
+                f"the injected default {plugin_type} would be the plugin named {plugin_type!r}, which has "
+                f"type {found[1].get('type')!r}; rename that plugin or set injectDefaults: false",
+                f"plugins[{found[0]}].name",
+            )
     plugin = _ref(entry, SOURCE_TYPES, named, where)
     return SourceSpec(plugin, (_ref(entry["extractors"][0], EXTRACTOR_TYPES, named, where),))
 

@@ -34,24 +34,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.dynamic_attributes_test.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__6.yaml",
     ),
-    # 15 file(s)
-    "plugin type approx-prefix-cache-producer": (
-        "llm-d-router/deploy.config.pd-epp-config.yaml",
-        "llm-d-router/deploy.config.pd-topology-epp-config.yaml",
-        "llm-d-router/deploy.config.sim-epp-config.yaml",
-        "llm-d-router/deploy.config.sim-pd-epp-config.yaml",
-        "llm-d-router/docs.disaggregation__1.yaml",
-        "llm-d-router/docs.disaggregation__2.yaml",
-        "llm-d-router/test.coordinator.e2e.coordinator.configs_test__3.yaml",
-        "llm-d-router/test.e2e.configs_test__1.yaml",
-        "llm-d-router/test.e2e.configs_test__4.yaml",
-        "llm-d-router/test.e2e.configs_test__7.yaml",
-        "llm-d-router/test.e2e.configs_test__8.yaml",
-        "llm-d-router/test.integration.epp.e2e_config_smoke_test__1.yaml",
-        "llm-d-router/test.integration.epp.e2e_config_smoke_test__2.yaml",
-        "llm-d-router/test.integration.epp.e2e_config_smoke_test__3.yaml",
-        "llm-d-router/test.perf.config.router-configs.optimized-baseline.yaml",
-    ),
     # 9 file(s)
     "data-layer source type mock-metrics-source": (
         "gie/test.integration.epp.testdata.datalayer-config.yaml",
@@ -85,26 +67,12 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.config.loader.testdata_test__19.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__8.yaml",
     ),
-    # 5 file(s)
-    "plugin type always-disagg-multimodal-decider": (
-        "llm-d-inference-scheduler/deploy.config.sim-e-p-d-epp-config.yaml",
-        "llm-d-inference-scheduler/deploy.config.sim-e-pd-epp-config.yaml",
-        "llm-d-inference-scheduler/docs.disaggregation__2.yaml",
-        "llm-d-inference-scheduler/test.e2e.configs_test__3.yaml",
-        "llm-d-inference-scheduler/test.e2e.configs_test__4.yaml",
-    ),
     # 4 file(s)
     "data-layer source type endpoint-notification-source": (
         "llm-d-inference-scheduler/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-router/deploy.config.epp-mm-embeddings-cache-config.yaml",
         "llm-d-router/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-router/test.perf.config.router-configs.precise-prefix.yaml",
-    ),
-    # 3 file(s)
-    "a plugin parameter naming a plugin declared later (upstream orders by dependency)": (
-        "llm-d-router/pkg.epp.config.loader.testdata_test__4.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__5.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__6.yaml",
     ),
     # 3 file(s)
     "data-layer source type dcgm-data-source": (
@@ -131,11 +99,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
     ),
     # 2 file(s)
-    "E/P/D encode stage": (
-        "llm-d-router/deploy.config.sim-e-p-d-epp-config.yaml",
-        "llm-d-router/test.e2e.configs_test__3.yaml",
-    ),
-    # 2 file(s)
     "data-layer source type models-data-extractor": (
         "llm-d-inference-scheduler/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
         "llm-d-router/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
@@ -146,16 +109,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestheader.agentidentity.README__2.yaml",
     ),
     # 2 file(s)
-    "plugin type data-parallel-profile-handler": (
-        "llm-d-inference-scheduler/deploy.config.dp-epp-config.yaml",
-        "llm-d-inference-scheduler/test.e2e.configs_test__10.yaml",
-    ),
-    # 2 file(s)
-    "plugin type disagg-headers-handler": (
-        "llm-d-router/test.integration.epp.wellknown_configs_test__3.yaml",
-        "llm-d-router/test.integration.epp.wellknown_configs_test__4.yaml",
-    ),
-    # 2 file(s)
     "plugin type precise-prefix-cache-producer": (
         "llm-d-router/deploy.config.sim-epp-no-hit-lru.yaml",
         "llm-d-router/docs.architecture.yaml",
@@ -164,16 +117,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
     "plugin type predicted-latency-producer": (
         "gie/site-src.guides.troubleshooting__2.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__7.yaml",
-    ),
-    # 2 file(s)
-    "plugin type prefill-header-handler": (
-        "llm-d-inference-scheduler/test.e2e.configs_test__2.yaml",
-        "llm-d-router/test.e2e.configs_test__2.yaml",
-    ),
-    # 2 file(s)
-    "plugin type probabilistic-admitter": (
-        "llm-d-inference-scheduler/deploy.config.probabilistic-admitter-epp-config.yaml",
-        "llm-d-inference-scheduler/pkg.epp.framework.plugins.requestcontrol.admitter.probabilisticadmitter.README.yaml",
     ),
     # 1 file(s)
     "dataLayer.discovery": ("llm-d-router/pkg.epp.framework.plugins.README.yaml",),
@@ -186,13 +129,7 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.screener.disaggregatedsetrollout.README.yaml",
     ),
     # 1 file(s)
-    "plugin type header-profile-handler": (
-        "llm-d-router/test.coordinator.e2e.coordinator.configs_test__1.yaml",
-    ),
-    # 1 file(s)
-    "plugin type inflight-load-producer": (
-        "llm-d-router/test.coordinator.e2e.coordinator.configs_test__2.yaml",
-    ),
+    "plugin type test-extractor": ("llm-d-router/pkg.epp.config.loader.testdata_test__6.yaml",),
     # 1 file(s)
     'saturationDetector.pluginRef: no plugin named "utilization-detector" (declared: maxScore)': (
         "llm-d-router/pkg.epp.config.loader.testdata_test__14.yaml",
@@ -213,10 +150,6 @@ WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {
         "gie/pkg.epp.config.loader.testdata_test__31.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__32.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__23.yaml",
-    ),
-    # 1 file(s)
-    "a plugin parameter naming a plugin declared later (upstream orders by dependency)": (
-        "llm-d-router/pkg.epp.config.loader.testdata_test__21.yaml",
     ),
 }
 

@@ -89,7 +89,7 @@ def test_inject_defaults(section: Any, types: list[str]) -> None:
 def test_injected_source_takes_parameters_of_plugins_named_after_the_type() -> None:
     plugins = [{"type": "metrics-data-source", "parameters": {"path": "/custom"}}]
     (source,) = validate_datalayer_section({"sources": []}, plugins).sources
-    assert source.plugin.parameters == {"path": "/custom"}
+    assert source.plugin.parameters["path"] == "/custom"
     with pytest.raises(DataLayerConfigError) as err:
         validate_datalayer_section({}, [{"name": "metrics-data-source", "type": "models-data-source"}])
     assert err.value.location == "plugins[0].name"

@@ -72,9 +72,12 @@ def test_plugins_with_dependencies(case: str) -> None:
     text = HEAD + "plugins:\n" + plugins
     if error_at is None:
         resolved = load_config_text(text, registry=registry())
-        assert [r.plugin.name for r in resolved.plugins if not r.implicit] == [
-            line.split("name: ")[1].split(",")[0] for line in plugins.splitlines()
-        ]  # configuration order kept
+        order = [r.plugin.name for r in resolved.plugins if not r.implicit]
+        assert sorted(order) == sorted(line.split("name: ")[1].split(",")[0] for line in plugins.splitlines())
+        for line in plugins.splitlines():  # a referenced plugin is built (and ordered) before its user
+            name = line.split("name: ")[1].split(",")[0]
+            for ref in line.split("refs: [")[1].split("]")[0].split(", ") if "refs: [" in line else ():
+                assert order.index(ref) < order.index(name)
     else:
         with pytest.raises(ConfigError) as err:
             load_config_text(text, registry=registry())
