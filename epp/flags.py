@@ -29,6 +29,7 @@ __all__ = [
     "parse_duration",
     "parse_port",
     "parse_port_list",
+    "parse_quantity",
 ]
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -60,6 +61,40 @@ def parse_duration(text: str) -> float:
     if pos == 0:
         raise argparse.ArgumentTypeError(f"expected a duration such as 50ms, 2s or 1m30s, got {text!r}")
     return total
+
+
+_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[kMGTPE]|m|)")
+_SUFFIX = {
+    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}  # fmt: skip
+
+
+def parse_quantity(text: str) -> int:
+    """A byte size as the Go picker's gRPC message-size flags take it: a Kubernetes quantity
+    (``resource.ParseQuantity``: ``1048576``, ``10Mi``, ``25M``, ``1.5Gi``, ``1e6``) after one trailing
+    ``B``/``b`` is dropped (``10MiB`` = ``10Mi``, ``25MB`` = ``25M``). The value must be a whole,
+    non-negative number of bytes that fits in 63 bits."""
+    s = text.strip()
+    if len(s) > 1 and s[-1] in "Bb":
+        s = s[:-1]
+    match = _QUANTITY.fullmatch(s)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected a size such as 4194304, 10MiB or 25MB, got {text!r}")
+    number, suffix = match.groups()
+    from fractions import Fraction
+
+    if suffix[:1] in ("e", "E"):
+        value = Fraction(number) * Fraction(10) ** int(suffix[1:])
+    elif suffix == "m":
+        value = Fraction(number) / 1000
+    else:
+        value = Fraction(number) * _SUFFIX[suffix]
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be non-negative, got {text!r}")
+    if value.denominator != 1 or value >= 2**63:
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes that fits in 63 bits: {text!r}")
+    return int(value)
 
 
 def parse_port(text: str) -> int:

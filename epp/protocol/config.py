@@ -49,6 +49,10 @@ class SessionConfig:
     to the client response when the model server's response headers arrive (e.g. the
     session-affinity token of :class:`scheduler.plugins.scorers.session_affinity.ResponseHeadersProvider`
     plugins). It must be pure and fast; an exception from it is logged and adds nothing.
+    ``endpoint_subset_filter=False`` ignores the proxy's subset hint (``--disable-endpoint-subset-filter``:
+    every endpoint is a candidate). ``emit_endpoint_scores`` adds the primary profile's total score of
+    every candidate to the routing metadata, ``envoy.lb`` / ``x-gateway-destination-endpoint-scores``
+    (address -> score), as llm-d-router's ``--emit-endpoint-scores``.
     """
 
     parser: RequestParser = field(default_factory=OpenAIParser)
@@ -60,6 +64,8 @@ class SessionConfig:
     response_header_map: bool = True
     usage_capture_bytes: int = 4 * 1024 * 1024
     response_headers: ResponseHeadersFn | None = None
+    endpoint_subset_filter: bool = True  # False: --disable-endpoint-subset-filter (ignore the hint)
+    emit_endpoint_scores: bool = False  # --emit-endpoint-scores
 
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0:

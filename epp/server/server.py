@@ -16,6 +16,7 @@ closes the HTTP port last so the final metrics can still be scraped during the g
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from epp.server.request_log import RequestLog
 from epp.server.routing import EndpointSource, RequestScheduler, Router
 from epp.server.servicer import ExtProcServicer
 from epp.server.stream import StreamCore
+from epp.server.stream_metrics import StreamMetrics
 from epp.server.tls import CertDir, CertPair
 from scheduler.types import SchedulingResult
 
@@ -58,7 +60,13 @@ class ServerSettings:
     max_body_bytes: int = 16 * 1024 * 1024
     health_on_ext_proc_port: bool = False
     leader_election: bool = False
-    shutdown_grace: float = 25.0
+    shutdown_grace: float = 30.0  # --drain-timeout
+    max_recv_bytes: int = 0  # --grpc-max-recv-msg-size (0: max_body_bytes + 1 MiB)
+    max_send_bytes: int = 0  # --grpc-max-send-msg-size (0: no limit)
+    tls_min_version: str | None = None  # h2 engine (Go name)
+    tls_cipher_suites: tuple[str, ...] = ()  # h2 engine (Go names)
+    metrics_tls: ssl.SSLContext | None = None  # --metrics-cert-dir: HTTPS on the metrics port
+    stream_metrics: bool = False  # --enable-grpc-stream-metrics
     verbosity: int = 1
     tracing: bool = True
     metrics_token: str | None = None
@@ -92,7 +100,8 @@ class EppServer:
             RequestLog(settings.verbosity, tracing=settings.tracing) if settings.verbosity >= 2 else None
         )
         self.core = StreamCore(session_config, router, request_metrics, request_log, clock)
-        self.servicer = ExtProcServicer(self.core)
+        self.stream_metrics = StreamMetrics(registry) if settings.stream_metrics else None
+        self.servicer = ExtProcServicer(self.core, self.stream_metrics)
         self._http_app = make_http_app(
             registry,
             snapshot=source.snapshot,
@@ -112,7 +121,8 @@ class EppServer:
         """Bind every port (ports given as 0 are resolved into the attributes); health: not ready."""
         s = self.settings
         await self.health.start()
-        self._http, self.metrics_port = await start_http(self._http_app, s.host, s.metrics_port)
+        http = await start_http(self._http_app, s.host, s.metrics_port, s.metrics_tls)
+        self._http, self.metrics_port = http
         try:
             self._health_server, self.grpc_health_port = await start_health_server(
                 self.health, host=s.host, port=s.grpc_health_port
@@ -120,9 +130,13 @@ class EppServer:
             if s.engine == "h2":
                 h2 = H2Server(
                     self.core,
-                    max_message_bytes=s.max_body_bytes + 1024 * 1024,
+                    max_message_bytes=s.max_recv_bytes or s.max_body_bytes + 1024 * 1024,
                     certificate=s.certificate,
                     reload_from=s.reload_from,
+                    max_send_bytes=s.max_send_bytes,
+                    stream_metrics=self.stream_metrics,
+                    tls_min_version=s.tls_min_version,
+                    tls_cipher_suites=s.tls_cipher_suites,
                 )
                 self._ext_proc = h2
                 self.grpc_port = await h2.start(s.host, s.grpc_port)
@@ -135,6 +149,8 @@ class EppServer:
                     credentials=s.credentials,
                     max_body_bytes=s.max_body_bytes,
                     reuse_port=s.reuse_port,
+                    max_recv_bytes=s.max_recv_bytes,
+                    max_send_bytes=s.max_send_bytes,
                 )
         except BaseException:
             await self.shutdown(grace=0)

@@ -26,6 +26,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
 
 from epp.protocol import RemoteProtocolError
 from epp.server.stream import StreamCore
+from epp.server.stream_metrics import StreamMetrics
 from scheduler.types import Outcome
 
 __all__ = ["ExtProcServicer"]
@@ -37,9 +38,10 @@ _RESET_SETTLE_SECONDS = 0.05
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     """``envoy.service.ext_proc.v3.ExternalProcessor/Process``."""
 
-    def __init__(self, core: StreamCore) -> None:
+    def __init__(self, core: StreamCore, stream_metrics: StreamMetrics | None = None) -> None:
         self.core = core
         self.shutting_down = False
+        self.stream_metrics = stream_metrics
 
     @property
     def active_streams(self) -> int:
@@ -55,11 +57,15 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         stream = self.core.open()
         write = context.write
         outcome = Outcome.STREAM_RESET
+        metrics = self.stream_metrics
+        started = metrics.started() if metrics is not None else 0.0
+        code = 2  # Unknown, until the stream ends one of the ways below
         try:
             async for msg in request_iterator:
                 for response in stream.feed(msg):
                     await write(response)
                 if stream.finished:
+                    code = 0
                     return
             # The messages ended: a half-close by the proxy, or a reset. grpc.aio ends the iterator on a
             # reset and injects CancelledError a moment later; give it that moment (only on this rare
@@ -67,14 +73,22 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
             if stream.dispatched:
                 await asyncio.sleep(_RESET_SETTLE_SECONDS)
             outcome = Outcome.CLIENT_CANCEL
+            code = 0
         except asyncio.CancelledError:
             outcome = self._cancel_outcome(context)
+            code = 4 if outcome is Outcome.TIMEOUT else 1  # DeadlineExceeded / Canceled
             raise
         except RemoteProtocolError as exc:
             _log.warning("ext_proc protocol error", error=str(exc))
+            code = 3  # InvalidArgument
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except grpc.aio.AioRpcError as exc:  # a write refused, e.g. over --grpc-max-send-msg-size
+            code = exc.code().value[0]
+            raise
         finally:
             stream.end(outcome)
+            if metrics is not None:
+                metrics.finished(code, started)
 
     def _cancel_outcome(self, context: grpc.aio.ServicerContext) -> Outcome:
         if self.shutting_down:

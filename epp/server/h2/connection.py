@@ -15,7 +15,8 @@ Scope (a gRPC server for exactly one bidirectional method, the ext_proc ``Proces
 * flow control: the receive windows are opened to 2^31-1 and replenished every 2^30 bytes; sends obey
   the peer's connection and stream windows, queueing what does not fit until a WINDOW_UPDATE;
 * gRPC messages: 5-byte prefix; compressed messages end the stream with UNIMPLEMENTED, messages over
-  ``max_message_bytes`` with RESOURCE_EXHAUSTED, undecodable ones or protocol violations with
+  ``max_message_bytes`` with RESOURCE_EXHAUSTED (so does an answer over ``max_send_bytes``, when set:
+  ``--grpc-max-send-msg-size``), undecodable ones or protocol violations with
   INVALID_ARGUMENT; a stream ends with ``grpc-status: 0`` once its request was answered or its response
   completed (then RST_STREAM NO_ERROR if the client has not finished sending), or when the client ends it.
 
@@ -37,6 +38,7 @@ from epp.protocol import RemoteProtocolError
 from epp.server.h2 import frames as f
 from epp.server.h2.frames import DATA, END_HEADERS, END_STREAM, HEADERS, PADDED, RESPONSE_HEADERS, frame
 from epp.server.stream import ExtProcStream, StreamCore
+from epp.server.stream_metrics import StreamMetrics
 from scheduler.types import Outcome
 
 __all__ = ["H2Connection"]
@@ -49,6 +51,7 @@ _FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, fla
 _GRPC_PREFIX = struct.Struct(">BI")  # compressed flag, message length
 _CANCELLED, _RESET = Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET  # globals are cheaper than Enum members
 _OK, _INVALID_ARGUMENT, _RESOURCE_EXHAUSTED, _UNIMPLEMENTED, _INTERNAL = 0, 3, 8, 12, 13
+_CANCELLED_STATUS = 1
 
 
 class _ConnectionError(Exception):
@@ -66,6 +69,8 @@ class _Stream:
         "pending_bytes",
         "recv_consumed",
         "remote_closed",
+        "started",
+        "status",
         "trailer",
         "window",
     )
@@ -80,12 +85,24 @@ class _Stream:
         self.headers_sent = False
         self.remote_closed = False
         self.recv_consumed = 0
+        self.started = 0.0  # for stream metrics
+        self.status = _CANCELLED_STATUS  # the gRPC status sent in the trailers (Canceled until then)
 
 
 class H2Connection(asyncio.Protocol):
-    def __init__(self, core: StreamCore, max_message_bytes: int, on_close: object = None) -> None:
+    def __init__(
+        self,
+        core: StreamCore,
+        max_message_bytes: int,
+        on_close: object = None,
+        *,
+        max_send_bytes: int = 0,
+        stream_metrics: StreamMetrics | None = None,
+    ) -> None:
         self._core = core
         self._max_message = max_message_bytes
+        self._max_send = max_send_bytes  # 0: no limit
+        self._metrics = stream_metrics
         self._on_close = on_close
         self._transport: asyncio.Transport | None = None
         self._buf = b""
@@ -119,6 +136,7 @@ class H2Connection(asyncio.Protocol):
         outcome = Outcome.SHUTDOWN if self.shutting_down else Outcome.STREAM_RESET
         for stream in self._streams.values():
             stream.ext.end(outcome)
+            self._closed(stream)
         self._streams.clear()
         self._transport = None
         if callable(self._on_close):
@@ -158,6 +176,7 @@ class H2Connection(asyncio.Protocol):
         out: list[bytes] = []
         for sid, stream in list(self._streams.items()):
             stream.ext.end(Outcome.SHUTDOWN)
+            self._closed(stream)
             out.append(f.rst_stream(sid, f.ErrorCode.CANCEL))
         self._streams.clear()
         self._write(out)
@@ -266,6 +285,8 @@ class H2Connection(asyncio.Protocol):
                 out.append(f.rst_stream(sid, f.ErrorCode.REFUSED_STREAM))
                 return
             stream = self._streams[sid] = _Stream(self._core.open(), self._peer_window)
+            if self._metrics is not None:
+                stream.started = self._metrics.started()
         if flags & END_STREAM and flags & END_HEADERS and stream.trailer is None:
             self._remote_end(sid, stream, out)
 
@@ -282,6 +303,7 @@ class H2Connection(asyncio.Protocol):
         stream = self._streams.pop(sid, None)
         if stream is not None:
             stream.ext.end(Outcome.SHUTDOWN if self.shutting_down else Outcome.STREAM_RESET)
+            self._closed(stream)
 
     def _on_data(self, sid: int, flags: int, payload: bytes, out: list[bytes]) -> None:
         self._recv_consumed += len(payload)
@@ -321,6 +343,10 @@ class H2Connection(asyncio.Protocol):
             pos += 5 + size
             for response in responses:
                 data = response.SerializeToString()
+                if self._max_send and len(data) > self._max_send:
+                    message = f"trying to send message larger than max ({len(data)} vs. {self._max_send})"
+                    self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
+                    return
                 stream.pending += (len(data).to_bytes(5, "big"), data)  # gRPC prefix: uncompressed, length
                 stream.pending_bytes += 5 + len(data)
             if stream.ext.finished:
@@ -349,6 +375,7 @@ class H2Connection(asyncio.Protocol):
     ) -> None:
         stream.ext.end(outcome)
         if stream.trailer is None:
+            stream.status = status
             stream.trailer = f.trailers(status, message)
             self._flush(sid, stream, out)
 
@@ -388,4 +415,10 @@ class H2Connection(asyncio.Protocol):
             out.append(frame(HEADERS, END_HEADERS | END_STREAM, sid, stream.trailer))
             if not stream.remote_closed:
                 out.append(f.rst_stream(sid, f.ErrorCode.NO_ERROR))
-            self._streams.pop(sid, None)
+            if self._streams.pop(sid, None) is not None:
+                self._closed(stream)
+
+    def _closed(self, stream: _Stream) -> None:
+        """A stream left this connection: record it in the stream metrics (when enabled)."""
+        if self._metrics is not None:
+            self._metrics.finished(stream.status, stream.started)
