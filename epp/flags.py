@@ -109,15 +109,17 @@ def parse_port(text: str) -> int:
 
 
 def parse_port_list(text: str) -> tuple[int, ...]:
-    """A comma-separated list of 1-8 distinct ports 1-65535 (``8000,8001``)."""
+    """A comma-separated list of ports 1-65535 (``8000,8001``); duplicates are dropped (order kept, as
+    the Go picker does), leaving 1 to 8."""
     parts = [p for p in text.split(",") if p]
     ports: list[int] = []
     for part in parts:
         port = parse_port(part)
         if port == 0:
             raise argparse.ArgumentTypeError(f"expected ports 1-65535, got {text!r}")
-        ports.append(port)
-    if not 1 <= len(ports) <= 8 or len(set(ports)) != len(ports):
+        if port not in ports:
+            ports.append(port)
+    if not 1 <= len(ports) <= 8:
         raise argparse.ArgumentTypeError(f"expected 1 to 8 distinct comma-separated ports, got {text!r}")
     return tuple(ports)
 

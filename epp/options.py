@@ -20,6 +20,7 @@ from typing import NoReturn
 
 from datalayer.discovery import parse_endpoint_list as parse_addresses
 from epp.flags import BoolAction, normalise_argv, parse_duration, parse_port, parse_port_list, parse_quantity
+from epp.label_selector import parse_label_selector
 from epp.server.logs import STACKTRACE_LEVELS, TIME_ENCODINGS
 from epp.server.tls import TLS_VERSIONS, TlsError, openssl_ciphers
 
@@ -434,12 +435,10 @@ def _check(ns: argparse.Namespace) -> None:
     if (ns.endpoint_selector is None) != (ns.endpoint_target_ports is None):
         raise UsageError("--endpoint-selector and --endpoint-target-ports must be given together")
     if ns.endpoint_selector is not None:
-        for pair in ns.endpoint_selector.split(","):
-            key, eq, _ = pair.partition("=")
-            if not eq or not key:
-                raise UsageError(
-                    f"--endpoint-selector: expected key=value pairs, got {ns.endpoint_selector!r}"
-                )
+        try:
+            parse_label_selector(ns.endpoint_selector)
+        except ValueError as exc:
+            raise UsageError(f"--endpoint-selector: {exc}") from None
     if ns.verbosity is not None and not 0 <= ns.verbosity <= 5:
         raise UsageError(f"-v: expected a verbosity 0-5, got {ns.verbosity}")
     if ns.log_format and ns.zap_encoder and ns.log_format != ns.zap_encoder:

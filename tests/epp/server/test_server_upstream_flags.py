@@ -225,3 +225,34 @@ def test_experimental_plugin_gate() -> None:
     # GIE / llm-d-inference-scheduler files (older apiVersion): those binaries have no stability gate
     assert experimental_plugin_error("inference.networking.x-k8s.io/v1alpha1", plugins, allowed=False) is None
     assert experimental_plugin_error("llm-d.ai/v1alpha1", [("q", "queue-scorer")], allowed=False) is None
+
+
+@pytest.mark.parametrize(
+    ("selector", "canonical"),
+    [  # the forms llm-d-router's --endpoint-selector help names
+        ("app=vllm,env=prod", "app=vllm,env=prod"),
+        ("env in (prod, staging),tier!=frontend", "env in (prod,staging),tier!=frontend"),
+        ("key,!deprecated", "key,!deprecated"),
+        ("example.com/role == decode", "example.com/role==decode"),
+        ("replicas>2", "replicas>2"),
+    ],
+)
+def test_endpoint_selector_takes_kubernetes_selector_syntax(selector: str, canonical: str) -> None:
+    from epp.label_selector import parse_label_selector
+
+    o = parse_options(["--endpoint-selector", selector, "--endpoint-target-ports", "8000"], env={})
+    assert o.endpoint_selector == selector and parse_label_selector(selector) == canonical
+
+
+@pytest.mark.parametrize("selector", ["", "a=b,", "=b", "a in b", "a in ()", "a>x", "a b", "-a=b", "a=(b)"])
+def test_bad_endpoint_selectors(selector: str) -> None:
+    with pytest.raises(UsageError, match="--endpoint-selector"):
+        parse_options(["--endpoint-selector", selector, "--endpoint-target-ports", "8000"], env={})
+
+
+def test_endpoint_target_ports_drop_duplicates_in_order() -> None:
+    """llm-d-router TestEndpointTargetPorts ("Handle duplicates order preservation")."""
+    o = parse_options(
+        ["--endpoint-selector", "a=b", "--endpoint-target-ports", "3002,3000,3002,3001"], env={}
+    )
+    assert o.endpoint_target_ports == (3002, 3000, 3001)
