@@ -6,8 +6,8 @@
   fields are errors) against every Kubernetes version in ``KUBERNETES_VERSIONS``;
 * InferencePool / InferenceObjective: the JSON schemas in ``inference_schemas.json`` (written from the
   API definitions);
-* Gateway API, Prometheus Operator, Istio and GKE (networking.gke.io, Managed Prometheus) kinds: their required fields (``REQUIRED``), since their
-  CRD schemas are not available offline.
+* Gateway API, Prometheus Operator, Istio and GKE (networking.gke.io, Managed Prometheus) kinds: their
+  required fields (``REQUIRED``), since their CRD schemas are not available offline.
 
 Any other kind is an error, so a new kind in a chart needs a deliberate entry here.
 """
