@@ -164,6 +164,7 @@ async def test_metrics_over_tls_with_client_certificates_and_stream_metrics(
         model_servers, "--secure-serving=false", "--grpc-engine", engine,
         "--metrics-cert-dir", str(pki["server_dir"]), "--metrics-client-ca-file", str(pki["ca"]),
         "--enable-grpc-stream-metrics", "--grpc-max-recv-msg-size", "2Ki",
+        "--emit-endpoint-scores", "--disable-endpoint-subset-filter",
     )  # fmt: skip
     proc = await _start(flags)
     url = f"https://127.0.0.1:{_port(flags, '--metrics-port')}/metrics"
@@ -171,9 +172,18 @@ async def test_metrics_over_tls_with_client_certificates_and_stream_metrics(
         await _wait_serving(_port(flags, "--grpc-health-port"), timeout=20)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{_port(flags, '--grpc-port')}") as ch:
             ok = stub(ch).Process()
-            await ok.write(request_headers())
+            hinted = request_headers()  # a subset hint naming no endpoint: ignored with the flag
+            hinted.metadata_context.filter_metadata["envoy.lb.subset_hint"].update(
+                {"x-gateway-destination-endpoint-subset": ["10.9.9.9:1"]}
+            )
+            await ok.write(hinted)
             await ok.write(request_body(BODY))
-            await ok.read()
+            routed = await ok.read()
+            lb = routed.dynamic_metadata.fields["envoy.lb"].struct_value.fields
+            assert lb["x-gateway-destination-endpoint"].string_value in model_servers
+            scores = lb["x-gateway-destination-endpoint-scores"].struct_value.fields
+            assert set(scores) == set(model_servers)
+            assert all(0.0 <= v.number_value for v in scores.values())
             ok.cancel()
             big = stub(ch).Process()  # over --grpc-max-recv-msg-size
             await big.write(request_headers())
