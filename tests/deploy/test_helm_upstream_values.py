@@ -20,6 +20,7 @@ from _deploy_manifests import by_kind, one
 from epp.options import parse_options
 
 POOL = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "inferencepool"
+STANDALONE = POOL.parent / "standalone"
 LABELS = {"app": "vllm-llama3-8b-instruct"}
 
 
@@ -67,14 +68,31 @@ REJECTED = [
 def _render_up_front(render: Renderer) -> None:
     jobs = [(POOL, load(name), "pool") for name in ("gie-values.yaml", "gie-standalone-values.yaml")]
     jobs += [(POOL, values, "pool") for values, _ in REJECTED]
+    jobs += [(STANDALONE, values, "pool") for values, _ in STANDALONE_REJECTED]
     render.prefetch(jobs)
 
 
-def test_schema_is_draft_07_and_closed() -> None:
-    schema = json.loads((POOL / "values.schema.json").read_text())
+STANDALONE_REJECTED = [
+    (base(envoy={"logLevl": "info"}), "logLevl"),
+    (base(service={"port": "eighty"}), "/service/port"),
+    (base(inferenceExtension={"sidecar": {"enabled": True}}), "sidecar"),  # not a key of this chart
+]
+
+
+@pytest.mark.parametrize(("values", "message"), STANDALONE_REJECTED)
+def test_standalone_schema_rejects_unknown_keys_and_wrong_types(
+    values: dict[str, Any], message: str, render: Renderer
+) -> None:
+    with pytest.raises(HelmRenderError, match=message):
+        render(STANDALONE, values)
+
+
+@pytest.mark.parametrize("chart", [POOL, STANDALONE], ids=lambda p: p.name)
+def test_schema_is_draft_07_and_closed(chart: Path) -> None:
+    schema = json.loads((chart / "values.schema.json").read_text())
     assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
     assert schema["additionalProperties"] is False
-    values = yaml.safe_load((POOL / "values.yaml").read_text())
+    values = yaml.safe_load((chart / "values.yaml").read_text())
 
     def closed(node: dict[str, Any], value: Any, path: str) -> None:  # every default key is declared
         if not isinstance(value, dict) or node.get("additionalProperties") is not False:
