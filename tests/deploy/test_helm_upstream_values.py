@@ -15,12 +15,28 @@ from typing import Any
 import pytest
 import yaml
 from _deploy_helm import NAMESPACE, HelmRenderError, Renderer
-from _deploy_manifests import by_kind, one
+from _deploy_manifests import by_kind, one, validate_object
 
 from epp.options import parse_options
 
 POOL = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "inferencepool"
 STANDALONE = POOL.parent / "standalone"
+GIE_DEFAULTS = Path(__file__).with_name("upstream") / "gie-inferencepool-values.yaml"
+
+
+def gie_defaults() -> dict[str, Any]:
+    """GIE's own default values plus the one value it requires."""
+    values: dict[str, Any] = yaml.safe_load(GIE_DEFAULTS.read_text())
+    values["inferencePool"]["modelServers"] = {"matchLabels": LABELS}
+    return values
+
+
+def key_paths(value: Any, path: str = "") -> list[str]:
+    if isinstance(value, dict) and value:
+        return [p for key, sub in value.items() for p in key_paths(sub, f"{path}.{key}" if path else key)]
+    return [path]
+
+
 LABELS = {"app": "vllm-llama3-8b-instruct"}
 
 
@@ -68,6 +84,7 @@ REJECTED = [
 def _render_up_front(render: Renderer) -> None:
     jobs = [(POOL, load(name), "pool") for name in ("gie-values.yaml", "gie-standalone-values.yaml")]
     jobs += [(POOL, values, "pool") for values, _ in REJECTED]
+    jobs.append((POOL, gie_defaults(), "pool"))
     jobs += [(STANDALONE, values, "pool") for values, _ in STANDALONE_REJECTED]
     render.prefetch(jobs)
 
@@ -228,3 +245,28 @@ def test_gie_standalone_mode_uses_the_endpoint_selector(render: Renderer) -> Non
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert labels["epp"] == "pool-epp" and labels["inference.networking.k8s.io/igw-mode"] == "standalone"
     assert one(objects, "Service")["spec"]["selector"] == {"epp": "pool-epp"}
+
+
+def test_every_key_of_gie_chart_is_declared_and_its_defaults_render(render: Renderer) -> None:
+    schema = json.loads((POOL / "values.schema.json").read_text())
+    values = gie_defaults()
+    for path in key_paths(values):
+        node = schema
+        for key in path.split("."):
+            if node.get("additionalProperties") is not False:
+                break  # a free-form object (resources, probes, config maps)
+            assert key in node["properties"], f"GIE's {path} is not a value of this chart"
+            node = node["properties"][key]
+    objects = render(POOL, values)
+    for obj in objects:
+        validate_object(obj)
+    epp = epp_container(objects)
+    assert (
+        epp["image"]
+        == "us-central1-docker.pkg.dev/k8s-staging-images/gateway-api-inference-extension/epp:main"
+    )
+    assert epp["imagePullPolicy"] == "Always"
+    assert epp["resources"] == {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "16Gi"}}
+    assert one(objects, "InferencePool")["spec"]["appProtocol"] == "http"
+    assert not by_kind(objects, "HTTPRoute") and not by_kind(objects, "HealthCheckPolicy")
+    parse_options(epp["args"], env={"NAMESPACE": NAMESPACE})
