@@ -58,7 +58,10 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 async def test_drain_timeout_lets_in_flight_streams_finish_refuses_new_ones_and_exits(
     model_servers: list[str], engine: str
 ) -> None:
-    flags = _flags(model_servers, "--secure-serving=false", "--drain-timeout", "20s", "--grpc-engine", engine)
+    flags = _flags(
+        model_servers, "--secure-serving=false", "--drain-timeout", "20s", "--grpc-engine", engine,
+        "--zap-time-encoding", "nano",
+    )  # fmt: skip
     grpc_port, health_port = _port(flags, "--grpc-port"), _port(flags, "--grpc-health-port")
     proc = await _start(flags)
     try:
@@ -111,6 +114,7 @@ async def test_drain_timeout_lets_in_flight_streams_finish_refuses_new_ones_and_
     lines = [orjson.loads(ln) for ln in (await proc.stderr.read()).splitlines() if ln.startswith(b"{")]
     requests = [(e["request_id"], e["outcome"]) for e in lines if e.get("event") == "request"]
     assert requests == [("in-flight", "ok")]  # -v defaults to 2: one line per request
+    assert all(isinstance(e["timestamp"], int) and e["timestamp"] > 1e18 for e in lines)  # nanoseconds
 
 
 def _handshake(port: int, *, max_version: ssl.TLSVersion, ciphers: str | None = None) -> str:
