@@ -101,7 +101,7 @@ class EppServer:
         )
         self.core = StreamCore(session_config, router, request_metrics, request_log, clock)
         self.stream_metrics = StreamMetrics(registry) if settings.stream_metrics else None
-        self.servicer = ExtProcServicer(self.core, self.stream_metrics)
+        self.servicer = ExtProcServicer(self.core, self.stream_metrics, settings.max_send_bytes)
         self._http_app = make_http_app(
             registry,
             snapshot=source.snapshot,

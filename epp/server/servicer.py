@@ -38,10 +38,16 @@ _RESET_SETTLE_SECONDS = 0.05
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     """``envoy.service.ext_proc.v3.ExternalProcessor/Process``."""
 
-    def __init__(self, core: StreamCore, stream_metrics: StreamMetrics | None = None) -> None:
+    def __init__(
+        self, core: StreamCore, stream_metrics: StreamMetrics | None = None, max_send_bytes: int = 0
+    ) -> None:
+        """``max_send_bytes`` (``--grpc-max-send-msg-size``, 0: none): a larger answer ends the stream
+        with RESOURCE_EXHAUSTED, checked here so the status and the stream metrics say so (gRPC's own
+        limit, set too, would only fail the write)."""
         self.core = core
         self.shutting_down = False
         self.stream_metrics = stream_metrics
+        self.max_send_bytes = max_send_bytes
 
     @property
     def active_streams(self) -> int:
@@ -60,9 +66,14 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         metrics = self.stream_metrics
         started = metrics.started() if metrics is not None else 0.0
         code = 2  # Unknown, until the stream ends one of the ways below
+        limit = self.max_send_bytes
         try:
             async for msg in request_iterator:
                 for response in stream.feed(msg):
+                    if limit and (size := response.ByteSize()) > limit:
+                        code = 8  # ResourceExhausted, as grpc-go's send limit
+                        message = f"trying to send message larger than max ({size} vs. {limit})"
+                        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
                     await write(response)
                 if stream.finished:
                     code = 0

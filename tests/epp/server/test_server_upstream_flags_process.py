@@ -237,6 +237,13 @@ async def test_send_limit_fails_the_stream_with_resource_exhausted(engine: str) 
                 while True:
                     await asyncio.wait_for(call.read(), 5)
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert server.stream_metrics is not None
+        for _ in range(100):
+            if server.stream_metrics.total.labels("ResourceExhausted")._value.get() == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert server.stream_metrics.total.labels("ResourceExhausted")._value.get() == 1
+        assert server.stream_metrics.inflight._value.get() == 0
     finally:
         await server.shutdown(grace=0)
 
