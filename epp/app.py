@@ -53,7 +53,7 @@ from epp.discovery import DiscoveryError, build_discovery
 from epp.options import Options
 from epp.protocol import SessionConfig
 from epp.readiness import answered, wait_for_an_answer
-from epp.server.http import metrics_tls_context
+from epp.server.http import MetricsTls
 from epp.server.metrics import RequestMetrics, SchedulerMetrics, register_info
 from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import hit_ratio_observer, index_size_reader
@@ -140,7 +140,7 @@ def _server_settings(options: Options) -> ServerSettings:
     metrics_tls = None
     if options.metrics_cert_dir is not None:
         try:
-            metrics_tls = metrics_tls_context(options.metrics_cert_dir, options.metrics_client_ca_file)
+            metrics_tls = MetricsTls(options.metrics_cert_dir, options.metrics_client_ca_file)
         except TlsError as exc:
             raise StartupError(f"--metrics-cert-dir: {exc}") from None
     return ServerSettings(

@@ -14,8 +14,10 @@ With ``--metrics-cert-dir`` the port serves HTTPS (:func:`metrics_tls_context`),
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import hmac
+import logging
 import os
 import ssl
 import time
@@ -30,7 +32,9 @@ from epp.server.decisions import DecisionLog
 from epp.server.tls import CertDir, TlsError
 from scheduler.types import EndpointView
 
-__all__ = ["endpoint_json", "make_http_app", "metrics_tls_context", "start_http"]
+_log = logging.getLogger("epp.http")
+
+__all__ = ["MetricsTls", "endpoint_json", "make_http_app", "metrics_tls_context", "start_http"]
 
 
 def endpoint_json(endpoint: EndpointView, now: float) -> dict[str, Any]:
@@ -128,6 +132,35 @@ def make_http_app(
     app.router.add_get("/debug/decisions", recent)
     app.router.add_get("/debug/config", resolved)
     return app
+
+
+class MetricsTls:
+    """The metrics port's TLS context and the certificate directory it reloads from: as
+    controller-runtime's certificate watcher, a changed, valid ``tls.crt`` / ``tls.key`` pair is loaded
+    into the context (checked every ``interval`` seconds by :meth:`watch`) and serves the next handshake;
+    a half-written pair is skipped until complete."""
+
+    def __init__(self, cert_dir: str, client_ca_file: str | None = None, interval: float = 1.0) -> None:
+        self.context = metrics_tls_context(cert_dir, client_ca_file)
+        self.source = CertDir(cert_dir)
+        self.source.load()
+        self.interval = interval
+
+    def reload_once(self) -> bool:
+        """Load the directory's pair if it changed and is valid (True when loaded)."""
+        if self.source.changed() is None:
+            return False
+        self.context.load_cert_chain(self.source.cert_file, self.source.key_file)
+        return True
+
+    async def watch(self) -> None:
+        """Reload forever (run as a task; cancel to stop)."""
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                self.reload_once()
+            except (OSError, ssl.SSLError) as exc:  # replaced between the check and the load
+                _log.warning("metrics certificate reload skipped: %s", exc)
 
 
 def metrics_tls_context(cert_dir: str, client_ca_file: str | None = None) -> ssl.SSLContext:

@@ -16,7 +16,7 @@ closes the HTTP port last so the final metrics can still be scraped during the g
 
 from __future__ import annotations
 
-import ssl
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,7 +32,7 @@ from epp.server.decisions import DecisionLog
 from epp.server.grpc_server import start_ext_proc_server, start_health_server
 from epp.server.h2 import H2Server
 from epp.server.health import HealthStatus
-from epp.server.http import make_http_app, start_http
+from epp.server.http import MetricsTls, make_http_app, start_http
 from epp.server.metrics import RequestMetrics
 from epp.server.request_log import RequestLog
 from epp.server.routing import EndpointSource, RequestScheduler, Router
@@ -65,7 +65,7 @@ class ServerSettings:
     max_send_bytes: int = 0  # --grpc-max-send-msg-size (0: no limit)
     tls_min_version: str | None = None  # h2 engine (Go name)
     tls_cipher_suites: tuple[str, ...] = ()  # h2 engine (Go names)
-    metrics_tls: ssl.SSLContext | None = None  # --metrics-cert-dir: HTTPS on the metrics port
+    metrics_tls: MetricsTls | None = None  # --metrics-cert-dir: HTTPS on the metrics port (reloaded)
     stream_metrics: bool = False  # --enable-grpc-stream-metrics
     verbosity: int = 1
     tracing: bool = True
@@ -113,6 +113,7 @@ class EppServer:
         self._ext_proc: grpc.aio.Server | H2Server | None = None
         self._health_server: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
+        self._cert_watch: asyncio.Task[None] | None = None
         self.grpc_port = 0
         self.grpc_health_port = 0
         self.metrics_port = 0
@@ -121,8 +122,10 @@ class EppServer:
         """Bind every port (ports given as 0 are resolved into the attributes); health: not ready."""
         s = self.settings
         await self.health.start()
-        http = await start_http(self._http_app, s.host, s.metrics_port, s.metrics_tls)
-        self._http, self.metrics_port = http
+        context = s.metrics_tls.context if s.metrics_tls is not None else None
+        self._http, self.metrics_port = await start_http(self._http_app, s.host, s.metrics_port, context)
+        if s.metrics_tls is not None:
+            self._cert_watch = asyncio.create_task(s.metrics_tls.watch(), name="epp-metrics-cert-reload")
         try:
             self._health_server, self.grpc_health_port = await start_health_server(
                 self.health, host=s.host, port=s.grpc_health_port
@@ -173,6 +176,9 @@ class EppServer:
             ext_proc, self._ext_proc = self._ext_proc, None
             self.servicer.shutting_down = True
             await ext_proc.stop(grace)
+        if self._cert_watch is not None:
+            self._cert_watch.cancel()
+            self._cert_watch = None
         if self._http is not None:
             runner, self._http = self._http, None
             await runner.cleanup()

@@ -260,3 +260,47 @@ async def test_alpha_plugins_need_allow_experimental_plugins(
         await build_app(parse_options(flags))
     app = await build_app(parse_options([*flags, "--allow-experimental-plugins"]))
     await app.stop()
+
+
+def _leaf_der(chain: Path) -> bytes:
+    """The first certificate of a PEM chain file, DER-encoded."""
+    end = "-----END CERTIFICATE-----"
+    return ssl.PEM_cert_to_DER_cert(chain.read_text().split(end)[0] + end + "\n")
+
+
+def _served_certificate(port: int) -> bytes:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+async def test_metrics_certificate_is_reloaded_when_the_files_change(tmp_path: Path) -> None:
+    """As controller-runtime's certificate watcher: a rotated tls.crt / tls.key serves new handshakes."""
+    from epp.server.http import MetricsTls
+
+    first, second = make_pki(tmp_path / "a"), make_pki(tmp_path / "b")
+    server = make_server(FakeScheduler(), metrics_tls=MetricsTls(str(first["server_dir"]), interval=0.05))
+    await server.start()
+    try:
+        before = await asyncio.to_thread(_served_certificate, server.metrics_port)
+        assert before == _leaf_der(first["cert"])
+        for name in ("tls.key", "tls.crt"):  # a rotated Secret
+            (first["server_dir"] / name).write_bytes((second["server_dir"] / name).read_bytes())
+        after = before
+        for _ in range(100):
+            after = await asyncio.to_thread(_served_certificate, server.metrics_port)
+            if after != before:
+                break
+            await asyncio.sleep(0.05)
+        assert after == _leaf_der(second["cert"])
+        async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(second["ca"]))) as http:
+            assert (await http.get(f"https://127.0.0.1:{server.metrics_port}/metrics")).status_code == 200
+    finally:
+        await server.shutdown(grace=0)
