@@ -9,8 +9,9 @@ sections owned by other parts, objectives file, certificates, discovery settings
    ``--ready-requires-endpoint`` (the default in the standalone modes), an endpoint has answered a
    scrape, health turns SERVING (with ``--ha-enable-leader-election``, only while this replica leads);
    until then a warning names every endpoint that does not answer (:mod:`epp.readiness`);
-3. on SIGTERM/SIGINT: health NOT_SERVING, no new streams, in-flight streams get
-   ``--shutdown-grace-period``, the rest are cancelled (outcome SHUTDOWN); then the data layer stops.
+3. on SIGTERM/SIGINT: the background tasks stop first (leader election gives its lease up), health
+   NOT_SERVING, no new streams, in-flight streams get ``--drain-timeout`` (default 30s), the rest are
+   cancelled (outcome SHUTDOWN); then the data layer stops.
 
 Feature gates (:mod:`epp.feature_gates`): ``haPopulateNonLeaderDatastore=false`` with leader election
 starts the data layer only while this replica leads (stopped when it stops leading);
@@ -27,6 +28,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -64,6 +66,7 @@ from epp.feature_gates import (
 from epp.options import Options
 from epp.protocol import SessionConfig
 from epp.readiness import answered, wait_for_an_answer
+from epp.server.http import MetricsTls
 from epp.server.metric_catalog import Naming
 from epp.server.metrics import (
     DataLayerMetrics,
@@ -75,7 +78,8 @@ from epp.server.metrics import (
 from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
 from epp.server.server import EppServer, ServerSettings
-from epp.server.tls import TlsError, load_certificate, server_credentials
+from epp.server.tls import TlsError, apply_tls_overrides, load_certificate, server_credentials
+from epp.stability import experimental_plugin_error
 from scheduler.config.document import API_VERSION, LEGACY_API_VERSION
 from scheduler.config.resolved import ResolvedConfig
 from scheduler.errors import ConfigError
@@ -150,6 +154,18 @@ def _server_settings(options: Options) -> ServerSettings:
                 )
         except TlsError as exc:
             raise StartupError(f"--cert-path: {exc}") from None
+        try:  # check now that this OpenSSL can offer what --tls-min-version / --tls-cipher-suites ask
+            apply_tls_overrides(
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), options.tls_min_version, options.tls_cipher_suites
+            )
+        except TlsError as exc:
+            raise StartupError(f"--tls-cipher-suites: {exc}") from None
+    metrics_tls = None
+    if options.metrics_cert_dir is not None:
+        try:
+            metrics_tls = MetricsTls(options.metrics_cert_dir, options.metrics_client_ca_file)
+        except TlsError as exc:
+            raise StartupError(f"--metrics-cert-dir: {exc}") from None
     return ServerSettings(
         host=options.host,
         grpc_port=options.grpc_port,
@@ -162,7 +178,12 @@ def _server_settings(options: Options) -> ServerSettings:
         max_body_bytes=options.max_body_bytes,
         health_on_ext_proc_port=options.health_checking,
         leader_election=options.ha_enable_leader_election,
-        shutdown_grace=options.shutdown_grace_period,
+        shutdown_grace=options.drain_timeout,
+        max_recv_bytes=options.grpc_max_recv_msg_size,
+        max_send_bytes=options.grpc_max_send_msg_size,
+        tls_min_version=options.tls_min_version,
+        tls_cipher_suites=options.tls_cipher_suites,
+        metrics_tls=metrics_tls,
         verbosity=options.verbosity,
         tracing=options.tracing,
         metrics_token=_read_token(options),
@@ -263,13 +284,13 @@ class PickerApp:
             _log.error("leader election cannot run: this replica stays not ready", error=str(exc))
 
     async def stop(self) -> None:
-        _log.info("shutting down", grace_seconds=self.options.shutdown_grace_period)
-        await self.server.shutdown()
-        for task in self._tasks:
+        _log.info("shutting down", drain_timeout_seconds=self.options.drain_timeout)
+        for task in self._tasks:  # first: a leader gives its lease up at once, as upstream
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.server.shutdown()
         await self.layer.stop()
         await self._http.aclose()
         if self._kube is not None:
@@ -304,6 +325,13 @@ async def build_app(options: Options) -> PickerApp:
             replacement=API_VERSION,
             convert=f"epp check-config --to {API_VERSION} FILE",
         )
+    gate = experimental_plugin_error(
+        config.api_version,
+        [(p.spec.name, p.spec.type) for p in config.plugins if not p.implicit],
+        allowed=options.allow_experimental_plugins,
+    )
+    if gate is not None:
+        raise StartupError(gate)
     objectives, priorities = _objectives(options)
     settings = _server_settings(options)
     try:
@@ -370,6 +398,8 @@ async def build_app(options: Options) -> PickerApp:
             scheduler.added_response_headers if scheduler.has_response_header_providers else None
         ),
         owned_request_headers=scheduler.owned_request_headers,
+        endpoint_subset_filter=not options.disable_endpoint_subset_filter,
+        emit_endpoint_scores=options.emit_endpoint_scores,
     )
     server = EppServer(
         settings,
@@ -423,7 +453,13 @@ def serve(options: Options) -> int:
     """The ``epp`` process: logging, event loop (uvloop when installed), run, exit status."""
     from epp.server.logs import configure_logging
 
-    configure_logging(options.verbosity, options.log_format)
+    configure_logging(
+        options.verbosity,
+        options.log_format,
+        time_encoding=options.zap_time_encoding,
+        stacktrace_level=options.zap_stacktrace_level,
+        development=options.zap_devel,
+    )
     try:
         import uvloop
 

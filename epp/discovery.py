@@ -37,6 +37,7 @@ from datalayer.discovery import (
     load_endpoints_file,
 )
 from datalayer.records import EndpointSpec
+from epp.label_selector import parse_label_selector
 from epp.options import Options
 
 __all__ = ["BuiltDiscovery", "DiscoveryError", "build_discovery", "kubernetes_client"]
@@ -61,11 +62,6 @@ async def kubernetes_client() -> Any:
     except config.ConfigException:
         await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     return client.ApiClient()
-
-
-def _selector(text: str) -> dict[str, str]:
-    pairs = (item.partition("=") for item in text.split(",") if item)
-    return {key.strip(): value.strip() for key, _, value in pairs}
 
 
 def _check_endpoints_file(path: str) -> list[EndpointSpec]:
@@ -140,7 +136,7 @@ async def build_discovery(options: Options, *, resolver: Resolver | None = None)
         selector = KubeSelectorDiscovery(
             api_client,
             options.pool_namespace,
-            _selector(options.endpoint_selector),
+            parse_label_selector(options.endpoint_selector),
             options.endpoint_target_ports,
         )
         return BuiltDiscovery(selector, api_client)

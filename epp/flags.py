@@ -29,6 +29,7 @@ __all__ = [
     "parse_duration",
     "parse_port",
     "parse_port_list",
+    "parse_quantity",
 ]
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -62,6 +63,40 @@ def parse_duration(text: str) -> float:
     return total
 
 
+_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[kMGTPE]|m|)")
+_SUFFIX = {
+    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}  # fmt: skip
+
+
+def parse_quantity(text: str) -> int:
+    """A byte size as the Go picker's gRPC message-size flags take it: a Kubernetes quantity
+    (``resource.ParseQuantity``: ``1048576``, ``10Mi``, ``25M``, ``1.5Gi``, ``1e6``) after one trailing
+    ``B``/``b`` is dropped (``10MiB`` = ``10Mi``, ``25MB`` = ``25M``). The value must be a whole,
+    non-negative number of bytes that fits in 63 bits."""
+    s = text.strip()
+    if len(s) > 1 and s[-1] in "Bb":
+        s = s[:-1]
+    match = _QUANTITY.fullmatch(s)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected a size such as 4194304, 10MiB or 25MB, got {text!r}")
+    number, suffix = match.groups()
+    from fractions import Fraction
+
+    if suffix[:1] in ("e", "E"):
+        value = Fraction(number) * Fraction(10) ** int(suffix[1:])
+    elif suffix == "m":
+        value = Fraction(number) / 1000
+    else:
+        value = Fraction(number) * _SUFFIX[suffix]
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be non-negative, got {text!r}")
+    if value.denominator != 1 or value >= 2**63:
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes that fits in 63 bits: {text!r}")
+    return int(value)
+
+
 def parse_port(text: str) -> int:
     """A TCP port number, 0-65535 (0 asks the OS for a free port)."""
     try:
@@ -74,15 +109,17 @@ def parse_port(text: str) -> int:
 
 
 def parse_port_list(text: str) -> tuple[int, ...]:
-    """A comma-separated list of 1-8 distinct ports 1-65535 (``8000,8001``)."""
+    """A comma-separated list of ports 1-65535 (``8000,8001``); duplicates are dropped (order kept, as
+    the Go picker does), leaving 1 to 8."""
     parts = [p for p in text.split(",") if p]
     ports: list[int] = []
     for part in parts:
         port = parse_port(part)
         if port == 0:
             raise argparse.ArgumentTypeError(f"expected ports 1-65535, got {text!r}")
-        ports.append(port)
-    if not 1 <= len(ports) <= 8 or len(set(ports)) != len(ports):
+        if port not in ports:
+            ports.append(port)
+    if not 1 <= len(ports) <= 8:
         raise argparse.ArgumentTypeError(f"expected 1 to 8 distinct comma-separated ports, got {text!r}")
     return tuple(ports)
 

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from datalayer.discovery import parse_endpoint_list as parse_addresses
-from epp.flags import BoolAction, normalise_argv, parse_duration, parse_port, parse_port_list
+from epp.flags import BoolAction, normalise_argv, parse_duration, parse_port, parse_port_list, parse_quantity
+from epp.label_selector import parse_label_selector
+from epp.server.logs import STACKTRACE_LEVELS, TIME_ENCODINGS
+from epp.server.tls import TLS_VERSIONS, TlsError, openssl_ciphers
 
 __all__ = ["ENGINES", "Options", "UsageError", "build_parser", "parse_endpoint_list", "parse_options"]
 
@@ -42,8 +45,18 @@ class Options:
     enable_cert_reload: bool = False
     health_checking: bool = False
     grpc_engine: str = "h2"
-    shutdown_grace_period: float = 25.0
+    drain_timeout: float = 30.0
     max_body_bytes: int = 16 * 1024 * 1024
+    grpc_max_recv_msg_size: int = 0  # 0: our default (max_body_bytes + 1 MiB)
+    grpc_max_send_msg_size: int = 0  # 0: no limit (grpc-go's default)
+    enable_grpc_stream_metrics: bool = False
+    tls_min_version: str | None = None  # Go name, e.g. VersionTLS13; None: TLS 1.2
+    tls_cipher_suites: tuple[str, ...] = ()  # Go crypto/tls names
+    metrics_cert_dir: str | None = None
+    metrics_client_ca_file: str | None = None
+    disable_endpoint_subset_filter: bool = False
+    emit_endpoint_scores: bool = False
+    allow_experimental_plugins: bool = False
     # discovery
     pool_name: str | None = None
     pool_namespace: str = "default"
@@ -69,14 +82,16 @@ class Options:
     model_server_metrics_https_insecure_skip_verify: bool = True
     metric_overrides: tuple[tuple[str, str], ...] = ()  # (key, Prometheus metric spec) from GIE flags
     # diagnostics
-    verbosity: int = 1
+    verbosity: int = 2
     log_format: str = "json"
+    zap_devel: bool = False
+    zap_stacktrace_level: str | None = None  # None: error (warn with --zap-devel)
+    zap_time_encoding: str | None = None  # None: ours (ISO 8601 UTC, microseconds)
     tracing: bool = True
     enable_pprof: bool = True
     metrics_endpoint_auth: bool = True
     metrics_bearer_token_file: str | None = None
     metrics_naming: str = "both"  # ours: both | llm-d | inference (see epp.server.metric_catalog)
-    enable_grpc_stream_metrics: bool = False
     ha_enable_leader_election: bool = False
 
     @property
@@ -139,10 +154,32 @@ def build_parser() -> argparse.ArgumentParser:
         "default: env EPP_GRPC_ENGINE, else h2 (grpcio with --health-checking)",
     )  # fmt: skip
     s.add_argument(
-        "--shutdown-grace-period",
+        "--drain-timeout",
         type=parse_duration,
-        default=25.0,
-        help=f"{_OURS} how long in-flight streams may finish after SIGTERM (default 25s)",
+        default=None,
+        help="after SIGTERM: health NOT_SERVING, leader lease released, no new ext_proc streams; "
+        "in-flight streams may finish for this long, then the rest are cancelled (default 30s)",
+    )
+    s.add_argument(
+        "--shutdown-grace-period", type=parse_duration, default=None,
+        help=f"{_OURS} older spelling of --drain-timeout",
+    )  # fmt: skip
+    s.add_argument(
+        "--grpc-max-recv-msg-size", type=parse_quantity, default=None,
+        help="largest ext_proc gRPC message accepted, e.g. 10MiB, 25MB (default: --max-body-bytes + 1MiB)",
+    )  # fmt: skip
+    s.add_argument(
+        "--grpc-max-send-msg-size", type=parse_quantity, default=None,
+        help="largest ext_proc gRPC message sent, e.g. 10MiB (default: no limit)",
+    )  # fmt: skip
+    s.add_argument(
+        "--enable-grpc-stream-metrics", action=b,
+        help="export llm_d_epp_extproc_streams_inflight, _stream_duration_seconds, _streams_total{code}",
+    )  # fmt: skip
+    s.add_argument("--tls-min-version", help="VersionTLS10, VersionTLS11, VersionTLS12 or VersionTLS13")
+    s.add_argument(
+        "--tls-cipher-suites",
+        help="comma-separated Go crypto/tls cipher suite names (TLS 1.2 and below only)",
     )
     s.add_argument(
         "--max-body-bytes",
@@ -179,6 +216,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--config-file", help="EndpointPickerConfig YAML file")
     c.add_argument("--config-text", help="EndpointPickerConfig YAML text (instead of --config-file)")
     c.add_argument("--objectives-file", help=f"{_OURS} InferenceObjective names -> priorities (YAML)")
+    c.add_argument(
+        "--allow-experimental-plugins", action=b,
+        help="allow plugin types llm-d-router marks Alpha in llm-d.ai configurations",
+    )  # fmt: skip
+    c.add_argument(
+        "--disable-endpoint-subset-filter", action=b,
+        help="ignore the proxy's endpoint subset hint (envoy.lb.subset_hint): schedule over every endpoint",
+    )  # fmt: skip
+    c.add_argument(
+        "--emit-endpoint-scores", action=b,
+        help="add the per-endpoint scores under envoy.lb x-gateway-destination-endpoint-scores",
+    )  # fmt: skip
     m = p.add_argument_group("model-server scraping")
     m.add_argument("--refresh-metrics-interval", type=parse_duration, default=0.05, help="default 50ms")
     m.add_argument("--refresh-prometheus-metrics-interval", type=parse_duration, default=5.0, help="5s")
@@ -190,21 +239,33 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in _METRIC_FLAGS:
         m.add_argument("--" + flag.replace("_", "-"), help="Prometheus metric spec (vLLM mapping override)")
     g = p.add_argument_group("diagnostics")
-    g.add_argument("-v", dest="verbosity", type=int, default=None, help="log verbosity 0-5 (default 1)")
+    g.add_argument("-v", dest="verbosity", type=int, default=None, help="log verbosity 0-5 (default 2)")
     g.add_argument("--log-format", choices=("json", "console"), default=None, help="default json")
     g.add_argument("--zap-encoder", choices=("json", "console"), help="older GIE spelling of --log-format")
     g.add_argument(
         "--log-level", "--zap-log-level", dest="log_level", type=_zap_level,
         help="older GIE spelling of -v: error, warn, info, debug, or a number",
     )  # fmt: skip
+    g.add_argument(
+        "--zap-devel", action=b,
+        help="development logging: console format (unless --log-format) and stack traces from warnings",
+    )  # fmt: skip
+    g.add_argument(
+        "--zap-stacktrace-level", type=str.lower, choices=STACKTRACE_LEVELS,
+        help="level from which log lines carry a stack trace (default error; warn with --zap-devel)",
+    )  # fmt: skip
+    g.add_argument(
+        "--zap-time-encoding", choices=TIME_ENCODINGS,
+        help="timestamp format: epoch, millis, nano, iso8601, rfc3339, rfc3339nano (default: ISO 8601 UTC)",
+    )  # fmt: skip
+    g.add_argument("--metrics-cert-dir", help="serve the metrics port over TLS: tls.crt/tls.key in this dir")
+    g.add_argument(
+        "--metrics-client-ca-file", help="PEM CA: the metrics port requires a client certificate it signed"
+    )
     g.add_argument("--tracing", action=b, default=True, help="log W3C trace ids of requests (default true)")
     g.add_argument("--enable-pprof", action=b, default=True, help="accepted for GIE compatibility")
     g.add_argument("--metrics-endpoint-auth", action=b, default=True, help="require the bearer token")
     g.add_argument("--metrics-bearer-token-file", help=f"{_OURS} file with the token /metrics requires")
-    g.add_argument(
-        "--enable-grpc-stream-metrics", action=b, default=False,
-        help="ext_proc stream metrics: streams open, stream duration, streams closed by gRPC code",
-    )  # fmt: skip
     g.add_argument(
         "--metrics-naming", choices=("both", "llm-d", "inference"), default="both",
         help=f"{_OURS} metric names to export: llm_d_epp_* and the deprecated inference_* twins (both, "
@@ -258,8 +319,18 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         enable_cert_reload=ns.enable_cert_reload,
         health_checking=ns.health_checking,
         grpc_engine=engine,
-        shutdown_grace_period=ns.shutdown_grace_period,
+        drain_timeout=_drain_timeout(ns),
         max_body_bytes=ns.max_body_bytes,
+        grpc_max_recv_msg_size=ns.grpc_max_recv_msg_size or 0,
+        grpc_max_send_msg_size=ns.grpc_max_send_msg_size or 0,
+        enable_grpc_stream_metrics=ns.enable_grpc_stream_metrics,
+        tls_min_version=ns.tls_min_version,
+        tls_cipher_suites=_cipher_suites(ns),
+        metrics_cert_dir=ns.metrics_cert_dir,
+        metrics_client_ca_file=ns.metrics_client_ca_file,
+        disable_endpoint_subset_filter=ns.disable_endpoint_subset_filter,
+        emit_endpoint_scores=ns.emit_endpoint_scores,
+        allow_experimental_plugins=ns.allow_experimental_plugins,
         pool_name=ns.pool_name,
         pool_namespace=ns.pool_namespace or env.get("NAMESPACE") or "default",
         pool_group=ns.pool_group,
@@ -284,13 +355,15 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         model_server_metrics_https_insecure_skip_verify=ns.model_server_metrics_https_insecure_skip_verify,
         metric_overrides=overrides,
         verbosity=_verbosity(ns),
-        log_format=ns.log_format or ns.zap_encoder or "json",
+        log_format=ns.log_format or ns.zap_encoder or ("console" if ns.zap_devel else "json"),
+        zap_devel=ns.zap_devel,
+        zap_stacktrace_level=ns.zap_stacktrace_level,
+        zap_time_encoding=ns.zap_time_encoding,
         tracing=ns.tracing,
         enable_pprof=ns.enable_pprof,
         metrics_endpoint_auth=ns.metrics_endpoint_auth,
         metrics_bearer_token_file=ns.metrics_bearer_token_file,
         metrics_naming=ns.metrics_naming,
-        enable_grpc_stream_metrics=ns.enable_grpc_stream_metrics,
         ha_enable_leader_election=ns.ha_enable_leader_election,
     )
 
@@ -308,10 +381,25 @@ def _zap_level(text: str) -> int:
 
 
 def _verbosity(ns: argparse.Namespace) -> int:
-    """``-v`` wins over ``--log-level``; default 1."""
+    """``-v`` wins over ``--log-level``; default 2 (llm-d-router's DEFAULT level)."""
     if ns.verbosity is not None:
         return int(ns.verbosity)
-    return 1 if ns.log_level is None else int(ns.log_level)
+    return 2 if ns.log_level is None else int(ns.log_level)
+
+
+def _drain_timeout(ns: argparse.Namespace) -> float:
+    """``--drain-timeout`` or its older spelling ``--shutdown-grace-period``; default 30s."""
+    for value in (ns.drain_timeout, ns.shutdown_grace_period):
+        if value is not None:
+            return float(value)
+    return 30.0
+
+
+def _cipher_suites(ns: argparse.Namespace) -> tuple[str, ...]:
+    """pflag's string slice: comma-separated, blanks dropped."""
+    if not ns.tls_cipher_suites:
+        return ()
+    return tuple(name.strip() for name in ns.tls_cipher_suites.split(",") if name.strip())
 
 
 def _ready_requires_endpoint(ns: argparse.Namespace) -> bool:
@@ -354,12 +442,10 @@ def _check(ns: argparse.Namespace) -> None:
     if (ns.endpoint_selector is None) != (ns.endpoint_target_ports is None):
         raise UsageError("--endpoint-selector and --endpoint-target-ports must be given together")
     if ns.endpoint_selector is not None:
-        for pair in ns.endpoint_selector.split(","):
-            key, eq, _ = pair.partition("=")
-            if not eq or not key:
-                raise UsageError(
-                    f"--endpoint-selector: expected key=value pairs, got {ns.endpoint_selector!r}"
-                )
+        try:
+            parse_label_selector(ns.endpoint_selector)
+        except ValueError as exc:
+            raise UsageError(f"--endpoint-selector: {exc}") from None
     if ns.verbosity is not None and not 0 <= ns.verbosity <= 5:
         raise UsageError(f"-v: expected a verbosity 0-5, got {ns.verbosity}")
     if ns.log_format and ns.zap_encoder and ns.log_format != ns.zap_encoder:
@@ -370,9 +456,52 @@ def _check(ns: argparse.Namespace) -> None:
         raise UsageError("--cert-path was given but --secure-serving=false turns TLS off")
     if ns.grpc_engine == "h2" and ns.health_checking:
         raise UsageError("--health-checking needs --grpc-engine=grpcio (the h2 engine serves only ext_proc)")
+    _check_serving(ns)
     if ns.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes: expected a positive size, got {ns.max_body_bytes}")
     if ns.refresh_metrics_interval <= 0:
         raise UsageError("--refresh-metrics-interval: expected a positive duration")
     if ns.metrics_staleness_threshold <= 0:
         raise UsageError("--metrics-staleness-threshold: expected a positive duration")
+
+
+def _check_serving(ns: argparse.Namespace) -> None:
+    """Drain, TLS and metrics-TLS flags (upstream's Complete/Validate rules, plus our engine limits)."""
+    if (
+        ns.drain_timeout is not None
+        and ns.shutdown_grace_period is not None
+        and ns.drain_timeout != ns.shutdown_grace_period
+    ):
+        raise UsageError("--drain-timeout and --shutdown-grace-period (its older spelling) disagree")
+    if ns.tls_min_version is not None and ns.tls_min_version not in TLS_VERSIONS:
+        raise UsageError(
+            f"--tls-min-version: unknown TLS version {ns.tls_min_version!r}; supported values: "
+            + ", ".join(TLS_VERSIONS)
+        )
+    try:
+        openssl_ciphers(_cipher_suites(ns))
+    except TlsError as exc:
+        raise UsageError(f"--tls-cipher-suites: {exc}") from None
+    tls_tuned = ns.tls_min_version not in (None, "VersionTLS12") or bool(_cipher_suites(ns))
+    if tls_tuned and ns.grpc_engine != "h2":
+        raise UsageError(
+            "--tls-min-version / --tls-cipher-suites need --grpc-engine=h2 (grpc.aio's TLS stack has a fixed "
+            "TLS 1.2 floor and cipher list)"
+        )
+    if ns.metrics_client_ca_file is not None:
+        if not os.path.isfile(ns.metrics_client_ca_file):
+            raise UsageError(
+                f"--metrics-client-ca-file: metrics TLS cert file unreadable: {ns.metrics_client_ca_file}"
+            )
+        if ns.metrics_cert_dir is None:
+            raise UsageError('"metrics-client-ca-file" requires "metrics-cert-dir"')
+    if ns.metrics_cert_dir is not None:
+        for name in ("tls.crt", "tls.key"):
+            path = os.path.join(ns.metrics_cert_dir, name)
+            if not os.path.isfile(path):
+                raise UsageError(f"--metrics-cert-dir: metrics TLS cert file unreadable: {path}")
+        if ns.metrics_client_ca_file is None and not ns.metrics_endpoint_auth:
+            raise UsageError(
+                '"metrics-cert-dir" enables metrics TLS without authentication; set "metrics-client-ca-file" '
+                'or "metrics-endpoint-auth"'
+            )

@@ -302,6 +302,7 @@ class Stack:
             "--endpoints", ",".join(self.picker_endpoints),
             f"--secure-serving={'true' if self.spec.picker_tls else 'false'}",
             "--metrics-endpoint-auth=false",
+            "-v", "1",  # no line per request (the default -v 2 logs one): picker_args may override
             *self.spec.picker_args,
         ]  # fmt: skip
 

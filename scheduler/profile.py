@@ -143,7 +143,7 @@ class SchedulerProfile:
             return None, self._failed(steps, reason)
         addresses = tuple([e.address for e in candidates])
         decision = self._decision(steps, addresses, scores, tuple(totals), picked)
-        return ProfileResult(self.name, picked, self.shadow), decision
+        return ProfileResult(self.name, picked, self.shadow, tuple(scored)), decision
 
     @staticmethod
     def _removed(

@@ -246,6 +246,7 @@ class ProfileResult:
     profile: str
     targets: tuple[ScoredEndpoint, ...]
     shadow: bool = False
+    candidates: tuple[ScoredEndpoint, ...] = ()  # every endpoint the picker chose from, with its total
 
 
 @value_type

@@ -152,15 +152,21 @@ def _specs(pods: Iterable[Mapping[str, Any]], ports: Sequence[int]) -> list[Endp
 
 class KubeSelectorDiscovery:
     def __init__(
-        self, api_client: Any, namespace: str, selector: Mapping[str, str], ports: Sequence[int]
+        self,
+        api_client: Any,
+        namespace: str,
+        selector: Mapping[str, str] | str,
+        ports: Sequence[int],
     ) -> None:
+        """``selector``: labels to match, or a label selector string passed to the API server as is
+        (set-based terms such as ``env in (a,b)``, ``!key``; validated by the caller)."""
         if not selector:
             raise ValueError("--endpoint-selector: expected at least one key=value")
         if not ports:
             raise ValueError("--endpoint-target-ports: expected at least one port")
         self.api_client = api_client
         self.namespace = namespace
-        self.selector = _selector_string(selector)
+        self.selector = selector if isinstance(selector, str) else _selector_string(selector)
         self.ports = tuple(ports)
 
     async def run(self, sink: DiscoverySink) -> None:

@@ -51,6 +51,10 @@ class SessionConfig:
     plugins). It must be pure and fast; an exception from it is logged and adds nothing.
     ``owned_request_headers`` (lower-case) are request headers that scheduling plugins own (e.g.
     ``x-prefiller-host-port``): a copy sent by the client is removed unless the result sets it.
+    ``endpoint_subset_filter=False`` ignores the proxy's subset hint (``--disable-endpoint-subset-filter``:
+    every endpoint is a candidate). ``emit_endpoint_scores`` adds the primary profile's total score of
+    every candidate to the routing metadata, ``envoy.lb`` / ``x-gateway-destination-endpoint-scores``
+    (address -> score), as llm-d-router's ``--emit-endpoint-scores``.
     """
 
     parser: RequestParser = field(default_factory=OpenAIParser)
@@ -63,6 +67,8 @@ class SessionConfig:
     usage_capture_bytes: int = 4 * 1024 * 1024
     response_headers: ResponseHeadersFn | None = None
     owned_request_headers: frozenset[str] = frozenset()
+    endpoint_subset_filter: bool = True  # False: --disable-endpoint-subset-filter (ignore the hint)
+    emit_endpoint_scores: bool = False  # --emit-endpoint-scores
 
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0:

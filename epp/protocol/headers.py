@@ -17,6 +17,7 @@ __all__ = [
     "CONTROL_HEADERS",
     "DESTINATION_HEADER",
     "DESTINATION_METADATA_KEY",
+    "DESTINATION_SCORES_METADATA_KEY",
     "DESTINATION_SERVED_KEY",
     "DESTINATION_SUBSET_KEY",
     "FAIRNESS_HEADER",
@@ -34,6 +35,7 @@ __all__ = [
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 LB_NAMESPACE = "envoy.lb"
 DESTINATION_METADATA_KEY = "x-gateway-destination-endpoint"
+DESTINATION_SCORES_METADATA_KEY = "x-gateway-destination-endpoint-scores"  # --emit-endpoint-scores
 DESTINATION_SERVED_KEY = "x-gateway-destination-endpoint-served"
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 DESTINATION_SUBSET_KEY = "x-gateway-destination-endpoint-subset"

@@ -34,7 +34,13 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
 from envoy.type.v3.http_status_pb2 import HttpStatus
 from google.protobuf.struct_pb2 import Struct
 
-from epp.protocol.headers import CONTENT_TYPE, DESTINATION_HEADER, DESTINATION_METADATA_KEY, LB_NAMESPACE
+from epp.protocol.headers import (
+    CONTENT_TYPE,
+    DESTINATION_HEADER,
+    DESTINATION_METADATA_KEY,
+    DESTINATION_SCORES_METADATA_KEY,
+    LB_NAMESPACE,
+)
 
 __all__ = [
     "body_response",
@@ -74,14 +80,22 @@ def _fill_mutation(mutation: HeaderMutation, set_headers: Mapping[str, str], rem
 
 
 def routing_headers_response(
-    set_headers: Mapping[str, str], remove: Iterable[str], destination: str
+    set_headers: Mapping[str, str],
+    remove: Iterable[str],
+    destination: str,
+    scores: Mapping[str, float] | None = None,
 ) -> ProcessingResponse:
     """``headers_response("request_headers", header_mutation(set_headers, remove), True,
     routing_metadata(destination))``, built in place (no copies of the mutation and metadata).
 
     Shared per destination when ``set_headers`` is only the destination header and nothing is removed.
     """
-    plain = not remove and len(set_headers) == 1 and set_headers.get(DESTINATION_HEADER) == destination
+    plain = (
+        not scores
+        and not remove
+        and len(set_headers) == 1
+        and set_headers.get(DESTINATION_HEADER) == destination
+    )
     if plain:
         cached = _routing_cache.get(destination)
         if cached is not None:
@@ -94,6 +108,8 @@ def routing_headers_response(
     common.clear_route_cache = True
     lb = reply.dynamic_metadata.fields[LB_NAMESPACE].struct_value
     lb.fields[DESTINATION_METADATA_KEY].string_value = destination
+    if scores:
+        _fill_scores(lb, scores)
     if plain:
         if len(_routing_cache) >= _ROUTING_CACHE_MAX:
             _routing_cache.clear()
@@ -101,11 +117,21 @@ def routing_headers_response(
     return reply
 
 
-def routing_metadata(destination: str) -> Struct:
-    """``{"envoy.lb": {"x-gateway-destination-endpoint": destination}}``."""
+def routing_metadata(destination: str, scores: Mapping[str, float] | None = None) -> Struct:
+    """``{"envoy.lb": {"x-gateway-destination-endpoint": destination}}``, plus
+    ``"x-gateway-destination-endpoint-scores": {address: score}`` when ``scores`` is not empty."""
     md = Struct()
-    md.fields[LB_NAMESPACE].struct_value.fields[DESTINATION_METADATA_KEY].string_value = destination
+    lb = md.fields[LB_NAMESPACE].struct_value
+    lb.fields[DESTINATION_METADATA_KEY].string_value = destination
+    if scores:
+        _fill_scores(lb, scores)
     return md
+
+
+def _fill_scores(lb: Struct, scores: Mapping[str, float]) -> None:
+    fields = lb.fields[DESTINATION_SCORES_METADATA_KEY].struct_value.fields
+    for address, score in scores.items():
+        fields[address].number_value = score
 
 
 def headers_response(

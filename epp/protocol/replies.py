@@ -42,10 +42,12 @@ def routing_replies(
     changed_body: bytes | None,
     chunk_size: int,
     trailers: bool,
+    scores: Mapping[str, float] | None = None,
 ) -> list[ProcessingResponse]:
-    """The responses that route a request (see the module docstring)."""
+    """The responses that route a request (see the module docstring); ``scores`` (address -> score)
+    are added to the routing metadata when given and not empty."""
     if header_only or request_mode == _FULL_DUPLEX:
-        out = [m.routing_headers_response(set_headers, remove, destination)]
+        out = [m.routing_headers_response(set_headers, remove, destination, scores)]
         if not header_only:
             forward = body if changed_body is None else changed_body
             out.extend(m.streamed_body("request_body", forward, chunk_size, not trailers))
@@ -56,7 +58,7 @@ def routing_replies(
                 m.header_mutation(set_headers, remove),
                 changed_body,
                 clear_route_cache=True,
-                metadata=m.routing_metadata(destination),
+                metadata=m.routing_metadata(destination, scores),
             )
         ]
     if trailers:

@@ -231,6 +231,7 @@ class Session:
             changed_body=self._changed_body,
             chunk_size=self._config.chunk_size,
             trailers=self._request_trailers,
+            scores=_scores(result) if self._config.emit_endpoint_scores else None,
         )
         out: list[Action] = [Dispatched(self._request, result)]
         out.extend(Send(r) for r in replies)
@@ -295,7 +296,8 @@ class Session:
         self._headers = headers = read_headers(msg.request_headers.headers)
         if not headers.get(REQUEST_ID_HEADER):
             self._generated_id = self._config.request_id_factory()
-        self._subset = subset_hint(msg.metadata_context)
+        if self._config.endpoint_subset_filter:
+            self._subset = subset_hint(msg.metadata_context)
         length = headers.get(CONTENT_LENGTH)
         if length is not None and length.isdigit() and int(length) > self._config.max_body_bytes:
             raise BodyTooLargeError(int(length), self._config.max_body_bytes)
@@ -309,7 +311,7 @@ class Session:
         return []
 
     def _on_request_body(self, msg: ProcessingRequest) -> list[Action]:
-        if self._subset is None:
+        if self._subset is None and self._config.endpoint_subset_filter:
             self._subset = subset_hint(msg.metadata_context)
         chunk = msg.request_body.body
         if chunk:
@@ -485,3 +487,9 @@ _TRANSITIONS: dict[tuple[State, str | None], _Handler] = {
     (State.RESPONDING, "response_trailers"): Session._on_response_trailers,
     (State.COMPLETE, "response_trailers"): Session._on_response_trailers,
 }
+
+
+def _scores(result: SchedulingResult) -> dict[str, float]:
+    """The primary profile's candidates -> total score (``--emit-endpoint-scores``)."""
+    primary = result.profile_results.get(result.primary_profile)
+    return {} if primary is None else {c.endpoint.address: c.score for c in primary.candidates}

@@ -2,9 +2,10 @@
 
 Server options, chosen for one long-lived HTTP/2 connection per Envoy worker carrying many short
 streams: the receive limit is raised above the request body limit (a BUFFERED body arrives as one
-message; gRPC's default is 4 MiB), ``SO_REUSEPORT`` is off unless several worker processes share the
-port (otherwise two pickers started by mistake on one port would silently split the traffic), and
-keepalive pings from the proxy are allowed every 10 s without data.
+message; gRPC's default is 4 MiB) unless ``--grpc-max-recv-msg-size`` sets it, the send limit is
+``--grpc-max-send-msg-size`` (none by default), ``SO_REUSEPORT`` is off unless several worker
+processes share the port (otherwise two pickers started by mistake on one port would silently split
+the traffic), and keepalive pings from the proxy are allowed every 10 s without data.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ def bind_address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def _options(max_message_bytes: int, reuse_port: bool) -> Sequence[tuple[str, int]]:
+def _options(max_message_bytes: int, reuse_port: bool, max_send_bytes: int = -1) -> Sequence[tuple[str, int]]:
     return (
         ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_send_bytes),
         ("grpc.so_reuseport", 1 if reuse_port else 0),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 1),
@@ -47,9 +48,14 @@ async def start_ext_proc_server(
     credentials: grpc.ServerCredentials | None,
     max_body_bytes: int,
     reuse_port: bool = False,
+    max_recv_bytes: int = 0,
+    max_send_bytes: int = 0,
 ) -> tuple[grpc.aio.Server, int]:
-    """The grpc.aio ext_proc server (with the health service too when ``health`` is given)."""
-    server = grpc.aio.server(options=_options(max_body_bytes + 1024 * 1024, reuse_port))
+    """The grpc.aio ext_proc server (with the health service too when ``health`` is given).
+
+    ``max_recv_bytes`` 0: ``max_body_bytes`` + 1 MiB; ``max_send_bytes`` 0: no limit."""
+    recv = max_recv_bytes or max_body_bytes + 1024 * 1024
+    server = grpc.aio.server(options=_options(recv, reuse_port, max_send_bytes or -1))
     pb_grpc.add_ExternalProcessorServicer_to_server(servicer, server)
     if health is not None:
         health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)

@@ -8,12 +8,18 @@
 
 With a bearer token configured every path requires ``Authorization: Bearer <token>`` (401 otherwise,
 compared in constant time): the debug endpoints expose as much about the pool as the metrics do.
+With ``--metrics-cert-dir`` the port serves HTTPS (:func:`metrics_tls_context`), and with
+``--metrics-client-ca-file`` only clients presenting a certificate that CA signed get through the handshake.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import hmac
+import logging
+import os
+import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -23,9 +29,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from epp.server.decisions import DecisionLog
+from epp.server.tls import CertDir, TlsError
 from scheduler.types import EndpointView
 
-__all__ = ["endpoint_json", "make_http_app", "start_http"]
+_log = logging.getLogger("epp.http")
+
+__all__ = ["MetricsTls", "endpoint_json", "make_http_app", "metrics_tls_context", "start_http"]
 
 
 def endpoint_json(endpoint: EndpointView, now: float) -> dict[str, Any]:
@@ -125,11 +134,62 @@ def make_http_app(
     return app
 
 
-async def start_http(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Serve ``app`` on host:port; returns the runner (``await runner.cleanup()`` stops it) and the port."""
+class MetricsTls:
+    """The metrics port's TLS context and the certificate directory it reloads from: as
+    controller-runtime's certificate watcher, a changed, valid ``tls.crt`` / ``tls.key`` pair is loaded
+    into the context (checked every ``interval`` seconds by :meth:`watch`) and serves the next handshake;
+    a half-written pair is skipped until complete."""
+
+    def __init__(self, cert_dir: str, client_ca_file: str | None = None, interval: float = 1.0) -> None:
+        self.context = metrics_tls_context(cert_dir, client_ca_file)
+        self.source = CertDir(cert_dir)
+        self.source.load()
+        self.interval = interval
+
+    def reload_once(self) -> bool:
+        """Load the directory's pair if it changed and is valid (True when loaded)."""
+        if self.source.changed() is None:
+            return False
+        self.context.load_cert_chain(self.source.cert_file, self.source.key_file)
+        return True
+
+    async def watch(self) -> None:
+        """Reload forever (run as a task; cancel to stop)."""
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                self.reload_once()
+            except (OSError, ssl.SSLError) as exc:  # replaced between the check and the load
+                _log.warning("metrics certificate reload skipped: %s", exc)
+
+
+def metrics_tls_context(cert_dir: str, client_ca_file: str | None = None) -> ssl.SSLContext:
+    """TLS for the metrics port (``--metrics-cert-dir``, ``--metrics-client-ca-file``), as
+    controller-runtime's secure metrics server: ``tls.crt`` / ``tls.key`` from ``cert_dir``, TLS >= 1.2,
+    and with a client CA file a client certificate signed by it is required and verified. Raises
+    TlsError naming the file."""
+    cert, key = os.path.join(cert_dir, "tls.crt"), os.path.join(cert_dir, "tls.key")
+    CertDir(cert_dir).load()  # readable, PEM, key matches: a clear error now, not at the first scrape
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    if client_ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=client_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise TlsError(f"{client_ca_file}: no valid CA certs in metrics client CA file ({exc})") from None
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+async def start_http(
+    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on host:port (HTTPS with ``ssl_context``); returns the runner (``await
+    runner.cleanup()`` stops it) and the bound port."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
     try:
         await site.start()
     except OSError as exc:

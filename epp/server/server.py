@@ -16,6 +16,7 @@ closes the HTTP port last so the final metrics can still be scraped during the g
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from epp.server.decisions import DecisionLog
 from epp.server.grpc_server import start_ext_proc_server, start_health_server
 from epp.server.h2 import H2Server
 from epp.server.health import HealthStatus
-from epp.server.http import make_http_app, start_http
+from epp.server.http import MetricsTls, make_http_app, start_http
 from epp.server.metrics import RequestMetrics, StreamMetrics
 from epp.server.request_log import RequestLog
 from epp.server.routing import EndpointSource, RequestScheduler, Router
@@ -58,7 +59,12 @@ class ServerSettings:
     max_body_bytes: int = 16 * 1024 * 1024
     health_on_ext_proc_port: bool = False
     leader_election: bool = False
-    shutdown_grace: float = 25.0
+    shutdown_grace: float = 30.0  # --drain-timeout
+    max_recv_bytes: int = 0  # --grpc-max-recv-msg-size (0: max_body_bytes + 1 MiB)
+    max_send_bytes: int = 0  # --grpc-max-send-msg-size (0: no limit)
+    tls_min_version: str | None = None  # h2 engine (Go name)
+    tls_cipher_suites: tuple[str, ...] = ()  # h2 engine (Go names)
+    metrics_tls: MetricsTls | None = None  # --metrics-cert-dir: HTTPS on the metrics port (reloaded)
     verbosity: int = 1
     tracing: bool = True
     metrics_token: str | None = None
@@ -95,7 +101,7 @@ class EppServer:
         self.core = StreamCore(
             session_config, router, request_metrics, request_log, clock, stream_metrics=stream_metrics
         )
-        self.servicer = ExtProcServicer(self.core)
+        self.servicer = ExtProcServicer(self.core, settings.max_send_bytes)
         self._http_app = make_http_app(
             registry,
             snapshot=source.snapshot,
@@ -107,6 +113,7 @@ class EppServer:
         self._ext_proc: grpc.aio.Server | H2Server | None = None
         self._health_server: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
+        self._cert_watch: asyncio.Task[None] | None = None
         self.grpc_port = 0
         self.grpc_health_port = 0
         self.metrics_port = 0
@@ -115,7 +122,10 @@ class EppServer:
         """Bind every port (ports given as 0 are resolved into the attributes); health: not ready."""
         s = self.settings
         await self.health.start()
-        self._http, self.metrics_port = await start_http(self._http_app, s.host, s.metrics_port)
+        context = s.metrics_tls.context if s.metrics_tls is not None else None
+        self._http, self.metrics_port = await start_http(self._http_app, s.host, s.metrics_port, context)
+        if s.metrics_tls is not None:
+            self._cert_watch = asyncio.create_task(s.metrics_tls.watch(), name="epp-metrics-cert-reload")
         try:
             self._health_server, self.grpc_health_port = await start_health_server(
                 self.health, host=s.host, port=s.grpc_health_port
@@ -123,9 +133,12 @@ class EppServer:
             if s.engine == "h2":
                 h2 = H2Server(
                     self.core,
-                    max_message_bytes=s.max_body_bytes + 1024 * 1024,
+                    max_message_bytes=s.max_recv_bytes or s.max_body_bytes + 1024 * 1024,
                     certificate=s.certificate,
                     reload_from=s.reload_from,
+                    max_send_bytes=s.max_send_bytes,
+                    tls_min_version=s.tls_min_version,
+                    tls_cipher_suites=s.tls_cipher_suites,
                 )
                 self._ext_proc = h2
                 self.grpc_port = await h2.start(s.host, s.grpc_port)
@@ -138,6 +151,8 @@ class EppServer:
                     credentials=s.credentials,
                     max_body_bytes=s.max_body_bytes,
                     reuse_port=s.reuse_port,
+                    max_recv_bytes=s.max_recv_bytes,
+                    max_send_bytes=s.max_send_bytes,
                 )
         except BaseException:
             await self.shutdown(grace=0)
@@ -160,6 +175,9 @@ class EppServer:
             ext_proc, self._ext_proc = self._ext_proc, None
             self.servicer.shutting_down = True
             await ext_proc.stop(grace)
+        if self._cert_watch is not None:
+            self._cert_watch.cancel()
+            self._cert_watch = None
         if self._http is not None:
             runner, self._http = self._http, None
             await runner.cleanup()

@@ -37,9 +37,13 @@ _RESET_SETTLE_SECONDS = 0.05
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     """``envoy.service.ext_proc.v3.ExternalProcessor/Process``."""
 
-    def __init__(self, core: StreamCore) -> None:
+    def __init__(self, core: StreamCore, max_send_bytes: int = 0) -> None:
+        """``max_send_bytes`` (``--grpc-max-send-msg-size``, 0: none): a larger answer ends the stream
+        with RESOURCE_EXHAUSTED, checked here so the status and the stream metrics say so (gRPC's own
+        limit, set too, would only fail the write)."""
         self.core = core
         self.shutting_down = False
+        self.max_send_bytes = max_send_bytes
 
     @property
     def active_streams(self) -> int:
@@ -55,12 +59,18 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         stream = self.core.open()
         write = context.write
         outcome = Outcome.STREAM_RESET
-        status = -1
+        code = -1  # not sent: the stream's end decides (see StreamState.end)
+        limit = self.max_send_bytes
         try:
             async for msg in request_iterator:
                 for response in stream.feed(msg):
+                    if limit and (size := response.ByteSize()) > limit:
+                        code = 8  # ResourceExhausted, as grpc-go's send limit
+                        message = f"trying to send message larger than max ({size} vs. {limit})"
+                        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
                     await write(response)
                 if stream.finished:
+                    code = 0
                     return
             # The messages ended: a half-close by the proxy, or a reset. grpc.aio ends the iterator on a
             # reset and injects CancelledError a moment later; give it that moment (only on this rare
@@ -68,15 +78,20 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
             if stream.dispatched:
                 await asyncio.sleep(_RESET_SETTLE_SECONDS)
             outcome = Outcome.CLIENT_CANCEL
+            code = 0
         except asyncio.CancelledError:
             outcome = self._cancel_outcome(context)
+            code = 4 if outcome is Outcome.TIMEOUT else 1  # DeadlineExceeded / Canceled
             raise
         except RemoteProtocolError as exc:
             _log.warning("ext_proc protocol error", error=str(exc))
-            status = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+            code = 3  # InvalidArgument
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except grpc.aio.AioRpcError as exc:  # a write refused, e.g. over --grpc-max-send-msg-size
+            code = exc.code().value[0]
+            raise
         finally:
-            stream.end(outcome, status)
+            stream.end(outcome, code)
 
     def _cancel_outcome(self, context: grpc.aio.ServicerContext) -> Outcome:
         if self.shutting_down:

@@ -18,6 +18,7 @@ import datetime
 import ipaddress
 import logging
 import os
+import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,13 +28,95 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-__all__ = ["CertDir", "CertPair", "TlsError", "load_certificate", "self_signed", "server_credentials"]
+__all__ = [
+    "GO_CIPHER_SUITES",
+    "TLS_VERSIONS",
+    "CertDir",
+    "CertPair",
+    "TlsError",
+    "apply_tls_overrides",
+    "load_certificate",
+    "openssl_ciphers",
+    "self_signed",
+    "server_credentials",
+]
 
 _log = logging.getLogger("epp.tls")
 
 
 class TlsError(ValueError):
     """A certificate or key cannot be used; the message names the file."""
+
+
+# ``--tls-min-version`` values (Go's crypto/tls constant names) -> ssl versions.
+TLS_VERSIONS: dict[str, ssl.TLSVersion] = {
+    "VersionTLS10": ssl.TLSVersion.TLSv1,
+    "VersionTLS11": ssl.TLSVersion.TLSv1_1,
+    "VersionTLS12": ssl.TLSVersion.TLSv1_2,
+    "VersionTLS13": ssl.TLSVersion.TLSv1_3,
+}
+
+# Go's tls.CipherSuites() + tls.InsecureCipherSuites() names -> OpenSSL names. The three TLS 1.3 suites
+# map to None: Go accepts their names but TLS 1.3 suites are not configurable (nor are they here).
+GO_CIPHER_SUITES: dict[str, str | None] = {
+    "TLS_AES_128_GCM_SHA256": None,
+    "TLS_AES_256_GCM_SHA384": None,
+    "TLS_CHACHA20_POLY1305_SHA256": None,
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_RSA_WITH_RC4_128_SHA": "RC4-SHA",
+    "TLS_RSA_WITH_3DES_EDE_CBC_SHA": "DES-CBC3-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256": "AES128-SHA256",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA": "ECDHE-ECDSA-RC4-SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA": "ECDHE-RSA-RC4-SHA",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA": "ECDHE-RSA-DES-CBC3-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256": "ECDHE-ECDSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
+}
+
+
+def openssl_ciphers(names: Sequence[str]) -> str | None:
+    """The OpenSSL cipher string for Go cipher suite names (None: keep the defaults; raises TlsError
+    for an unknown name). Only TLS 1.3 names given: None, as Go ignores them too."""
+    out: list[str] = []
+    for name in names:
+        if name not in GO_CIPHER_SUITES:
+            raise TlsError(f"unknown cipher suite {name!r}")
+        openssl = GO_CIPHER_SUITES[name]
+        if openssl is not None:
+            out.append(openssl)
+    return ":".join(out) if out else None
+
+
+def apply_tls_overrides(
+    context: ssl.SSLContext, min_version: str | None, cipher_suites: Sequence[str]
+) -> None:
+    """``--tls-min-version`` / ``--tls-cipher-suites`` on a server context (raises TlsError when this
+    OpenSSL cannot offer any of the named suites)."""
+    legacy = ""
+    if min_version is not None:
+        context.minimum_version = TLS_VERSIONS[min_version]
+        if context.minimum_version < ssl.TLSVersion.TLSv1_2:
+            legacy = ":@SECLEVEL=0"  # OpenSSL 3 refuses TLS 1.0/1.1 at its default security level
+    ciphers = openssl_ciphers(cipher_suites)
+    if ciphers is not None or legacy:
+        try:
+            context.set_ciphers((ciphers or "DEFAULT") + legacy)
+        except ssl.SSLError:
+            names = ", ".join(cipher_suites)
+            raise TlsError(f"this OpenSSL supports none of the cipher suites {names}") from None
 
 
 @dataclass(frozen=True, slots=True)

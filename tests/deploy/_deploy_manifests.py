@@ -6,8 +6,8 @@
   fields are errors) against every Kubernetes version in ``KUBERNETES_VERSIONS``;
 * InferencePool / InferenceObjective: the JSON schemas in ``inference_schemas.json`` (written from the
   API definitions);
-* Gateway API, Prometheus Operator and Istio kinds: their required fields (``REQUIRED``), since their
-  CRD schemas are not available offline.
+* Gateway API, Prometheus Operator, Istio and GKE (networking.gke.io, Managed Prometheus) kinds: their
+  required fields (``REQUIRED``), since their CRD schemas are not available offline.
 
 Any other kind is an error, so a new kind in a chart needs a deliberate entry here.
 """
@@ -38,6 +38,9 @@ REQUIRED: dict[tuple[str, str], tuple[str, ...]] = {
     ("networking.istio.io/v1", "DestinationRule"): ("metadata.name", "spec.host"),
     ("gateway.networking.k8s.io/v1", "Gateway"): ("metadata.name", "spec.gatewayClassName", "spec.listeners"),
     ("gateway.networking.k8s.io/v1", "HTTPRoute"): ("metadata.name", "spec.parentRefs", "spec.rules"),
+    ("networking.gke.io/v1", "HealthCheckPolicy"): ("metadata.name", "spec.targetRef", "spec.default"),
+    ("networking.gke.io/v1", "GCPBackendPolicy"): ("metadata.name", "spec.targetRef", "spec.default"),
+    ("monitoring.googleapis.com/v1", "PodMonitoring"): ("metadata.name", "spec.selector", "spec.endpoints"),
 }
 
 

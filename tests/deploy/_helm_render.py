@@ -56,6 +56,11 @@ RESOURCES: dict[str, list[tuple[str, str, bool]]] = {
     "monitoring.coreos.com/v1": [("servicemonitors", "ServiceMonitor", True)],
     "networking.istio.io/v1": [("destinationrules", "DestinationRule", True)],
     "gateway.networking.k8s.io/v1": [("gateways", "Gateway", True), ("httproutes", "HTTPRoute", True)],
+    "networking.gke.io/v1": [
+        ("healthcheckpolicies", "HealthCheckPolicy", True),
+        ("gcpbackendpolicies", "GCPBackendPolicy", True),
+    ],
+    "monitoring.googleapis.com/v1": [("podmonitorings", "PodMonitoring", True)],
 }
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 NOT_FOUND = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}

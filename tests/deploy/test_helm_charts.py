@@ -296,14 +296,14 @@ def with_pool(pool: dict[str, Any] | None = None, **others: Any) -> dict[str, An
 EIGHT_PLUS_ONE = [{"number": p} for p in range(8000, 8009)]
 BAD_VALUES = [
     (POOL, {}, "inferencePool.modelServers.matchLabels is required"),
-    (POOL, with_pool({"targetPorts": EIGHT_PLUS_ONE}), "expected 1 to 8 entries"),
+    (POOL, with_pool({"targetPorts": EIGHT_PLUS_ONE}), "/inferencePool/targetPorts': maxItems"),
     (POOL, with_pool({"targetPorts": [{"number": 70000}]}), "inferencePool.targetPorts"),
     (POOL, with_pool(inferenceExtension={"failureMode": "Open"}), "inferenceExtension.failureMode"),
     (POOL, with_pool({"modelServerType": "tgi"}), "inferencePool.modelServerType"),
-    (POOL, with_pool(provider={"name": "gke"}), "provider.name"),
+    (POOL, with_pool(provider={"name": "aws"}), "/provider/name"),
     (POOL, with_pool(inferenceExtension={"pluginsConfigFile": "x"}), "Extension.pluginsConfigFile: .x."),
     (POOL, with_pool(inferenceExtension={"replicas": 0}), "inferenceExtension.replicas"),
-    (POOL, with_pool({"targetPortNumber": 8000}), "use inferencePool.targetPorts: .{number: 8000}"),
+    (POOL, with_pool({"targetPortNumber": 70000}), "/inferencePool/targetPortNumber"),
     (POOL, with_pool(inferenceExtension={"image": {"hub": "r.example"}}), "image.hub/name"),
     (STANDALONE, {}, "inferencePool.modelServers.matchLabels is required"),
     (STANDALONE, with_pool(inferenceExtension={"failureMode": "FailOpen"}), "envoy.fallbackService"),

@@ -15,7 +15,8 @@ Scope (a gRPC server for exactly one bidirectional method, the ext_proc ``Proces
 * flow control: the receive windows are opened to 2^31-1 and replenished every 2^30 bytes; sends obey
   the peer's connection and stream windows, queueing what does not fit until a WINDOW_UPDATE;
 * gRPC messages: 5-byte prefix; compressed messages end the stream with UNIMPLEMENTED, messages over
-  ``max_message_bytes`` with RESOURCE_EXHAUSTED, undecodable ones or protocol violations with
+  ``max_message_bytes`` with RESOURCE_EXHAUSTED (so does an answer over ``max_send_bytes``, when set:
+  ``--grpc-max-send-msg-size``), undecodable ones or protocol violations with
   INVALID_ARGUMENT; a stream ends with ``grpc-status: 0`` once its request was answered or its response
   completed (then RST_STREAM NO_ERROR if the client has not finished sending), or when the client ends it.
 
@@ -83,9 +84,17 @@ class _Stream:
 
 
 class H2Connection(asyncio.Protocol):
-    def __init__(self, core: StreamCore, max_message_bytes: int, on_close: object = None) -> None:
+    def __init__(
+        self,
+        core: StreamCore,
+        max_message_bytes: int,
+        on_close: object = None,
+        *,
+        max_send_bytes: int = 0,
+    ) -> None:
         self._core = core
         self._max_message = max_message_bytes
+        self._max_send = max_send_bytes  # 0: no limit
         self._on_close = on_close
         self._transport: asyncio.Transport | None = None
         self._buf = b""
@@ -321,6 +330,10 @@ class H2Connection(asyncio.Protocol):
             pos += 5 + size
             for response in responses:
                 data = response.SerializeToString()
+                if self._max_send and len(data) > self._max_send:
+                    message = f"trying to send message larger than max ({len(data)} vs. {self._max_send})"
+                    self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
+                    return
                 stream.pending += (len(data).to_bytes(5, "big"), data)  # gRPC prefix: uncompressed, length
                 stream.pending_bytes += 5 + len(data)
             if stream.ext.finished:

@@ -19,20 +19,25 @@ import shutil
 import ssl
 import tempfile
 import time
+from collections.abc import Sequence
 
 import structlog
 
 from epp.server.h2.connection import H2Connection
 from epp.server.stream import StreamCore
-from epp.server.tls import CertDir, CertPair
+from epp.server.tls import CertDir, CertPair, apply_tls_overrides
 
 __all__ = ["H2Server", "tls_context"]
 
 _log = structlog.get_logger("epp.h2")
 
 
-def tls_context(pair: CertPair, directory: str) -> ssl.SSLContext:
-    """A server context serving ``pair`` (written under ``directory``), TLS >= 1.2, ALPN h2."""
+def tls_context(
+    pair: CertPair, directory: str, min_version: str | None = None, cipher_suites: Sequence[str] = ()
+) -> ssl.SSLContext:
+    """A server context serving ``pair`` (written under ``directory``), ALPN h2, TLS >= 1.2 unless
+    ``min_version`` (a Go name, ``--tls-min-version``) says otherwise; ``cipher_suites`` are Go names
+    (``--tls-cipher-suites``, TLS 1.2 and below). Raises TlsError for suites OpenSSL cannot offer."""
     cert, key = os.path.join(directory, "tls.crt"), os.path.join(directory, "tls.key")
     with open(cert, "wb") as fc:
         fc.write(pair.cert_pem)
@@ -42,6 +47,7 @@ def tls_context(pair: CertPair, directory: str) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.set_alpn_protocols(["h2"])
+    apply_tls_overrides(context, min_version, cipher_suites)
     context.load_cert_chain(cert, key)
     return context
 
@@ -55,9 +61,14 @@ class H2Server:
         certificate: CertPair | None = None,
         reload_from: CertDir | None = None,
         reload_interval: float = 1.0,
+        max_send_bytes: int = 0,
+        tls_min_version: str | None = None,
+        tls_cipher_suites: Sequence[str] = (),
     ) -> None:
         self._core = core
         self._max_message = max_message_bytes
+        self._max_send = max_send_bytes
+        self._tls = (tls_min_version, tuple(tls_cipher_suites))
         self._certificate = certificate
         self._reload_from = reload_from
         self._reload_interval = reload_interval
@@ -69,7 +80,12 @@ class H2Server:
         self.port = 0
 
     def _protocol(self) -> H2Connection:
-        connection = H2Connection(self._core, self._max_message, on_close=self._connections.discard)
+        connection = H2Connection(
+            self._core,
+            self._max_message,
+            on_close=self._connections.discard,
+            max_send_bytes=self._max_send,
+        )
         self._connections.add(connection)
         return connection
 
@@ -77,7 +93,7 @@ class H2Server:
         """Listen on host:port (0 = any free port); returns the bound port."""
         if self._certificate is not None:
             self._tmpdir = tempfile.mkdtemp(prefix="epp-tls-")
-            self._context = tls_context(self._certificate, self._tmpdir)
+            self._context = tls_context(self._certificate, self._tmpdir, *self._tls)
             if self._reload_from is not None:
                 self._reloader = asyncio.create_task(self._reload_forever(), name="epp-h2-cert-reload")
         loop = asyncio.get_running_loop()

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from epp.admission import Admitter
 from epp.protocol import SessionConfig
-from epp.server.metrics import RequestMetrics
+from epp.server.metrics import RequestMetrics, StreamMetrics
 from epp.server.server import EppServer, ServerSettings
 from scheduler.errors import NoEndpointError
 from scheduler.types import (
@@ -94,6 +94,7 @@ def make_server(
     *,
     source: StaticSource | None = None,
     registry: CollectorRegistry | None = None,
+    stream_metrics: bool = False,
     **settings: object,
 ) -> EppServer:
     registry = registry or CollectorRegistry()
@@ -108,6 +109,7 @@ def make_server(
         registry=registry,
         request_metrics=RequestMetrics(registry),
         config_view=lambda: {"flags": {"grpc_port": 0}},
+        stream_metrics=StreamMetrics(registry) if stream_metrics else None,
     )
 
 

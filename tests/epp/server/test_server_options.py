@@ -88,7 +88,7 @@ def test_selector_mode() -> None:
         (["--endpoints", "a:1", "--config-file", "x", "--config-text", "y"], "--config-text"),
         ([], "no endpoints"),
         (["--endpoint-selector", "app=x"], "--endpoint-target-ports"),
-        (["--endpoint-selector", "app", "--endpoint-target-ports", "8000"], "key=value"),
+        (["--endpoint-selector", "app in x", "--endpoint-target-ports", "8000"], "invalid label selector"),
         (["--endpoints", "a:1", "--enable-cert-reload"], "--cert-path"),
         (["--endpoints", "a:1", "--cert-path", "/c", "--secure-serving=false"], "TLS off"),
         (["--endpoints", "a:1", "-v", "9"], "verbosity"),

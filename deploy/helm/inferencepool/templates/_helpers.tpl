@@ -13,7 +13,75 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end -}}
 
 {{- define "inferencepool.selectorLabels" -}}
+{{- if include "inferencepool.standalone" . -}}
+epp: {{ include "inferencepool.eppName" . }}
+{{- else -}}
 inferencepool: {{ include "inferencepool.eppName" . }}
+{{- end -}}
+{{- end -}}
+
+{{/* GIE's mode label of the picker's objects. */}}
+{{- define "inferencepool.modeLabels" -}}
+inference.networking.k8s.io/igw-mode: {{ if include "inferencepool.standalone" . }}standalone{{ else }}inferencepool{{ end }}
+{{- end -}}
+
+{{/* "true" in GIE's standalone mode: endpointsServer set and createInferencePool false. */}}
+{{- define "inferencepool.standalone" -}}
+{{- $es := .Values.inferenceExtension.endpointsServer -}}
+{{- if and $es (not $es.createInferencePool) }}true{{ end -}}
+{{- end -}}
+
+{{/* The model-server type: endpointsServer's in standalone mode, else the pool's. */}}
+{{- define "inferencepool.modelServerType" -}}
+{{- if include "inferencepool.standalone" . -}}
+{{- .Values.inferenceExtension.endpointsServer.modelServerType | default "vllm" -}}
+{{- else -}}
+{{- .Values.inferencePool.modelServerType | default "vllm" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The model-server protocol: endpointsServer's in standalone mode, else the pool's. */}}
+{{- define "inferencepool.modelServerProtocol" -}}
+{{- if include "inferencepool.standalone" . -}}
+{{- .Values.inferenceExtension.endpointsServer.modelServerProtocol | default "http" -}}
+{{- else -}}
+{{- .Values.inferencePool.modelServerProtocol | default "http" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The pool's target port numbers, one per line: targetPortNumber (older GIE charts) when given. */}}
+{{- define "inferencepool.targetPortNumbers" -}}
+{{- if hasKey .Values.inferencePool "targetPortNumber" -}}
+{{- int .Values.inferencePool.targetPortNumber -}}
+{{- else -}}
+{{- range .Values.inferencePool.targetPorts }}
+{{ int .number }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* endpointsServer.targetPorts (a list, a number or "8000,8001") as "8000,8001"; fails when invalid. */}}
+{{- define "inferencepool.standaloneTargetPorts" -}}
+{{- $value := .Values.inferenceExtension.endpointsServer.targetPorts -}}
+{{- if empty $value -}}
+{{- fail "inferenceExtension.endpointsServer.targetPorts is required in standalone mode" -}}
+{{- end -}}
+{{- $raw := list -}}
+{{- if kindIs "slice" $value }}{{ $raw = $value }}{{ else }}{{ $raw = splitList "," (toString $value) }}{{ end -}}
+{{- $ports := list -}}
+{{- range $raw -}}
+{{- $text := trim (toString .) -}}
+{{- if or (not (regexMatch "^[0-9]+$" $text)) (lt (int $text) 1) (gt (int $text) 65535) -}}
+{{- fail (printf "inferenceExtension.endpointsServer.targetPorts: expected ports 1-65535, got %q" $text) -}}
+{{- end -}}
+{{- $ports = append $ports (toString (int $text)) -}}
+{{- end -}}
+{{- join "," $ports -}}
+{{- end -}}
+
+{{/* The parser of the default configuration: inferencePool.parser, or none (automatic). */}}
+{{- define "inferencepool.parser" -}}
+{{- .Values.inferencePool.parser | default "" -}}
 {{- end -}}
 
 {{- define "inferencepool.image" -}}
@@ -31,6 +99,15 @@ inferencepool: {{ include "inferencepool.eppName" . }}
 {{- (split "/" .Values.inferencePool.apiVersion)._0 -}}
 {{- end -}}
 
+{{/* The Secret whose token the picker requires on /metrics (gke: the GMP reader's, as GIE). */}}
+{{- define "inferencepool.metricsSecretName" -}}
+{{- if eq (lower .Values.provider.name) "gke" -}}
+{{- printf "%s-metrics-reader-secret" .Release.Name -}}
+{{- else -}}
+{{- .Values.inferenceExtension.monitoring.prometheus.auth.secretName -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "inferencepool.metricsAuth" -}}
 {{- $p := .Values.inferenceExtension.monitoring.prometheus -}}
 {{- if and $p.enabled $p.auth.enabled }}true{{ end -}}
@@ -40,16 +117,32 @@ inferencepool: {{ include "inferencepool.eppName" . }}
 {{- define "inferencepool.validate" -}}
 {{- $ie := .Values.inferenceExtension -}}
 {{- $pool := .Values.inferencePool -}}
-{{- if not $pool.modelServers.matchLabels -}}
+{{- if or (empty $pool.modelServers) (not $pool.modelServers.matchLabels) -}}
 {{- fail "inferencePool.modelServers.matchLabels is required: the labels of the model-server pods, e.g. --set inferencePool.modelServers.matchLabels.app=vllm-llama3-8b-instruct" -}}
 {{- end -}}
-{{- if hasKey $pool "targetPortNumber" -}}
-{{- fail (printf "inferencePool.targetPortNumber (older GIE charts) is not read: use inferencePool.targetPorts: [{number: %v}]" $pool.targetPortNumber) -}}
+{{- if and (hasKey $pool "targetPortNumber") (or (lt (int $pool.targetPortNumber) 1) (gt (int $pool.targetPortNumber) 65535)) -}}
+{{- fail (printf "inferencePool.targetPortNumber: expected a port 1-65535, got %v" $pool.targetPortNumber) -}}
+{{- end -}}
+{{- if ne (include "inferencepool.modelServerProtocol" .) "http" -}}
+{{- fail (printf "inferencePool.modelServerProtocol: %q needs GIE's vllmgrpc-parser, which pyepp does not have; use http" (include "inferencepool.modelServerProtocol" .)) -}}
+{{- end -}}
+{{- if not (has (include "inferencepool.parser" .) (list "" "openai-parser" "passthrough-parser")) -}}
+{{- fail (printf "inferencePool.parser: expected openai-parser, passthrough-parser or empty, got %q (pyepp has no other parser)" (include "inferencepool.parser" .)) -}}
+{{- end -}}
+{{- if ($ie.latencyPredictor | default dict).enabled -}}
+{{- fail "inferenceExtension.latencyPredictor.enabled: GIE's latency predictor (its training and prediction servers and predicted-latency plugins) is not available in pyepp" -}}
+{{- end -}}
+{{- if and (include "inferencepool.standalone" .) (not $ie.endpointsServer.endpointSelector) -}}
+{{- fail "inferenceExtension.endpointsServer.endpointSelector is required in standalone mode (createInferencePool false)" -}}
+{{- end -}}
+{{- if and ($ie.sidecar | default dict).enabled (or (not $ie.sidecar.name) (not $ie.sidecar.image)) -}}
+{{- fail "inferenceExtension.sidecar: name and image are required when enabled" -}}
 {{- end -}}
 {{- if or (hasKey $ie.image "hub") (hasKey $ie.image "name") -}}
 {{- fail "inferenceExtension.image.hub/name (older GIE charts) are not read: use inferenceExtension.image.registry and .repository" -}}
 {{- end -}}
 {{- $ports := $pool.targetPorts | default list -}}
+{{- if hasKey $pool "targetPortNumber" }}{{ $ports = list (dict "number" $pool.targetPortNumber) }}{{ end -}}
 {{- if or (lt (len $ports) 1) (gt (len $ports) 8) -}}
 {{- fail (printf "inferencePool.targetPorts: expected 1 to 8 entries of {number: PORT}, got %d" (len $ports)) -}}
 {{- end -}}
@@ -58,8 +151,8 @@ inferencepool: {{ include "inferencepool.eppName" . }}
 {{- fail (printf "inferencePool.targetPorts: expected entries {number: 1-65535}, got %v" .) -}}
 {{- end -}}
 {{- end -}}
-{{- if not (has $pool.modelServerType (list "vllm" "sglang" "trtllm-serve" "triton-tensorrt-llm")) -}}
-{{- fail (printf "inferencePool.modelServerType: expected vllm, sglang, trtllm-serve or triton-tensorrt-llm, got %q" $pool.modelServerType) -}}
+{{- if not (has (include "inferencepool.modelServerType" .) (list "vllm" "sglang" "trtllm-serve" "triton-tensorrt-llm")) -}}
+{{- fail (printf "inferencePool.modelServerType: expected vllm, sglang, trtllm-serve or triton-tensorrt-llm, got %q" (include "inferencepool.modelServerType" .)) -}}
 {{- end -}}
 {{- if not (has $ie.failureMode (list "FailOpen" "FailClose")) -}}
 {{- fail (printf "inferenceExtension.failureMode: expected FailOpen or FailClose, got %q" $ie.failureMode) -}}
@@ -67,8 +160,8 @@ inferencepool: {{ include "inferencepool.eppName" . }}
 {{- if lt (int $ie.replicas) 1 -}}
 {{- fail (printf "inferenceExtension.replicas: expected at least 1, got %v" $ie.replicas) -}}
 {{- end -}}
-{{- if not (has .Values.provider.name (list "none" "istio")) -}}
-{{- fail (printf "provider.name: expected none or istio, got %q (this chart renders no gke resources)" .Values.provider.name) -}}
+{{- if not (has (lower .Values.provider.name) (list "none" "istio" "gke")) -}}
+{{- fail (printf "provider.name: expected none, istio or gke, got %q" .Values.provider.name) -}}
 {{- end -}}
 {{- if and (not (hasKey ($ie.pluginsCustomConfig | default dict) $ie.pluginsConfigFile)) (ne $ie.pluginsConfigFile "default-plugins.yaml") -}}
 {{- fail (printf "inferenceExtension.pluginsConfigFile: %q is neither default-plugins.yaml nor a key of inferenceExtension.pluginsCustomConfig" $ie.pluginsConfigFile) -}}
