@@ -65,6 +65,14 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         "EncodedEndpointHeaderConfig.ApplyDefaults)",
         {"strategy": "encoded_endpoint_header", "encodedEndpointHeaderConfig.header": "x-session-token"},
     ),
+    "context-length-aware": Upstream(
+        f"{ROUTER}:{_P}scheduling/scorer/contextlengthaware/context_length_aware.go "
+        "(Factory, DefaultContextLengthLabel)",
+        {"label": "llm-d.ai/context-length-range", "enableFiltering": False},
+    ),
+    "topology-affinity-scorer": Upstream(
+        f"{ROUTER}:{_P}scheduling/scorer/topologyaffinity/scorer.go (Factory: no defaulted parameter)", {}
+    ),
     "token-load-scorer": Upstream(
         f"{ROUTER}:{_P}scheduling/scorer/tokenload/token_load.go (tokenQueueThresholdDefault)",
         {"queueThresholdTokens": 4194304},
@@ -89,6 +97,19 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
             "ttftSource": "prefillThroughput",
             "peakPrefillThroughput": 15928.0,
         },
+    ),
+    "session-affinity-filter": Upstream(
+        f"{ROUTER}:{_P}scheduling/filter/sessionaffinity/session_affinity.go (defaultParameters, "
+        "EncodedEndpointHeaderConfig.ApplyDefaults)",
+        {"strategy": "encoded_endpoint_header", "encodedEndpointHeaderConfig.header": "x-session-token"},
+    ),
+    "multicluster-session-affinity-filter": Upstream(
+        f"{ROUTER}:{_P}scheduling/filter/sessionaffinity/multicluster.go (MultiClusterFactory: "
+        "session-affinity-filter's Factory)",
+        {"strategy": "encoded_endpoint_header", "encodedEndpointHeaderConfig.header": "x-session-token"},
+    ),
+    "topology-affinity-filter": Upstream(
+        f"{ROUTER}:{_P}scheduling/filter/topologyaffinity/filter.go (Factory)", {"minAffinity": "host"}
     ),
     # Pickers
     "max-score-picker": Upstream(
@@ -141,6 +162,53 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         f"{ROUTER}:{_P}scheduling/profilehandler/disagg/prefix_based_pd_decider.go (factory)",
         {"nonCachedTokens": 0, "promptTokens": 0},
     ),
+    "always-disagg-multimodal-decider": Upstream(
+        f"{ROUTER}:{_P}scheduling/profilehandler/disagg/always_disagg_mm_decider.go (no parameters)", {}
+    ),
+    "disagg-headers-handler": Upstream(
+        f"{ROUTER}:{_P}scheduling/profilehandler/disagg/disagg_headers_handler.go (HeadersHandlerFactory, "
+        "defaultPrefillProfile, defaultEncodeProfile)",
+        {"prefillProfile": "prefill", "encodeProfile": "encode"},
+    ),
+    "prefill-header-handler": Upstream(
+        f"{ROUTER}:{_P}scheduling/profilehandler/disagg/disagg_headers_handler.go (HeadersHandlerFactory, "
+        "defaultPrefillProfile, defaultEncodeProfile)",
+        {"prefillProfile": "prefill", "encodeProfile": "encode"},
+    ),
+    "data-parallel-profile-handler": Upstream(
+        f"{ROUTER}:{_P}scheduling/profilehandler/dataparallel/dp_profile_handler.go (ProfileHandlerFactory)",
+        {"primaryPort": 8000},
+    ),
+    "header-profile-handler": Upstream(
+        f"{ROUTER}:{_P}scheduling/profilehandler/headerprofile/header_profile_handler.go "
+        "(defaultHeaderName, defaultProfileName)",
+        {"headerName": "EPP-Profile", "defaultProfile": "decode"},
+    ),
+    # Request-control plugins: data producers and admitters
+    "approx-prefix-cache-producer": Upstream(
+        f"{ROUTER}:{_P}requestcontrol/dataproducer/approximateprefix/types.go (defaultConfig)",
+        {
+            "autoTune": True,
+            "blockSizeTokens": 16,
+            "maxPrefixBlocksToMatch": 2048,
+            "maxPrefixTokensToMatch": 131072,
+            "lruCapacityPerServer": 31250,
+        },
+    ),
+    "inflight-load-producer": Upstream(
+        f"{ROUTER}:{_P}requestcontrol/dataproducer/inflightload/producer.go (defaultConfig, "
+        "InFlightLoadProducerFactory, DefaultOutputRatio)",
+        {"addEstimatedOutputTokens": False, "outputRatio": 1.5, "syncCrossReplicaState": True},
+    ),
+    "p2p-source-producer": Upstream(
+        f"{ROUTER}:{_P}requestcontrol/dataproducer/p2psource/producer.go (defaultMinCachedTokenDelta, "
+        "defaultPrefillProfile)",
+        {"minCachedTokenDelta": 1, "prefillProfileName": "prefill"},
+    ),
+    "probabilistic-admitter": Upstream(
+        f"{ROUTER}:{_P}requestcontrol/admitter/probabilisticadmitter/plugin.go (default*)",
+        {"queueDepthThreshold": 5, "kvCacheUtilThreshold": 0.8, "power": 5.0, "k": 300.0},
+    ),
     # Saturation detectors
     "concurrency-detector": Upstream(
         f"{ROUTER}:{_P}flowcontrol/saturationdetector/concurrency/config.go (defaults)",
@@ -173,11 +241,43 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         f'{ROUTER}:{_P}datalayer/extractor/metrics/factories.go (DefaultEngine: "Defaults to vllm")',
         {"defaultEngine": "vllm"},
     ),
+    "topology-extractor": Upstream(
+        f"{ROUTER}:{_P}datalayer/extractor/topology/extractor.go (default*Label)",
+        {
+            "hostname": "kubernetes.io/hostname",
+            "rack": "topology.kubernetes.io/rack",
+            "zone": "topology.kubernetes.io/zone",
+            "region": "topology.kubernetes.io/region",
+        },
+    ),
 }
 
 # Types upstream also refuses to build without parameters: pyepp must raise ConfigError too.
 REQUIRED: dict[str, str] = {
     "by-label": f"{ROUTER}:{_P}scheduling/filter/bylabel/filter.go: \"'label' must be specified\"",
+    "endpoint-attribute-filter": (
+        f"{ROUTER}:{_P}scheduling/filter/endpointattribute/filter.go: "
+        '"endpoint attribute filter requires a non-empty attribute"'
+    ),
+    "endpoint-attribute-scorer": (
+        f"{ROUTER}:{_P}scheduling/scorer/endpointattribute/endpointattribute.go: "
+        '"endpoint attribute scorer requires a non-empty attributeKey"'
+    ),
+    "header-label-affinity-scorer": (
+        f'{ROUTER}:{_P}scheduling/scorer/headerlabelaffinity/plugin.go: "header-label-affinity-scorer '
+        'requires parameters"'
+    ),
+    "utilization-filter": (
+        f'{ROUTER}:{_P}scheduling/filter/utilization/filter.go: "utilization filter requires at least one '
+        'condition"'
+    ),
+    # Its parameters all have defaults (decodeProfile decode, prefillProfile prefill, primaryPort 0,
+    # deciderPluginName prefix-based-pd-decider; pyepp's match), but the default decider must be a plugin
+    # of the configuration: built alone, upstream fails as pyepp does.
+    "pd-profile-handler": (
+        f"{ROUTER}:{_P}scheduling/profilehandler/disagg/pd_profile_handler.go (PdProfileHandlerFactory): "
+        '"invalid decider plugin type: prefix-based-pd-decider"'
+    ),
 }
 
 # pyepp's own plugin types, which no upstream repository defines.
@@ -201,6 +301,11 @@ _UNRESOLVED = (
     "the data-layer plugins keep only the parameters the file sets; the default (or the matching "
     "--model-server-metrics-* flag) is applied when the source is built, so the resolved render omits it"
 )
+_SESSION_HEADER = (
+    "pyepp accepts encodedEndpointHeaderConfig.header and the older flat headerName (not both), so "
+    "neither is filled in: both render null and x-session-token, the same default, is applied when the "
+    "header is read (a set encodedEndpointHeaderConfig renders as the bare header, not {header: ...})"
+)
 _DISAGG = "pyepp resolves unset profile names when it builds the handler; the rendered parameter stays null"
 
 # (type, parameter) -> why pyepp's resolved default differs. Shrink-only.
@@ -208,10 +313,9 @@ DEFAULT_MISMATCHES: dict[tuple[str, str], str] = {
     ("prefix-cache-affinity-filter", "explorationProbability"): (
         "pyepp keeps GIE's and llm-d-inference-scheduler's 0.01; llm-d-router changed it to 0"
     ),
-    ("session-affinity-scorer", "encodedEndpointHeaderConfig.header"): (
-        "pyepp's schema has a flat 'headerName' (same default x-session-token); "
-        "the nested form is not accepted yet"
-    ),
+    ("session-affinity-scorer", "encodedEndpointHeaderConfig.header"): _SESSION_HEADER,
+    ("session-affinity-filter", "encodedEndpointHeaderConfig.header"): _SESSION_HEADER,
+    ("multicluster-session-affinity-filter", "encodedEndpointHeaderConfig.header"): _SESSION_HEADER,
     ("token-load-scorer", "queueThresholdTokens"): (
         "pyepp applies the same default (4194304) when it scores but renders the unset parameter as null"
     ),
