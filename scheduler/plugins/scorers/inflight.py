@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 
 from scheduler.types import SchedulingResult
 
-__all__ = ["InflightTracker", "dispatch_targets"]
+__all__ = ["InflightTracker", "add_load", "dispatch_targets"]
 
 
 class _Entry:
@@ -56,6 +56,20 @@ def dispatch_targets(result: SchedulingResult, *, every_profile: bool) -> list[s
         if address not in out:
             out.append(address)
     return out
+
+
+def add_load(
+    request_counts: dict[str, int], token_counts: dict[str, int], address: str, requests: int, tokens: int
+) -> None:
+    """Add ``requests`` and ``tokens`` (either may be negative) to ``address``'s counters; an endpoint
+    whose request count drops to zero leaves both maps (so they hold only endpoints with load)."""
+    count = request_counts.get(address, 0) + requests
+    if count <= 0:
+        request_counts.pop(address, None)
+        token_counts.pop(address, None)
+        return
+    request_counts[address] = count
+    token_counts[address] = max(0, token_counts.get(address, 0) + tokens)
 
 
 class InflightTracker:
@@ -148,13 +162,7 @@ class InflightTracker:
                 entry.addresses = [a for a in entry.addresses if a not in gone]
 
     def _add(self, address: str, requests: int, tokens: int) -> None:
-        count = self._requests.get(address, 0) + requests
-        if count <= 0:
-            self._requests.pop(address, None)
-            self._tokens.pop(address, None)
-            return
-        self._requests[address] = count
-        self._tokens[address] = max(0, self._tokens.get(address, 0) + tokens)
+        add_load(self._requests, self._tokens, address, requests, tokens)
 
     def _expire(self, now: float) -> None:
         entries = self._entries

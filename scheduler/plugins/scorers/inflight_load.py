@@ -38,6 +38,7 @@ from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
 from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.plugins.prefix.match import PrefixMatch
+from scheduler.plugins.scorers.inflight import add_load
 from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
 
 __all__ = [
@@ -181,13 +182,7 @@ class InflightLoadProducer(PrefixMatchConsumer, PluginBase):
                 self._add(charge.address, -1, -charge.tokens)
 
     def _add(self, address: str, requests: int, tokens: int) -> None:
-        count = self._requests.get(address, 0) + requests
-        if count <= 0:
-            self._requests.pop(address, None)
-            self._tokens.pop(address, None)
-            return
-        self._requests[address] = count
-        self._tokens[address] = max(0, self._tokens.get(address, 0) + tokens)
+        add_load(self._requests, self._tokens, address, requests, tokens)
 
     def _expire(self, now: float) -> None:
         entries = self._entries
