@@ -28,7 +28,7 @@ import orjson
 
 from epp.request.errors import InvalidRequestError
 from epp.request.openai import canonical_json
-from epp.request.parser import NO_USAGE, ParsedBody, api_kind_of
+from epp.request.parser import NO_USAGE, ParsedBody, api_kind_of, rewrite_document_model
 from scheduler.types import ApiKind, Usage
 
 __all__ = ["ANTHROPIC_CLAIMS", "ANTHROPIC_PARSER_TYPE", "AnthropicParser", "AnthropicUsage"]
@@ -166,8 +166,4 @@ class AnthropicParser:
         )
 
     def rewrite_model(self, parsed: ParsedBody, body: bytes, target_model: str) -> bytes:
-        if parsed.document is None:
-            return body
-        doc = dict(parsed.document)
-        doc["model"] = target_model
-        return orjson.dumps(doc)
+        return rewrite_document_model(parsed, body, target_model)

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import orjson
 import structlog
 
 from epp.request.errors import InvalidRequestError
-from epp.request.parser import ParsedBody, ParserPlugin
+from epp.request.parser import ParsedBody, ParserPlugin, rewrite_document_model
 
 __all__ = ["DEFAULT_PATH", "ParserChain", "path_of"]
 
@@ -108,8 +107,4 @@ class ParserChain:
     def rewrite_model(self, parsed: ParsedBody, body: bytes, target_model: str) -> bytes:
         """The JSON object with ``model`` replaced, for parsers that rewrite (they keep ``document``);
         the body unchanged for the others (passthrough, gRPC and SGLang bodies)."""
-        if parsed.document is None:
-            return body
-        doc = dict(parsed.document)
-        doc["model"] = target_model
-        return orjson.dumps(doc)
+        return rewrite_document_model(parsed, body, target_model)

@@ -12,10 +12,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import orjson
+
 from scheduler.types import ApiKind, Usage
 from scheduler.values import value_type
 
-__all__ = ["NO_USAGE", "ParsedBody", "ParserPlugin", "RequestParser", "UsageReader", "api_kind_of"]
+__all__ = [
+    "NO_USAGE",
+    "ParsedBody",
+    "ParserPlugin",
+    "RequestParser",
+    "UsageReader",
+    "api_kind_of",
+    "rewrite_document_model",
+]
 
 _SUFFIXES: tuple[tuple[str, ApiKind], ...] = (
     ("/chat/completions", ApiKind.CHAT_COMPLETIONS),
@@ -113,3 +123,13 @@ class ParserPlugin(RequestParser, Protocol):
 
     @property
     def claims(self) -> tuple[str, ...]: ...
+
+
+def rewrite_document_model(parsed: ParsedBody, body: bytes, target_model: str) -> bytes:
+    """The parsed JSON object with ``model`` replaced, or ``body`` unchanged when the parser kept no
+    document (passthrough, gRPC and SGLang bodies are never rewritten)."""
+    if parsed.document is None:
+        return body
+    doc = dict(parsed.document)
+    doc["model"] = target_model
+    return orjson.dumps(doc)

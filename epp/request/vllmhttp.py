@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from epp.request.errors import InvalidRequestError
-from epp.request.parser import ParsedBody
+from epp.request.parser import ParsedBody, rewrite_document_model
 from scheduler.types import ApiKind
 
 __all__ = ["VLLMHTTP_PARSER_TYPE", "VllmHTTPParser"]
@@ -84,8 +84,4 @@ class VllmHTTPParser:
         )
 
     def rewrite_model(self, parsed: ParsedBody, body: bytes, target_model: str) -> bytes:
-        if parsed.document is None:
-            return body
-        doc = dict(parsed.document)
-        doc["model"] = target_model
-        return orjson.dumps(doc)
+        return rewrite_document_model(parsed, body, target_model)
