@@ -353,22 +353,44 @@ def validate_datalayer_section(
         entries = []
     if not isinstance(entries, list):
         raise DataLayerConfigError("expected a list of sources", f"{location}.sources")
+    _check_shape(entries, location)
     named = _named(plugins)
     sources: list[SourceSpec] = []
     for i, entry in enumerate(entries):
         where = f"{location}.sources[{i}]"
         plugin = _ref(entry, SOURCE_TYPES, named, where)
-        _check_keys(entry, {"pluginRef", "extractors"}, where)
-        raw = entry.get("extractors") or []
-        if not isinstance(raw, list):
-            raise DataLayerConfigError("expected a list", f"{where}.extractors")
         extractors = tuple(
-            _ref(e, EXTRACTOR_TYPES, named, f"{where}.extractors[{j}]") for j, e in enumerate(raw)
+            _ref(e, EXTRACTOR_TYPES, named, f"{where}.extractors[{j}]")
+            for j, e in enumerate(entry.get("extractors") or [])
         )
         sources.append(SourceSpec(plugin, extractors))
     if inject and all(s.plugin.plugin_type for s in sources) and not _has_metrics(sources):
         sources.append(_injected(named, location))
     return _checked(tuple(sources), location, inject)
+
+
+def _check_shape(entries: list[Any], location: str) -> None:
+    """Every source is ``{pluginRef, extractors?}`` and every extractor ``{pluginRef}``, checked for the
+    whole list before any reference is resolved (upstream's decoder rejects a malformed entry, e.g. an
+    extractor given as a bare name, before its loader looks a plugin up)."""
+    for i, entry in enumerate(entries):
+        where = f"{location}.sources[{i}]"
+        _ref_shape(entry, where)
+        _check_keys(entry, {"pluginRef", "extractors"}, where)
+        raw = entry.get("extractors") or []
+        if not isinstance(raw, list):
+            raise DataLayerConfigError("expected a list", f"{where}.extractors")
+        for j, extractor in enumerate(raw):
+            _ref_shape(extractor, f"{where}.extractors[{j}]")
+            _check_keys(extractor, {"pluginRef"}, f"{where}.extractors[{j}]")
+
+
+def _ref_shape(entry: Any, location: str) -> None:
+    if not isinstance(entry, Mapping):
+        raise DataLayerConfigError(f"expected a mapping with pluginRef, got {entry!r}", location)
+    ref = entry.get("pluginRef")
+    if not isinstance(ref, str) or not ref:
+        raise DataLayerConfigError("expected a non-empty string", f"{location}.pluginRef")
 
 
 def _has_metrics(sources: Sequence[SourceSpec]) -> bool:

@@ -11,7 +11,10 @@ A plugin declares its parameters as a frozen, slotted dataclass whose fields are
 
 Supported field types: ``int`` (bools rejected), ``float`` (ints accepted), ``bool``, ``str``,
 ``tuple[str, ...]``, ``Mapping[str, str]`` (stored read-only), optional variants (``X | None``, null
-accepted), and ``Any`` (passed through, usually with a ``convert`` function). Bounds (``ge``, ``gt``,
+accepted), and ``Any`` (passed through, usually with a ``convert`` function). A field whose ``convert``
+gives a value of another shape than the YAML one (a tuple for a mapping, ...) has a ``render`` function
+giving the YAML form back, so that :func:`params_to_dict` (``epp check-config``) prints parameters
+that load again to the same values. Bounds (``ge``, ``gt``,
 ``le``, ``lt``) and ``choices`` are checked after conversion. Unknown keys, missing required keys, wrong
 types and out-of-range values raise :class:`~scheduler.errors.ConfigError` whose location names the
 plugin and parameter, e.g. ``(max-score-picker "p"): parameters.maxNumOfEndpoints`` with the message
@@ -49,6 +52,7 @@ class _Spec:
     choices: tuple[Any, ...] | None
     convert: Callable[[Any], Any] | None
     expect: str | None
+    render: Callable[[Any], Any] | None = None
 
 
 def param(
@@ -62,14 +66,16 @@ def param(
     choices: tuple[Any, ...] | None = None,
     convert: Callable[[Any], Any] | None = None,
     expect: str | None = None,
+    render: Callable[[Any], Any] | None = None,
 ) -> Any:
     """A dataclass field describing one parameter.
 
     Mapping defaults are stored read-only, list defaults as tuples. ``convert`` (optional) turns the
     raw YAML value into the field value and raises ``ValueError`` or ``TypeError`` when it cannot;
-    ``expect`` then describes what was expected for the error message.
+    ``expect`` then describes what was expected for the error message. ``render`` (with ``convert``)
+    turns a non-null field value back into a YAML value that ``convert`` maps to the same value.
     """
-    spec = _Spec(key, ge, gt, le, lt, choices, convert, expect)
+    spec = _Spec(key, ge, gt, le, lt, choices, convert, expect, render)
     if default is REQUIRED:
         return dataclasses.field(metadata={_META: spec})
     if isinstance(default, Mapping):
@@ -256,13 +262,16 @@ def parse_params(cls: type[P], parameters: Mapping[str, Any] | None, plugin_type
 
 
 def params_to_dict(params: object) -> dict[str, Any]:
-    """The YAML form of a parameters dataclass (every field, defaults included, camelCase keys)."""
+    """The YAML form of a parameters dataclass (every field, defaults included, camelCase keys; a
+    field's ``render`` function applied), which :func:`parse_params` maps to the same values."""
     if not dataclasses.is_dataclass(params) or isinstance(params, type):
         raise TypeError(f"not a parameters dataclass instance: {params!r}")
     out: dict[str, Any] = {}
     for f in _fields(type(params)):
         value = getattr(params, f.name)
-        if isinstance(value, tuple):
+        if f.spec.render is not None and value is not None:
+            value = f.spec.render(value)
+        elif isinstance(value, tuple):
             value = list(value)
         elif isinstance(value, Mapping):
             value = dict(value)

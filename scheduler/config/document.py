@@ -139,6 +139,12 @@ def parse_document(raw: Any, validators: Mapping[str, SectionValidator] | None =
     if raw is None:
         _fail("", "empty configuration document")
     doc = _mapping(raw, "(document)")
+    # apiVersion and kind first: upstream's decoder rejects an unknown group before reading any field
+    api_version = doc.get("apiVersion")
+    if api_version not in API_VERSIONS:
+        _fail("apiVersion", f"expected one of {', '.join(API_VERSIONS)}, got {_show(api_version)}")
+    if doc.get("kind") != KIND:
+        _fail("kind", f"expected {KIND}, got {_show(doc.get('kind'))}")
     sections: dict[str, Any] = {}
     raw_sections: dict[str, Any] = {}
     for key, value in doc.items():
@@ -151,11 +157,6 @@ def parse_document(raw: Any, validators: Mapping[str, SectionValidator] | None =
             _fail(key, f"unknown field (allowed: {', '.join((*_OWN, *sorted(validators)))})")
         sections[key] = validator(value, key)
         raw_sections[key] = value
-    api_version = doc.get("apiVersion")
-    if api_version not in API_VERSIONS:
-        _fail("apiVersion", f"expected one of {', '.join(API_VERSIONS)}, got {_show(api_version)}")
-    if doc.get("kind") != KIND:
-        _fail("kind", f"expected {KIND}, got {_show(doc.get('kind'))}")
     plugins = _plugins(doc.get("plugins"))
     profiles = None
     if doc.get("schedulingProfiles") is not None:

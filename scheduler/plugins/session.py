@@ -41,6 +41,8 @@ __all__ = [
     "encoded_header_config",
     "header_name",
     "picked_address",
+    "render_encoded_header_config",
+    "render_session_id_config",
     "session_id_config",
 ]
 
@@ -91,6 +93,11 @@ def encoded_header_config(raw: Any) -> str | None:
     return _header(raw.get("header", ""), "header") or None
 
 
+def render_encoded_header_config(header: str) -> dict[str, str]:
+    """The YAML form of :func:`encoded_header_config`'s value."""
+    return {"header": header}
+
+
 def _seconds(raw: Any, field: str, default: float) -> float:
     if raw is None:
         return default
@@ -125,6 +132,16 @@ def session_id_config(raw: Any) -> SessionIdConfig | None:
     ttl = _seconds(raw.get("evictionTtlSeconds"), "evictionTtlSeconds", 300.0)
     sweep = _seconds(raw.get("evictionSweepSeconds"), "evictionSweepSeconds", 10.0)
     return (tuple(headers) or (SESSION_ID_HEADER,), ttl, sweep)
+
+
+def render_session_id_config(config: SessionIdConfig) -> dict[str, Any]:
+    """The YAML form of :func:`session_id_config`'s value."""
+    headers, ttl, sweep = config
+    return {
+        "sources": [{"header": h} for h in headers],
+        "evictionTtlSeconds": ttl,
+        "evictionSweepSeconds": sweep,
+    }
 
 
 def picked_address(result: SchedulingResult, profile: str | None, served: str | None = None) -> str | None:

@@ -83,7 +83,8 @@ REJECT_REASONS: dict[str, str] = {
     "errorMultiProfilesUseSingleProfileHandlerText": r"single-profile-handler .* exactly one profile",
     "errorPluginsRefedInLoopText": r"(?i)loop|cycle|circular",
     "errorBadSourceReferenceText": r"^dataLayer\.sources\[\d+\]\.pluginRef",
-    "errorBadExtractorReferenceText": r"^dataLayer\.sources\[\d+\]\.extractors\[\d+\]\.pluginRef",
+    # its extractor is a bare name, not {pluginRef: ...}: the strict decoder fails on that entry
+    "errorBadExtractorReferenceText": r"^dataLayer\.sources\[\d+\]\.extractors\[\d+\]: expected a mapping",
     "errorFlowControlMissingPluginText": r"^flowControl\.",
     "errorFlowControlWrongPluginTypeText": r"^flowControl\.",
     "errorParserWrongPluginTypeText": r"^(parser|requestHandler\.parsers\[\d+\])\.pluginRef",

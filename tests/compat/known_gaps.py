@@ -4,6 +4,13 @@ Shrink-only: the corpus test marks each entry as a strict xfail, so a file that 
 suite until its entry is deleted here; a file missing from this table must load. Regenerate the table
 with ``python -m tests.compat.gaps`` (it prints the current failures in this form) and check that the
 diff only removes lines. The cause is the first error the loader reports; a file may hit more.
+
+Deliberately different reasons in ``WRONG_REASON_GROUPS``: the Go loader fixtures
+``errorFlowControlMissingPluginText`` and ``errorFlowControlWrongPluginTypeText`` enable the
+``flowControl`` gate and point ``flowControl.priorityBands[0].orderingPolicyRef`` at a plugin that is
+missing or is not an ordering policy; upstream rejects that reference. pyepp rejects the gate itself
+(flow control is not implemented here; it has an issue of its own) before it reads the section, so it
+never resolves flow-control policy references. These files leave the table when flow control lands.
 """
 
 from __future__ import annotations
@@ -137,19 +144,12 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
 }
 
 WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {
-    # 5 file(s)
+    # 4 file(s)
     "flow control (flowControl section / gate)": (
         "gie/pkg.epp.config.loader.testdata_test__32.yaml",
         "gie/pkg.epp.config.loader.testdata_test__33.yaml",
-        "gie/site-src.guides.flow-control.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__33.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__34.yaml",
-    ),
-    # 3 file(s)
-    "data-layer source type test-source": (
-        "gie/pkg.epp.config.loader.testdata_test__31.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__32.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__23.yaml",
     ),
 }
 

@@ -304,7 +304,7 @@ _UNRESOLVED = (
 _SESSION_HEADER = (
     "pyepp accepts encodedEndpointHeaderConfig.header and the older flat headerName (not both), so "
     "neither is filled in: both render null and x-session-token, the same default, is applied when the "
-    "header is read (a set encodedEndpointHeaderConfig renders as the bare header, not {header: ...})"
+    "header is read"
 )
 _DISAGG = "pyepp resolves unset profile names when it builds the handler; the rendered parameter stays null"
 

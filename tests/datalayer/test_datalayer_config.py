@@ -125,6 +125,21 @@ def test_injected_source_takes_parameters_of_plugins_named_after_the_type() -> N
             "dataLayer.sources[0].extractors[0].pluginRef",
             "has type",
         ),
+        (  # the shape of every entry is checked before any reference (as upstream's strict decoder)
+            {"sources": [{"pluginRef": "max-score-picker", "extractors": ["core-metrics-extractor"]}]},
+            "dataLayer.sources[0].extractors[0]",
+            "expected a mapping with pluginRef",
+        ),
+        (
+            {"sources": [{"pluginRef": "nope"}, {"pluginRef": "models", "x": 1}]},
+            "dataLayer.sources[1].x",
+            "unknown parameter",
+        ),
+        (
+            {"sources": [{"pluginRef": "metrics", "extractors": [{"pluginRef": "core", "weight": 1}]}]},
+            "dataLayer.sources[0].extractors[0].weight",
+            "unknown parameter",
+        ),
         (
             {
                 "sources": [{"pluginRef": "metrics", "extractors": [{"pluginRef": "core-metrics-extractor"}]}]

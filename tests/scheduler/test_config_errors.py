@@ -29,6 +29,11 @@ CASES = [
         'apiVersion: expected one of inference.networking.x-k8s.io/v1alpha1, llm-d.ai/v1alpha1, got "v2"',
     ),
     (
+        "api version before any section (upstream's decoder fails on the group first)",
+        "apiVersion: config.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nfeatureGates: [flowControl]\n",
+        'apiVersion: expected one of inference.networking.x-k8s.io/v1alpha1, llm-d.ai/v1alpha1, got "config.x-k8s.io/v1alpha1"',
+    ),
+    (
         "kind",
         "apiVersion: llm-d.ai/v1alpha1\nkind: Other\n",
         'kind: expected EndpointPickerConfig, got "Other"',

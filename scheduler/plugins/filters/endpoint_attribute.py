@@ -53,6 +53,11 @@ def _algorithm(raw: Any) -> tuple[str, float]:
     return op, float(value)
 
 
+def _render_algorithm(value: tuple[str, float]) -> dict[str, Any]:
+    op, threshold = value
+    return {"type": "threshold", "threshold": {"operator": op, "value": threshold}}
+
+
 def _attribute(raw: Any) -> str:
     if not isinstance(raw, str) or not raw:
         raise ValueError("requires a non-empty attribute")
@@ -63,7 +68,10 @@ def _attribute(raw: Any) -> str:
 class EndpointAttributeFilterParams:
     attribute: str = param(REQUIRED, convert=_attribute, expect="a non-empty attribute name")
     algorithm: tuple[str, float] = param(
-        REQUIRED, convert=_algorithm, expect="{type: threshold, threshold: {operator, value}}"
+        REQUIRED,
+        convert=_algorithm,
+        expect="{type: threshold, threshold: {operator, value}}",
+        render=_render_algorithm,
     )
     producer: str | None = None
     on_missing: str = param("Pass", choices=("Pass", "Fail"))

@@ -60,7 +60,10 @@ class SessionStrategyParams:
 
     strategy: str = param(ENCODED, choices=(ENCODED, SESSION_ID))
     encoded_endpoint_header_config: str | None = param(
-        None, convert=_session.encoded_header_config, expect="a mapping {header: <name>}"
+        None,
+        convert=_session.encoded_header_config,
+        expect="a mapping {header: <name>}",
+        render=_session.render_encoded_header_config,
     )
     header_name: str | None = param(None, convert=_session.header_name, expect="an HTTP header name")
     session_id_config: tuple[tuple[str, ...], float, float] | None = param(
@@ -68,6 +71,7 @@ class SessionStrategyParams:
         key="sessionIdConfig",
         convert=_session.session_id_config,
         expect="{sources, evictionTtlSeconds, ...}",
+        render=_session.render_session_id_config,
     )
     profile_name: str | None = None
 

@@ -62,10 +62,17 @@ def _conditions(raw: Any) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
+def _render_conditions(value: tuple[tuple[str, float], ...]) -> list[dict[str, Any]]:
+    return [{"metric": metric, "maxValue": cap} for metric, cap in value]
+
+
 @dataclass(frozen=True, slots=True)
 class UtilizationFilterParams:
     conditions: tuple[tuple[str, float], ...] = param(
-        REQUIRED, convert=_conditions, expect="a non-empty list of {metric, maxValue}"
+        REQUIRED,
+        convert=_conditions,
+        expect="a non-empty list of {metric, maxValue}",
+        render=_render_conditions,
     )
     fallback_on_empty: bool = False
 

@@ -21,11 +21,13 @@ after the decode profile chose its endpoint (None in ``prefill-first`` order), a
       cached   = min(cached_tokens(decode), floor((prompt - 1) / bs) * bs)
       decide   = prompt - cached >= nonCachedTokens
 
-  ``cached_tokens`` = matched blocks x block size ``bs`` in tokens, from ``prefix-cache-scorer``'s
-  match, capped (as in llm-d) so that the last token is always computed; without a prefix match
-  nothing counts as cached (llm-d refuses to disaggregate then; we decide by prompt length, which is
-  what an empty cache means). Parameters: ``nonCachedTokens`` (int >= 0, default 0 = always
-  disaggregate, as in llm-d), ``promptTokens`` (int >= 0, default 0 = no prompt-length gate).
+  ``cached_tokens`` = matched blocks x block size ``bs`` in tokens, from the match the profile handler
+  selected (:data:`DECIDER_PREFIX_MATCH`: pd-profile-handler's ``prefixMatchInfoProducerName``), else
+  the cycle's published prefix match, capped (as in llm-d) so that the last token is always
+  computed; without a prefix match nothing counts as cached (llm-d refuses to disaggregate then; we
+  decide by prompt length, which is what an empty cache means). Parameters: ``nonCachedTokens``
+  (int >= 0, default 0 = always disaggregate, as in llm-d), ``promptTokens`` (int >= 0, default 0 =
+  no prompt-length gate).
 """
 
 from __future__ import annotations
@@ -33,15 +35,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scheduler.cycle_state import CycleState
+from scheduler.cycle_state import CycleState, StateKey
 from scheduler.interfaces import PDDecider
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params, factory_without_params
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
-from scheduler.plugins.prefix.match import prefix_match
+from scheduler.plugins.prefix.match import PrefixMatch, prefix_match
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = [
+    "DECIDER_PREFIX_MATCH",
     "MULTIMODAL_BLOCK_TYPES",
     "AlwaysDisaggDecider",
     "AlwaysDisaggMultimodalDecider",
@@ -53,6 +56,10 @@ __all__ = [
     "multimodal_factory",
     "prefix_based_factory",
 ]
+
+DECIDER_PREFIX_MATCH = StateKey[PrefixMatch]("prefix-based-pd-decider/match")
+"""The prefix match a profile handler bound to a producer wrote for the decider (absent: the cycle's
+published match, :func:`~scheduler.plugins.prefix.match.prefix_match`)."""
 
 
 class AlwaysDisaggDecider(PluginBase):
@@ -114,7 +121,7 @@ class PrefixBasedDecider(PluginBase):
 
     def uncached_tokens(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> int:
         prompt = prompt_tokens(request)
-        match = prefix_match(cycle)
+        match = cycle.read(DECIDER_PREFIX_MATCH) or prefix_match(cycle)
         if match is None or prompt <= 0:
             return max(0, prompt)
         bs = match.block_size_tokens

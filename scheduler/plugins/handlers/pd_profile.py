@@ -14,7 +14,16 @@ Parameters (llm-d's): ``decodeProfile`` (default ``decode``), ``prefillProfile``
 configuration, any declaration order), ``primaryPort`` (0 = off, the default, or 1-65535),
 ``prefixPluginName`` / ``prefixPluginType`` (deprecated in llm-d and never used there beyond being a
 plugin reference: when given, the name (or, without a name, the type) must be a plugin of the
-configuration).
+configuration), ``prefixMatchInfoProducerName`` (llm-d-router; default "").
+
+``prefixMatchInfoProducerName`` makes the handler a prefix-match consumer (:mod:`scheduler.producers`),
+as llm-d-router's handler declares the match it needs: "" needs the ``approx-prefix-cache-producer``
+(injected with default parameters under ``llm-d.ai/v1alpha1`` when absent; under the legacy apiVersion,
+or next to a ``prefix-cache-scorer`` with its own index, the cycle's published match is used); a name
+must be a prefix producer of the configuration (ConfigError at this parameter otherwise). The match of
+the bound producer is what the decider judges (:data:`DECIDER_PREFIX_MATCH`). Upstream's
+prefix-based-pd-decider reads the default producer's match whatever the handler names, so with only a
+renamed producer it never disaggregates; pyepp's decider reads the producer the handler names.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from scheduler.interfaces import Handle, PDDecider, Plugin
 from scheduler.params import param, parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.handlers.disagg import DATA_PARALLEL_HEADER, PEER_ENDPOINT, resolve_decider, with_port
+from scheduler.plugins.handlers.disagg_deciders import DECIDER_PREFIX_MATCH
+from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.profile import SchedulerProfile
 from scheduler.types import LLMRequest, ProfileResult, SchedulingResult
 
@@ -54,9 +65,10 @@ class PdParams:
     primary_port: int = param(0, convert=_port, expect="0 (off) or a port 1-65535")
     prefix_plugin_name: str = param("")
     prefix_plugin_type: str = param("")
+    prefix_match_info_producer_name: str = param("")
 
 
-class PdProfileHandler(PluginBase):
+class PdProfileHandler(PrefixMatchConsumer, PluginBase):
     plugin_type = PLUGIN_TYPE
 
     def __init__(self, name: str, decider: PDDecider, params: PdParams | None = None) -> None:
@@ -66,6 +78,7 @@ class PdProfileHandler(PluginBase):
         self._decode = params.decode_profile
         self._prefill = params.prefill_profile
         self._primary_port = params.primary_port
+        self.producer_name = params.prefix_match_info_producer_name
 
     def pick_profiles(
         self,
@@ -92,6 +105,8 @@ class PdProfileHandler(PluginBase):
         ):
             return {}
         picked = decode_result.targets[0].endpoint
+        if self.producer is not None:
+            cycle.write(DECIDER_PREFIX_MATCH, self.producer.match(cycle, request))
         if self.decider.should_disaggregate(cycle, request, picked):
             cycle.write(PEER_ENDPOINT, picked)
             return {self._prefill: prefill}

@@ -1,13 +1,13 @@
 """Reading a prefix producer's match: the consumer side of llm-d-router's ``prefixMatchInfoProducerName``.
 
 :class:`PrefixMatchConsumer` is a mixin for plugins that read the per-request prefix match without
-owning an index (``no-hit-lru-scorer``, ``prefix-cache-affinity-filter``). Set ``producer_name`` (the
-parameter's value, "" for the default) in the constructor. Wiring (:mod:`scheduler.producers`): the
-match comes from the named ``approx-prefix-cache-producer`` (default: the instance of that name,
-injected under ``llm-d.ai/v1alpha1`` when absent); a ``prefix-cache-scorer`` configured with its own
-index, or the legacy apiVersion, leaves the plugin on the cycle's published match
-(:func:`~scheduler.plugins.prefix.match.prefix_match`). A name that produces nothing is a ConfigError
-at ``prefixMatchInfoProducerName``.
+owning an index (``no-hit-lru-scorer``, ``prefix-cache-affinity-filter``, ``pd-profile-handler``,
+...). Set ``producer_name`` (the parameter's value, "" for the default) in the constructor.
+Wiring (:mod:`scheduler.producers`): the match comes from the named ``approx-prefix-cache-producer``
+(default: the instance of that name, injected under ``llm-d.ai/v1alpha1`` when absent); a
+``prefix-cache-scorer`` configured with its own index, or the legacy apiVersion, leaves the plugin on
+the cycle's published match (:func:`~scheduler.plugins.prefix.match.prefix_match`). A name that
+produces nothing is a ConfigError at ``prefixMatchInfoProducerName``.
 """
 
 from __future__ import annotations

@@ -61,6 +61,14 @@ def _algorithm(raw: Any) -> tuple[bool, tuple[float, float] | None]:
     return kind == LOWER, bounds
 
 
+def _render_algorithm(value: tuple[bool, tuple[float, float] | None]) -> dict[str, Any]:
+    lower, bounds = value
+    norm: dict[str, Any] = {"adaptiveRange": {}}
+    if bounds is not None:
+        norm = {"fixedRange": {"min": bounds[0], "max": bounds[1]}}
+    return {"type": LOWER if lower else HIGHER, "normalization": norm}
+
+
 def _attribute(raw: Any) -> str:
     if not isinstance(raw, str) or not raw:
         raise ValueError("requires a non-empty attributeKey")
@@ -71,7 +79,10 @@ def _attribute(raw: Any) -> str:
 class EndpointAttributeScorerParams:
     attribute_key: str = param(REQUIRED, convert=_attribute, expect="a non-empty attribute name")
     algorithm: tuple[bool, tuple[float, float] | None] = param(
-        REQUIRED, convert=_algorithm, expect="{type: linear_lower_is_better | linear_higher_is_better, ...}"
+        REQUIRED,
+        convert=_algorithm,
+        expect="{type: linear_lower_is_better | linear_higher_is_better, ...}",
+        render=_render_algorithm,
     )
     producer: str | None = None
 

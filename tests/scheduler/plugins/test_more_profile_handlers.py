@@ -98,7 +98,8 @@ def deciders() -> PluginHandle:
         ({"deciderPluginName": "my-prefix-cache"}, False),  # not a decider
         ({"prefixPluginName": "missing"}, False),  # a plugin reference that must resolve
         ({"prefixPluginType": "missing"}, False),
-        ({"prefixMatchInfoProducerName": "p"}, False),
+        ({"prefixMatchInfoProducerName": "p"}, True),  # resolved when producers are wired (below)
+        ({"prefixMatchInfoProducerName": 3}, False),
     ],
 )
 def test_pd_factory(params: dict[str, Any], ok: bool) -> None:
@@ -107,6 +108,64 @@ def test_pd_factory(params: dict[str, Any], ok: bool) -> None:
     else:
         with pytest.raises(ConfigError, match=r"\(pd-profile-handler \"h\"\): parameters\."):
             pd_profile.factory("h", params, deciders())
+
+
+ROUTER_HEAD = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
+PD_PRODUCER = """
+plugins:
+- type: approx-prefix-cache-producer
+- name: warm
+  type: approx-prefix-cache-producer
+- type: pd-profile-handler
+  parameters: {prefixMatchInfoProducerName: warm}
+- type: prefix-based-pd-decider
+  parameters: {nonCachedTokens: 256}
+- type: max-score-picker
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: max-score-picker}]
+- name: decode
+  plugins: [{pluginRef: max-score-picker}]
+"""
+
+
+def _handler(text: str) -> PdProfileHandler:
+    handler = load_config_text(text).handler
+    assert isinstance(handler, PdProfileHandler)
+    return handler
+
+
+def test_pd_prefix_match_info_producer_name_selects_the_match_the_decider_judges() -> None:
+    from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
+
+    handler = _handler(ROUTER_HEAD + PD_PRODUCER)
+    warm = handler.producer
+    assert warm is not None and warm.name == "warm"
+    request = LLMRequest(request_id="r", model="m", target_model="m", token_estimate=1024)
+    decode = target("10.0.0.1:8000")
+
+    def held(blocks: int) -> PrefixMatch:  # 64 blocks of 16 tokens: the whole prompt
+        return PrefixMatch(tuple(range(64)), {"10.0.0.1:8000": blocks}, 16, "p")
+
+    for warm_blocks, want in ((64, []), (0, ["prefill"])):
+        warm.match = lambda cycle, request, blocks=warm_blocks: held(blocks)  # type: ignore[method-assign]
+        cycle = CycleState()
+        cycle.write(PREFIX_MATCH, held(64 - warm_blocks))  # the published match says the opposite
+        assert sorted(handler.pick_profiles(cycle, request, PD, {"decode": decode})) == want  # type: ignore[arg-type]
+
+
+def test_pd_prefix_match_info_producer_name_wiring() -> None:
+    bare = PD_PRODUCER.replace("  parameters: {prefixMatchInfoProducerName: warm}\n", "")
+    bare = bare.replace(
+        "- type: approx-prefix-cache-producer\n- name: warm\n  type: approx-prefix-cache-producer\n", ""
+    )
+    injected = _handler(ROUTER_HEAD + bare)  # upstream's default producer, created when absent
+    assert injected.producer is not None and injected.producer.name == "approx-prefix-cache-producer"
+    assert _handler(HEAD + bare).producer is None  # legacy apiVersion: the cycle's published match
+    named = _handler(HEAD + PD_PRODUCER)
+    assert named.producer is not None and named.producer.name == "warm"
+    with pytest.raises(ConfigError, match=r"prefixMatchInfoProducerName"):
+        load_config_text(ROUTER_HEAD + PD_PRODUCER.replace("Name: warm}", "Name: cold}"))
 
 
 PD = {"decode": Mock(), "prefill": Mock()}
