@@ -17,7 +17,7 @@ after the decode profile chose its endpoint (None in ``prefill-first`` order), a
 
       prompt   = request.token_estimate (or len(prompt_text) / 4 when 0)
       if promptTokens > 0 and prompt < promptTokens: no      # short prompts stay local
-      if nonCachedTokens == 0: yes
+      if nonCachedTokens == 0: no                             # the decider is disabled
       cached   = min(cached_tokens(decode), floor((prompt - 1) / bs) * bs)
       decide   = prompt - cached >= nonCachedTokens
 
@@ -26,12 +26,14 @@ after the decode profile chose its endpoint (None in ``prefill-first`` order), a
   the cycle's published prefix match, capped (as in llm-d) so that the last token is always
   computed; without a prefix match nothing counts as cached (llm-d refuses to disaggregate then; we
   decide by prompt length, which is what an empty cache means). Parameters: ``nonCachedTokens``
-  (int >= 0, default 0 = always disaggregate, as in llm-d), ``promptTokens`` (int >= 0, default 0 =
+  (int >= 0, default 0 = the decider is disabled: never disaggregate, as llm-d-router and
+  llm-d-inference-scheduler since 2026-03; logged at start), ``promptTokens`` (int >= 0, default 0 =
   no prompt-length gate).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -42,6 +44,8 @@ from scheduler.plugins.base import PluginBase, factory_with_params, factory_with
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
 from scheduler.plugins.prefix.match import PrefixMatch, prefix_match
 from scheduler.types import EndpointView, LLMRequest
+
+_log = logging.getLogger("scheduler.plugins")
 
 __all__ = [
     "DECIDER_PREFIX_MATCH",
@@ -118,6 +122,8 @@ class PrefixBasedDecider(PluginBase):
         self.params = params = params or PrefixBasedDeciderParams()
         self._threshold = params.non_cached_tokens
         self._min_prompt = params.prompt_tokens
+        if self._threshold == 0:
+            _log.info("%s: prefix-based P/D decider disabled (nonCachedTokens=0): never disaggregates", name)
 
     def uncached_tokens(self, cycle: CycleState, request: LLMRequest, decode: EndpointView) -> int:
         prompt = prompt_tokens(request)
@@ -136,7 +142,7 @@ class PrefixBasedDecider(PluginBase):
         if self._min_prompt and prompt_tokens(request) < self._min_prompt:
             return False
         if self._threshold == 0:
-            return True
+            return False
         return self.uncached_tokens(cycle, request, decode) >= self._threshold
 
 

@@ -25,8 +25,8 @@ def cycle(blocks: int | None) -> CycleState:
 @pytest.mark.parametrize(
     ("threshold", "tokens", "cached_blocks", "expected"),
     [
-        (0, 10, None, True),  # 0 = always
-        (0, 0, 64, True),
+        (0, 10, None, False),  # 0 = the decider is disabled (llm-d-router, llm-d-inference-scheduler)
+        (0, 4096, 0, False),
         (256, 255, None, False),  # prompt shorter than the threshold
         (256, 256, None, True),  # no prefix match: nothing cached
         (256, 1024, 0, True),
@@ -46,7 +46,7 @@ def test_decide(threshold: int, tokens: int, cached_blocks: int | None, expected
 
 @pytest.mark.parametrize(
     ("prompt_gate", "tokens", "threshold", "expected"),
-    [(100, 99, 0, False), (100, 100, 0, True), (100, 500, 600, False), (0, 5, 0, True)],
+    [(100, 99, 1, False), (100, 100, 1, True), (100, 500, 600, False), (0, 5, 1, True), (100, 500, 0, False)],
 )
 def test_prompt_tokens_gate(prompt_gate: int, tokens: int, threshold: int, expected: bool) -> None:
     d = PrefixBasedDecider("d", PrefixBasedDeciderParams(threshold, prompt_gate))
