@@ -22,12 +22,15 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins.prefix import producer as prefix_producer
     from scheduler.plugins.prefix import scorer as prefix_scorer
     from scheduler.plugins.scorers import kv_cache_utilization, queue
+    from scheduler.plugins.tokens import producer as token_producer
 
     registry.register("queue-scorer", queue.factory)
     registry.register("kv-cache-utilization-scorer", kv_cache_utilization.factory)
     registry.register_alias("kv-cache-scorer", "kv-cache-utilization-scorer")  # GIE < v1.0 name
     registry.register("prefix-cache-scorer", prefix_scorer.factory)
     registry.register("approx-prefix-cache-producer", prefix_producer.factory)
+    registry.register("token-producer", token_producer.factory)
+    registry.register("tokenizer", token_producer.legacy_factory)  # deprecated upstream name
     registry.register("prefix-affinity-scorer", prefix_affinity_scorer.factory)  # pyepp's own
     registry.register("max-score-picker", max_score.factory)
     registry.register("random-picker", random_picker.factory)
