@@ -358,7 +358,7 @@ class Session:
             body_size=self._body_size,
         )
         self.state = _SCHEDULING
-        return [Schedule(request, self._subset, self._header_only)]
+        return [Schedule(request, self._subset, self._header_only, self._body)]
 
     # ------------------------------------------------------------------------------ response path
 
