@@ -188,8 +188,8 @@ class ExtProcStream:
     __slots__ = (
         "_busy",
         "_closed",
-        "_held",
         "_core",
+        "_held",
         "_labels",
         "_last_chunk",
         "_resp_at",

@@ -30,7 +30,7 @@ def register_builtin(registry: Registry) -> None:
     registry.register("prefix-cache-scorer", prefix_scorer.factory)
     registry.register("approx-prefix-cache-producer", prefix_producer.factory)
     registry.register("token-producer", token_producer.factory)
-    registry.register("tokenizer", token_producer.legacy_factory)  # deprecated upstream name
+    registry.register_alias("tokenizer", "token-producer")  # llm-d-router's deprecated name
     registry.register("prefix-affinity-scorer", prefix_affinity_scorer.factory)  # pyepp's own
     registry.register("max-score-picker", max_score.factory)
     registry.register("random-picker", random_picker.factory)

@@ -46,17 +46,15 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.testdata.datalayer-config.yaml",
         "llm-d-router/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
     ),
-    # 9 file(s)
-    "plugin type token-producer": (
+    # 7 file(s)
+    "plugin type precise-prefix-cache-scorer": (
         "llm-d-inference-scheduler/deploy.config.sim-epp-kvcache-config.yaml",
+        "llm-d-inference-scheduler/deploy.config.sim-epp-no-hit-lru.yaml",
         "llm-d-inference-scheduler/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
+        "llm-d-inference-scheduler/docs.architecture__2.yaml",
+        "llm-d-inference-scheduler/test.config.prefix_cache_mode_test.yaml",
         "llm-d-inference-scheduler/test.e2e.configs_test__7.yaml",
         "llm-d-inference-scheduler/test.e2e.configs_test__8.yaml",
-        "llm-d-router/deploy.config.epp-burst-prefix-cache-config.yaml",
-        "llm-d-router/deploy.config.sim-epp-kvcache-config.yaml",
-        "llm-d-router/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
-        "llm-d-router/test.integration.epp.wellknown_configs_test__2.yaml",
-        "llm-d-router/test.integration.epp.wellknown_configs_test__5.yaml",
     ),
     # 6 file(s)
     "data-layer source type test-source": (
@@ -74,6 +72,13 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-router/test.perf.config.router-configs.precise-prefix.yaml",
     ),
+    # 4 file(s)
+    "plugin type precise-prefix-cache-producer": (
+        "llm-d-router/deploy.config.sim-epp-kvcache-config.yaml",
+        "llm-d-router/deploy.config.sim-epp-no-hit-lru.yaml",
+        "llm-d-router/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
+        "llm-d-router/docs.architecture.yaml",
+    ),
     # 3 file(s)
     "data-layer source type dcgm-data-source": (
         "llm-d-router/deploy.config.sim-epp-gpu-config.yaml",
@@ -85,12 +90,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.config.loader.testdata_test__1.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__2.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__7.yaml",
-    ),
-    # 3 file(s)
-    "plugin type precise-prefix-cache-scorer": (
-        "llm-d-inference-scheduler/deploy.config.sim-epp-no-hit-lru.yaml",
-        "llm-d-inference-scheduler/docs.architecture__2.yaml",
-        "llm-d-inference-scheduler/test.config.prefix_cache_mode_test.yaml",
     ),
     # 3 file(s)
     "plugin type request-attribute-reporter": (
@@ -109,11 +108,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestheader.agentidentity.README__2.yaml",
     ),
     # 2 file(s)
-    "plugin type precise-prefix-cache-producer": (
-        "llm-d-router/deploy.config.sim-epp-no-hit-lru.yaml",
-        "llm-d-router/docs.architecture.yaml",
-    ),
-    # 2 file(s)
     "plugin type predicted-latency-producer": (
         "gie/site-src.guides.troubleshooting__2.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__7.yaml",
@@ -123,6 +117,10 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
     # 1 file(s)
     "dataLayer.sources: expected a metrics-data-source (pyepp cannot run without metrics collection: an e": (
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__29.yaml",
+    ),
+    # 1 file(s)
+    "plugin type burst-prefix-cache-producer": (
+        "llm-d-router/deploy.config.epp-burst-prefix-cache-config.yaml",
     ),
     # 1 file(s)
     "plugin type disaggregatedset-rollout-screener": (

@@ -205,6 +205,11 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         "defaultPrefillProfile)",
         {"minCachedTokenDelta": 1, "prefillProfileName": "prefill"},
     ),
+    # No parameters: the estimate backend, which has no defaulted field (vllm.url 5s/30s apply only to
+    # the vllm backend, tested in tests/scheduler/producers/test_token_producer.py).
+    "token-producer": Upstream(
+        f"{ROUTER}:{_P}requestcontrol/dataproducer/tokenizer/tokenizer.go (NewPlugin: estimate default)", {}
+    ),
     "probabilistic-admitter": Upstream(
         f"{ROUTER}:{_P}requestcontrol/admitter/probabilisticadmitter/plugin.go (default*)",
         {"queueDepthThreshold": 5, "kvCacheUtilThreshold": 0.8, "power": 5.0, "k": 300.0},

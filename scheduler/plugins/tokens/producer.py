@@ -1,4 +1,4 @@
-"""``token-producer`` (legacy alias ``tokenizer``): the prompt's token ids, shared by its consumers.
+"""``token-producer`` (alias ``tokenizer``, its deprecated name): the prompt as token ids, shared.
 
 Produces ``TokenizedPrompt/<name>``; today's consumer is ``approx-prefix-cache-producer``, which then
 hashes blocks of token ids instead of blocks of characters (:mod:`scheduler.plugins.prefix.matcher`).
@@ -28,20 +28,16 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import structlog
-
 from scheduler.cycle_state import CycleState, StateKey
 from scheduler.interfaces import Handle, Plugin
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.tokens.params import RenderBackend, TokenProducerParams, parse_token_producer_params
 from scheduler.types import LLMRequest
 
-__all__ = ["LEGACY_TYPE", "TOKENIZED_PROMPT", "TokenProducer", "factory", "legacy_factory", "pack_bytes"]
+__all__ = ["TOKENIZED_PROMPT", "TokenProducer", "factory", "pack_bytes"]
 
 TOKENIZED_PROMPT = "TokenizedPrompt"
-LEGACY_TYPE = "tokenizer"
 _PENDING_LIMIT = 1024
-_log = structlog.get_logger("scheduler.tokens")
 
 
 def pack_bytes(raw: bytes) -> tuple[int, ...]:
@@ -97,18 +93,6 @@ class TokenProducer(PluginBase):
         self.tokens(cycle, request)
 
 
-def _build(plugin_type: str, name: str, parameters: Mapping[str, Any]) -> TokenProducer:
-    return TokenProducer(name, parse_token_producer_params(parameters, plugin_type, name))
-
-
 def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> Plugin:
-    return _build(TokenProducer.plugin_type, name, parameters)
-
-
-def legacy_factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> Plugin:
-    """``tokenizer``: upstream's deprecated name of ``token-producer`` (logs a deprecation)."""
-    _log.warning(
-        f"DEPRECATION: plugin type '{LEGACY_TYPE}' is deprecated; use 'token-producer' instead",
-        plugin=name,
-    )
-    return _build(LEGACY_TYPE, name, parameters)
+    """Builds a ``token-producer`` (also under the alias ``tokenizer``, upstream's deprecated name)."""
+    return TokenProducer(name, parse_token_producer_params(parameters, TokenProducer.plugin_type, name))

@@ -21,7 +21,7 @@ from scheduler.handle import PluginHandle
 from scheduler.plugins.prefix.hashing import token_prefix_hashes
 from scheduler.plugins.prefix.producer import ApproxPrefixCacheProducer
 from scheduler.plugins.tokens.params import RenderBackend
-from scheduler.plugins.tokens.producer import TokenProducer, factory, legacy_factory, pack_bytes
+from scheduler.plugins.tokens.producer import TokenProducer, factory, pack_bytes
 from scheduler.types import Endpoint, LLMRequest, ProfileResult, SchedulingResult, ScoredEndpoint
 
 A, B = Endpoint("10.0.0.1:8000"), Endpoint("10.0.0.2:8000")
@@ -84,9 +84,14 @@ def test_vllm_backend(vllm: dict[str, str] | None, expected: RenderBackend) -> N
 
 
 def test_legacy_alias_builds_the_same_plugin() -> None:
-    plugin = legacy_factory("tokenizer", {"modelName": "m"}, PluginHandle())
+    resolved = load_config_text(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
+        "plugins:\n- type: tokenizer\n  parameters: {modelName: m}\n- type: queue-scorer\n"
+        "schedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\n"
+    )
+    plugin = resolved.plugins[0].plugin
     assert isinstance(plugin, TokenProducer) and plugin.plugin_type == "token-producer"
-    assert plugin.render is not None
+    assert plugin.name == "tokenizer" and plugin.render is not None
 
 
 def test_pack_bytes_is_key_preserving() -> None:
