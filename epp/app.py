@@ -84,6 +84,7 @@ from scheduler.config.document import API_VERSION, LEGACY_API_VERSION
 from scheduler.config.resolved import ResolvedConfig
 from scheduler.errors import ConfigError
 from scheduler.interfaces import RequestAdmitter
+from scheduler.plugins.request_attributes import AgentIdentity
 from scheduler.types import EndpointView
 
 __all__ = ["PickerApp", "StartupError", "build_app", "run", "serve"]
@@ -400,6 +401,7 @@ async def build_app(options: Options) -> PickerApp:
         owned_request_headers=scheduler.owned_request_headers,
         endpoint_subset_filter=not options.disable_endpoint_subset_filter,
         emit_endpoint_scores=options.emit_endpoint_scores,
+        agent_identity=next((p.attribute for p in plugins if isinstance(p, AgentIdentity)), None),
     )
     server = EppServer(
         settings,

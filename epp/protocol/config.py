@@ -54,7 +54,9 @@ class SessionConfig:
     ``endpoint_subset_filter=False`` ignores the proxy's subset hint (``--disable-endpoint-subset-filter``:
     every endpoint is a candidate). ``emit_endpoint_scores`` adds the primary profile's total score of
     every candidate to the routing metadata, ``envoy.lb`` / ``x-gateway-destination-endpoint-scores``
-    (address -> score), as llm-d-router's ``--emit-endpoint-scores``.
+    (address -> score), as llm-d-router's ``--emit-endpoint-scores``. ``agent_identity(headers) -> str``
+    (optional; an ``agent-identity`` plugin's reader) gives the fairness id of a request without the
+    fairness-id header ("" : the default fairness id), as llm-d-router's director.
     """
 
     parser: RequestParser = field(default_factory=OpenAIParser)
@@ -69,6 +71,7 @@ class SessionConfig:
     owned_request_headers: frozenset[str] = frozenset()
     endpoint_subset_filter: bool = True  # False: --disable-endpoint-subset-filter (ignore the hint)
     emit_endpoint_scores: bool = False  # --emit-endpoint-scores
+    agent_identity: Callable[[Mapping[str, str]], str] | None = None
 
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0:

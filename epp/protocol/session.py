@@ -347,6 +347,10 @@ class Session:
                 self._rewrite = (target, parsed.model)
         return self._schedule(parsed)
 
+    def _agent_identity(self, headers: Mapping[str, str]) -> str:
+        reader = self._config.agent_identity
+        return reader(headers) if reader is not None else ""
+
     def _schedule(self, parsed: ParsedBody) -> list[Action]:
         headers = self._headers
         self._request = request = build_request(
@@ -354,7 +358,7 @@ class Session:
             headers=headers,
             parsed=parsed,
             priority=self._config.priority_of(headers.get(OBJECTIVE_HEADER)),
-            fairness_id=headers.get(FAIRNESS_HEADER) or DEFAULT_FAIRNESS_ID,
+            fairness_id=headers.get(FAIRNESS_HEADER) or self._agent_identity(headers) or DEFAULT_FAIRNESS_ID,
             body_size=self._body_size,
         )
         self.state = _SCHEDULING

@@ -16,6 +16,7 @@ __all__ = ["register_builtin"]
 
 def register_builtin(registry: Registry) -> None:
     """Register every in-tree plugin type. Imports are local so that importing the package is cheap."""
+    from scheduler.plugins import request_attributes
     from scheduler.plugins.handlers import single_profile
     from scheduler.plugins.pickers import max_score, random_picker, weighted_random
     from scheduler.plugins.prefix import affinity as prefix_affinity_scorer
@@ -30,6 +31,8 @@ def register_builtin(registry: Registry) -> None:
     registry.register("prefix-cache-scorer", prefix_scorer.factory)
     registry.register("approx-prefix-cache-producer", prefix_producer.factory)
     registry.register("token-producer", token_producer.factory)
+    registry.register("agent-identity", request_attributes.agent_identity_factory)
+    registry.register("session-id-producer", request_attributes.session_id_factory)
     registry.register_alias("tokenizer", "token-producer")  # llm-d-router's deprecated name
     registry.register("prefix-affinity-scorer", prefix_affinity_scorer.factory)  # pyepp's own
     registry.register("max-score-picker", max_score.factory)

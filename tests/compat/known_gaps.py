@@ -103,11 +103,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
     ),
     # 2 file(s)
-    "plugin type agent-identity": (
-        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestheader.agentidentity.README__1.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestheader.agentidentity.README__2.yaml",
-    ),
-    # 2 file(s)
     "plugin type predicted-latency-producer": (
         "gie/site-src.guides.troubleshooting__2.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__7.yaml",
