@@ -22,6 +22,7 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins.prefix import affinity as prefix_affinity_scorer
     from scheduler.plugins.prefix import producer as prefix_producer
     from scheduler.plugins.prefix import scorer as prefix_scorer
+    from scheduler.plugins.response import attribute_reporter
     from scheduler.plugins.scorers import kv_cache_utilization, queue
     from scheduler.plugins.tokens import producer as token_producer
 
@@ -33,6 +34,7 @@ def register_builtin(registry: Registry) -> None:
     registry.register("token-producer", token_producer.factory)
     registry.register("agent-identity", request_attributes.agent_identity_factory)
     registry.register("session-id-producer", request_attributes.session_id_factory)
+    registry.register("request-attribute-reporter", attribute_reporter.factory)
     registry.register_alias("tokenizer", "token-producer")  # llm-d-router's deprecated name
     registry.register("prefix-affinity-scorer", prefix_affinity_scorer.factory)  # pyepp's own
     registry.register("max-score-picker", max_score.factory)

@@ -277,6 +277,10 @@ REQUIRED: dict[str, str] = {
         f'{ROUTER}:{_P}scheduling/scorer/headerlabelaffinity/plugin.go: "header-label-affinity-scorer '
         'requires parameters"'
     ),
+    "request-attribute-reporter": (
+        f"{ROUTER}:{_P}requestcontrol/requestattributereporter/plugin.go (New): "
+        '"attributes must contain exactly one entry"'
+    ),
     "session-id-producer": (
         f"{ROUTER}:{_P}requestcontrol/dataproducer/sessionid/producer.go (Factory): "
         "\"'session-id-producer' requires exactly one of headerName or cookieName to be set\""
