@@ -197,3 +197,37 @@ def test_without_a_token_producer_characters_are_hashed() -> None:
     producer = next(p.plugin for p in resolved.plugins if isinstance(p.plugin, ApproxPrefixCacheProducer))
     assert producer.token_source is None
     assert "token-producer" not in {p.plugin.plugin_type for p in resolved.plugins}  # never injected
+
+
+LENGTH_CONFIG = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+%s
+- type: context-length-aware
+- type: inflight-load-producer
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: context-length-aware}]
+"""
+
+
+@pytest.mark.parametrize("with_producer", [True, False])
+def test_context_length_and_inflight_load_count_the_producer_ids(with_producer: bool) -> None:
+    producer = "- type: token-producer\n  parameters: {modelName: m}" if with_producer else ""
+    resolved = load_config_text(LENGTH_CONFIG % producer)
+    plugins = {p.plugin.plugin_type: p.plugin for p in resolved.plugins}
+    length, inflight = plugins["context-length-aware"], plugins["inflight-load-producer"]
+    assert ("token-producer" in plugins) is with_producer  # never injected
+    req = LLMRequest(request_id="r", model="m", target_model="m", prompt_text="x" * 400, token_estimate=100)
+    if with_producer:
+        tokens = plugins["token-producer"]
+        assert isinstance(tokens, TokenProducer)
+        tokens.accept_rendered("r", list(range(37)))
+    cycle = CycleState()
+    expected = 37 if with_producer else 100
+    assert length.prompt_length(cycle, req) == expected  # type: ignore[attr-defined]
+    assert inflight.uncached_tokens(cycle, req, A.address) == expected  # type: ignore[attr-defined]
+    # A failed render: upstream's unknown length, 0.
+    if with_producer:
+        assert length.prompt_length(CycleState(), req) == 0  # type: ignore[attr-defined]
