@@ -111,6 +111,7 @@ class H2Connection(asyncio.Protocol):
         self._recv_consumed = 0
         self._goaway_sent = False
         self.shutting_down = False
+        self._tasks: set[asyncio.Task[None]] = set()  # running pre-scheduling steps (strong references)
 
     @property
     def open_streams(self) -> int:
@@ -342,7 +343,9 @@ class H2Connection(asyncio.Protocol):
             if not self._queue(sid, stream, responses, out):
                 return False
             if stream.ext.suspended:  # token-producer's render: the rest waits for it
-                stream.task = asyncio.get_running_loop().create_task(self._settle(sid, stream))
+                stream.task = task = asyncio.get_running_loop().create_task(self._settle(sid, stream))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
                 break
         stream.buf = buf[pos:]
         if stream.pending:
