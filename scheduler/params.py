@@ -262,7 +262,9 @@ def params_to_dict(params: object) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in _fields(type(params)):
         value = getattr(params, f.name)
-        if isinstance(value, tuple):
+        if hasattr(value, "as_yaml"):  # a structured value that renders itself (e.g. sessionIdConfig)
+            value = value.as_yaml()
+        elif isinstance(value, tuple):
             value = list(value)
         elif isinstance(value, Mapping):
             value = dict(value)

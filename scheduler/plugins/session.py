@@ -27,7 +27,7 @@ import base64
 import binascii
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from scheduler.types import LLMRequest, SchedulingResult
 
@@ -55,13 +55,32 @@ SESSION_ID_HEADER = "x-session-id"
 MAX_SESSIONS = 100_000
 """Budget of one plugin's ``session_id`` binding map (about 100 bytes each: ~10 MB at the cap)."""
 
-SessionIdConfig = tuple[tuple[str, ...], float, float]
-"""(session-id sources in priority order: header names or ``attribute:<key>``, TTL seconds, sweep
-interval seconds)."""
 ATTRIBUTE_SOURCE = "attribute:"
+
+
+class SessionIdConfig(NamedTuple):
+    """``sessionIdConfig`` resolved: sources in priority order (header names or ``attribute:<key>``),
+    TTL and sweep interval in seconds."""
+
+    sources: tuple[str, ...]
+    ttl: float
+    sweep: float
+
+    def as_yaml(self) -> dict[str, Any]:
+        """The YAML form (what ``check-config`` renders; it loads back to the same value)."""
+        sources: list[dict[str, str]] = []
+        for source in self.sources:
+            if source.startswith(ATTRIBUTE_SOURCE):
+                attribute, _, producer = source[len(ATTRIBUTE_SOURCE) :].partition("/")
+                sources.append({"attribute": attribute, **({"producer": producer} if producer else {})})
+            else:
+                sources.append({"header": source})
+        return {"sources": sources, "evictionTtlSeconds": self.ttl, "evictionSweepSeconds": self.sweep}
+
+
 AttributeReader = Callable[[Mapping[str, str]], str]
 
-DEFAULT_SESSION_ID_CONFIG: SessionIdConfig = ((SESSION_ID_HEADER,), 300.0, 10.0)
+DEFAULT_SESSION_ID_CONFIG = SessionIdConfig((SESSION_ID_HEADER,), 300.0, 10.0)
 
 
 def encode_token(address: str) -> str:
@@ -137,7 +156,7 @@ def session_id_config(raw: Any) -> SessionIdConfig | None:
         headers.append(name or SESSION_ID_HEADER)
     ttl = _seconds(raw.get("evictionTtlSeconds"), "evictionTtlSeconds", 300.0)
     sweep = _seconds(raw.get("evictionSweepSeconds"), "evictionSweepSeconds", 10.0)
-    return (tuple(headers) or (SESSION_ID_HEADER,), ttl, sweep)
+    return SessionIdConfig(tuple(headers) or (SESSION_ID_HEADER,), ttl, sweep)
 
 
 def picked_address(result: SchedulingResult, profile: str | None, served: str | None = None) -> str | None:

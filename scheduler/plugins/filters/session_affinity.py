@@ -65,7 +65,7 @@ class SessionStrategyParams:
         None, convert=_session.encoded_header_config, expect="a mapping {header: <name>}"
     )
     header_name: str | None = param(None, convert=_session.header_name, expect="an HTTP header name")
-    session_id_config: tuple[tuple[str, ...], float, float] | None = param(
+    session_id_config: SessionIdConfig | None = param(
         None,
         key="sessionIdConfig",
         convert=_session.session_id_config,

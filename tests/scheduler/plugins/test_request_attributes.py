@@ -182,3 +182,15 @@ def test_attributes_nobody_publishes_yield_nothing() -> None:
     assert session_of(plugin, {"cookie": "sid=x", "x-session-id": "h"}) == "h"
     other = session_filter("- type: session-id-producer\n  name: other\n  parameters: {headerName: h}")
     assert session_of(other, {"h": "v"}) == ""  # SessionID of another producer instance
+
+
+def test_session_id_config_renders_and_reloads() -> None:
+    """check-config output loads back to the same plugins (sessionIdConfig rendered as YAML, not a list)."""
+    resolved = load_config_text(CONFIG % PRODUCERS)
+    rendered = resolved.render()
+    assert "- attribute: SessionID\n" in rendered and "producer: cookies" in rendered
+    assert "- header: x-session-id" in rendered
+    again = load_config_text(rendered)
+    assert again.render() == rendered
+    found = next(p.plugin for p in again.plugins if isinstance(p.plugin, SessionAffinityFilter))
+    assert session_of(found, {"cookie": "sid=abc"}) == "abc"  # still bound after the round trip
