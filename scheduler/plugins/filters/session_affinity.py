@@ -65,7 +65,7 @@ class SessionStrategyParams:
         None, convert=_session.encoded_header_config, expect="a mapping {header: <name>}"
     )
     header_name: str | None = param(None, convert=_session.header_name, expect="an HTTP header name")
-    session_id_config: SessionIdConfig | None = param(
+    session_id_config: tuple[tuple[str, ...], float, float] | None = param(
         None,
         key="sessionIdConfig",
         convert=_session.session_id_config,
@@ -93,8 +93,9 @@ class SessionStrategyParams:
 
     @property
     def session(self) -> SessionIdConfig:
-        """(session-id headers, TTL seconds, sweep seconds) of the session_id strategy."""
-        return self.session_id_config or DEFAULT_SESSION_ID_CONFIG
+        """(session-id sources, TTL seconds, sweep seconds) of the session_id strategy."""
+        config = self.session_id_config  # a SessionIdConfig when given (the converter makes one)
+        return config if isinstance(config, SessionIdConfig) else DEFAULT_SESSION_ID_CONFIG
 
 
 SessionAffinityFilterParams = SessionStrategyParams
