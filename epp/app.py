@@ -65,6 +65,7 @@ from epp.feature_gates import (
 )
 from epp.options import Options
 from epp.protocol import SessionConfig
+from epp.protocol.config import ResponseMetadataFn
 from epp.readiness import answered, wait_for_an_answer
 from epp.server.http import MetricsTls
 from epp.server.metric_catalog import Naming
@@ -83,8 +84,9 @@ from epp.stability import experimental_plugin_error
 from scheduler.config.document import API_VERSION, LEGACY_API_VERSION
 from scheduler.config.resolved import ResolvedConfig
 from scheduler.errors import ConfigError
-from scheduler.interfaces import RequestAdmitter
-from scheduler.types import EndpointView
+from scheduler.interfaces import RequestAdmitter, ResponseMetadataProvider
+from scheduler.plugins.request_attributes import AgentIdentity
+from scheduler.types import EndpointView, LLMRequest, SchedulingResult, Usage
 
 __all__ = ["PickerApp", "StartupError", "build_app", "run", "serve"]
 
@@ -400,6 +402,8 @@ async def build_app(options: Options) -> PickerApp:
         owned_request_headers=scheduler.owned_request_headers,
         endpoint_subset_filter=not options.disable_endpoint_subset_filter,
         emit_endpoint_scores=options.emit_endpoint_scores,
+        agent_identity=next((p.attribute for p in plugins if isinstance(p, AgentIdentity)), None),
+        response_metadata=response_metadata_of(plugins),
     )
     server = EppServer(
         settings,
@@ -415,6 +419,25 @@ async def build_app(options: Options) -> PickerApp:
     )
     _log_gates(loaded.feature_gates)
     return PickerApp(options, config, layer, http, server, built.api_client, objectives, loaded.feature_gates)
+
+
+def response_metadata_of(plugins: Sequence[object]) -> ResponseMetadataFn | None:
+    """The dynamic-metadata function of the ``ResponseMetadataProvider`` plugins (None: there are none);
+    their namespaces are merged in configuration order."""
+    providers = [p for p in plugins if isinstance(p, ResponseMetadataProvider)]
+    if not providers:
+        return None
+
+    def metadata(
+        request: LLMRequest, result: SchedulingResult, usage: Usage
+    ) -> Mapping[str, Mapping[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for provider in providers:
+            for namespace, fields in provider.response_metadata(request, result, usage).items():
+                out.setdefault(namespace, {}).update(fields)
+        return out
+
+    return metadata
 
 
 def _log_gates(gates: FeatureGates) -> None:

@@ -24,6 +24,7 @@ from scheduler.types import (
     ProfileResult,
     SchedulingResult,
     ScoredEndpoint,
+    Usage,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ __all__ = [
     "ResponseChunkHook",
     "ResponseHeadersHook",
     "ResponseHeadersProvider",
+    "ResponseMetadataProvider",
     "SaturationDetector",
     "Scorer",
 ]
@@ -225,6 +227,20 @@ class ResponseHeadersProvider(Plugin, Protocol):
         ``ip:port`` the proxy reported as having served the request (a fallback may have), None when
         it reported none. Pure and cheap: no I/O, no mutation of ``request`` or ``result``. Header
         names are lower-case. An exception is reported and the response goes on without the headers.
+        """
+        ...
+
+
+@runtime_checkable
+class ResponseMetadataProvider(Plugin, Protocol):
+    def response_metadata(
+        self, request: LLMRequest, result: SchedulingResult, usage: Usage
+    ) -> Mapping[str, Mapping[str, float]]:
+        """Dynamic metadata ``{namespace: {key: number}}`` for the proxy at the end of the response.
+
+        Called once per dispatch whose response body the EPP sees, when it ends; ``usage`` is the
+        model server's (zeros when unknown or the response failed). Pure and cheap. An exception is
+        reported and nothing is added.
         """
         ...
 

@@ -58,12 +58,14 @@ class Schedule:
 
     Subset entries are ``ip:port`` (match the endpoint address exactly) or a bare IP (match the IP
     part); see :func:`epp.admission.subset.select_subset`. ``header_only``: the request has no body
-    (``end_of_stream`` on its headers, or request body mode NONE).
+    (``end_of_stream`` on its headers, or request body mode NONE). ``body``: the request body as
+    received (empty for a header-only request), for an async pre-scheduling step that needs it.
     """
 
     request: LLMRequest
     subset: frozenset[str] | None
     header_only: bool = False
+    body: bytes = b""
 
 
 @value_type

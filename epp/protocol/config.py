@@ -8,14 +8,21 @@ from dataclasses import dataclass, field
 
 from epp.request.openai import OpenAIParser
 from epp.request.parser import RequestParser
-from scheduler.types import LLMRequest, SchedulingResult
+from scheduler.types import LLMRequest, SchedulingResult, Usage
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "DEFAULT_MAX_BODY_BYTES", "ResponseHeadersFn", "SessionConfig"]
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_MAX_BODY_BYTES",
+    "ResponseHeadersFn",
+    "ResponseMetadataFn",
+    "SessionConfig",
+]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_CHUNK_SIZE = 62_000  # some proxies cap streamed chunks at 64 KiB
 
 ResponseHeadersFn = Callable[[LLMRequest, SchedulingResult, str | None], Mapping[str, str]]
+ResponseMetadataFn = Callable[[LLMRequest, SchedulingResult, Usage], Mapping[str, Mapping[str, float]]]
 
 
 def _no_priority(objective: str | None) -> int:
@@ -54,7 +61,12 @@ class SessionConfig:
     ``endpoint_subset_filter=False`` ignores the proxy's subset hint (``--disable-endpoint-subset-filter``:
     every endpoint is a candidate). ``emit_endpoint_scores`` adds the primary profile's total score of
     every candidate to the routing metadata, ``envoy.lb`` / ``x-gateway-destination-endpoint-scores``
-    (address -> score), as llm-d-router's ``--emit-endpoint-scores``.
+    (address -> score), as llm-d-router's ``--emit-endpoint-scores``. ``agent_identity(headers) -> str``
+    (optional; an ``agent-identity`` plugin's reader) gives the fairness id of a request without the
+    fairness-id header ("" : the default fairness id), as llm-d-router's director.
+    ``response_metadata(request, result, usage) -> {namespace: {key: number}}`` (optional; the
+    ``request-attribute-reporter`` plugins) is added as dynamic metadata to the last ext_proc response
+    for the response body when it ends (pure; an exception is logged and adds nothing).
     """
 
     parser: RequestParser = field(default_factory=OpenAIParser)
@@ -69,6 +81,8 @@ class SessionConfig:
     owned_request_headers: frozenset[str] = frozenset()
     endpoint_subset_filter: bool = True  # False: --disable-endpoint-subset-filter (ignore the hint)
     emit_endpoint_scores: bool = False  # --emit-endpoint-scores
+    agent_identity: Callable[[Mapping[str, str]], str] | None = None
+    response_metadata: ResponseMetadataFn | None = None
 
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0:

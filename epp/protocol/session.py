@@ -43,6 +43,7 @@ import structlog
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3.external_processor_pb2 import (
     ProcessingRequest,
+    ProcessingResponse,
 )
 
 from epp.protocol import messages as m
@@ -347,6 +348,10 @@ class Session:
                 self._rewrite = (target, parsed.model)
         return self._schedule(parsed)
 
+    def _agent_identity(self, headers: Mapping[str, str]) -> str:
+        reader = self._config.agent_identity
+        return reader(headers) if reader is not None else ""
+
     def _schedule(self, parsed: ParsedBody) -> list[Action]:
         headers = self._headers
         self._request = request = build_request(
@@ -354,11 +359,11 @@ class Session:
             headers=headers,
             parsed=parsed,
             priority=self._config.priority_of(headers.get(OBJECTIVE_HEADER)),
-            fairness_id=headers.get(FAIRNESS_HEADER) or DEFAULT_FAIRNESS_ID,
+            fairness_id=headers.get(FAIRNESS_HEADER) or self._agent_identity(headers) or DEFAULT_FAIRNESS_ID,
             body_size=self._body_size,
         )
         self.state = _SCHEDULING
-        return [Schedule(request, self._subset, self._header_only)]
+        return [Schedule(request, self._subset, self._header_only, self._body)]
 
     # ------------------------------------------------------------------------------ response path
 
@@ -413,27 +418,56 @@ class Session:
         if self._config.response_chunks:
             out.append(ResponseChunk(self._request, self._result, data))
         forward = resp.chunk(data)
+        completed: list[Action] = []
         if eos:
             if resp.holds_body:
                 forward = resp.finish()
-            out.extend(self._complete(None))  # before the Sends: a failed write cannot skip it
+            completed = self._complete(None)
+            out.extend(completed)  # before the Sends: a failed write cannot skip it
         replies = response_body_replies(self._response_mode, data, forward, eos, self._config.chunk_size)
+        if completed and replies:
+            replies[-1] = self._with_metadata(replies[-1], completed)
         out.extend(Send(reply) for reply in replies)
         return out
+
+    def _with_metadata(self, reply: ProcessingResponse, completed: list[Action]) -> ProcessingResponse:
+        """``reply`` with the completed request's ``response_metadata`` as dynamic metadata (a copy:
+        replies may be shared message instances)."""
+        provider = self._config.response_metadata
+        if provider is None:
+            return reply
+        done = completed[0]
+        assert isinstance(done, Completed)
+        try:
+            metadata = provider(done.request, done.result, done.completion.usage)
+        except Exception:
+            _log.exception("response metadata provider failed", request_id=done.request.request_id)
+            return reply
+        if not metadata:
+            return reply
+        copy = ProcessingResponse()
+        copy.CopyFrom(reply)
+        copy.dynamic_metadata.update({ns: dict(fields) for ns, fields in metadata.items()})
+        return copy
 
     def _on_response_trailers(self, msg: ProcessingRequest) -> list[Action]:
         self._note_served(msg)
         out: list[Action] = []
         resp = self._response
         held = resp.finish() if self.state is _RESPONDING and resp is not None else None
+        completed: list[Action] = []
         if self.state is _RESPONDING:
             grpc_status = read_headers(msg.response_trailers.trailers).get("grpc-status", "0")
-            out.extend(self._complete(None if grpc_status == "0" else _UPSTREAM_ERROR))
+            completed = self._complete(None if grpc_status == "0" else _UPSTREAM_ERROR)
+            out.extend(completed)
+        replies: list[ProcessingResponse] = []
         if held is not None and self._response_mode == _FULL_DUPLEX:
-            out.extend(
-                Send(r) for r in m.streamed_body("response_body", held, self._config.chunk_size, False)
-            )
-        out.append(Send(m.trailers_response("response_trailers")))
+            replies = list(m.streamed_body("response_body", held, self._config.chunk_size, False))
+        replies.append(m.trailers_response("response_trailers"))
+        if completed:
+            i = len(replies) - 2 if len(replies) > 1 else 0  # the last body reply, else the trailers'
+            replies[i] = self._with_metadata(replies[i], completed)
+        out.extend(Send(r) for r in replies)
         return out
 
     def _note_served(self, msg: ProcessingRequest) -> None:

@@ -34,6 +34,7 @@ from epp.server.h2 import H2Server
 from epp.server.health import HealthStatus
 from epp.server.http import MetricsTls, make_http_app, start_http
 from epp.server.metrics import RequestMetrics, StreamMetrics
+from epp.server.render import token_renderer
 from epp.server.request_log import RequestLog
 from epp.server.routing import EndpointSource, RequestScheduler, Router
 from epp.server.servicer import ExtProcServicer
@@ -99,7 +100,13 @@ class EppServer:
             RequestLog(settings.verbosity, tracing=settings.tracing) if settings.verbosity >= 2 else None
         )
         self.core = StreamCore(
-            session_config, router, request_metrics, request_log, clock, stream_metrics=stream_metrics
+            session_config,
+            router,
+            request_metrics,
+            request_log,
+            clock,
+            stream_metrics=stream_metrics,
+            renderer=token_renderer(getattr(scheduler, "plugins", ())),
         )
         self.servicer = ExtProcServicer(self.core, settings.max_send_bytes)
         self._http_app = make_http_app(
@@ -181,3 +188,5 @@ class EppServer:
         if self._http is not None:
             runner, self._http = self._http, None
             await runner.cleanup()
+        if self.core.renderer is not None:
+            await self.core.renderer.aclose()

@@ -63,7 +63,12 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         limit = self.max_send_bytes
         try:
             async for msg in request_iterator:
-                for response in stream.feed(msg):
+                responses = stream.feed(msg)
+                if stream.suspended:  # the async pre-scheduling step (token-producer's render)
+                    for response in responses:
+                        await write(response)
+                    responses = await stream.settle()
+                for response in responses:
                     if limit and (size := response.ByteSize()) > limit:
                         code = 8  # ResourceExhausted, as grpc-go's send limit
                         message = f"trying to send message larger than max ({size} vs. {limit})"

@@ -14,7 +14,11 @@ request log); :meth:`StreamCore.open` makes an :class:`ExtProcStream` per stream
         stream.end(outcome)                     # Completed exactly once if still dispatched
 
 :meth:`ExtProcStream.feed` runs ``session.receive`` and every action in order: a ``Schedule`` is
-answered inline by the router (its actions join the batch), ``Dispatched`` / ``ResponseStarted`` /
+answered inline by the router (its actions join the batch) — unless the configuration has an async
+pre-scheduling step (``token-producer``'s vLLM render, :mod:`epp.server.render`) for the request: then
+the walk stops there, :attr:`ExtProcStream.suspended` is true, and the engine awaits
+:meth:`ExtProcStream.settle`, which runs the step, schedules and returns the rest of the batch's
+responses (the engine feeds the stream nothing meanwhile); ``Dispatched`` / ``ResponseStarted`` /
 ``ResponseChunk`` / ``Completed`` fire the scheduler's hooks and the metrics synchronously, ``Send``
 responses are returned in order. Hook and metric failures are logged, never raised.
 
@@ -64,6 +68,7 @@ from epp.protocol import (
 from epp.protocol.session import DEFAULT_FAIRNESS_ID
 from epp.server.awaiting import AwaitingUsage
 from epp.server.metrics import RequestMetrics, StreamMetrics, error_code
+from epp.server.render import TokenRenderer
 from epp.server.request_log import RequestLog
 from epp.server.routing import Router
 from scheduler.types import Completion, Outcome, SchedulingResult
@@ -92,9 +97,12 @@ class StreamCore:
         clock: Callable[[], float] = time.perf_counter,
         awaiting: AwaitingUsage | None = None,
         stream_metrics: StreamMetrics | None = None,
+        renderer: TokenRenderer | None = None,
     ) -> None:
-        """``stream_metrics``: the opt-in ext_proc stream metrics (None: not recorded)."""
+        """``stream_metrics``: the opt-in ext_proc stream metrics (None: not recorded). ``renderer``: the
+        async pre-scheduling step (None: requests are scheduled as soon as they are parsed)."""
         self.config = config
+        self.renderer = renderer
         self.stream_metrics = stream_metrics
         self.router = router
         self.scheduler = router.scheduler
@@ -181,6 +189,7 @@ class ExtProcStream:
         "_busy",
         "_closed",
         "_core",
+        "_held",
         "_labels",
         "_last_chunk",
         "_resp_at",
@@ -211,6 +220,7 @@ class ExtProcStream:
         self.result: SchedulingResult | None = None
         self.error: str | None = None
         self.observer: ObserverSession | None = None
+        self._held: tuple[list[Action], int] | None = None  # actions and index of a waiting Schedule
 
     @property
     def finished(self) -> bool:
@@ -240,13 +250,57 @@ class ExtProcStream:
             if msg.HasField("response_body") and msg.response_body.body:  # non-empty chunks, as upstream
                 self._response_chunk(t0)
         actions = session.receive(msg)
+        self._walk(actions, 0, out, responding, t0)
+        if responding:
+            self._busy += core.clock() - t0
+        return out
+
+    @property
+    def suspended(self) -> bool:
+        """A request waits for the async pre-scheduling step: the engine must ``await settle()`` before
+        it feeds this stream again."""
+        return self._held is not None
+
+    async def settle(self) -> list[ProcessingResponse]:
+        """Run the pre-scheduling step of the held request, then schedule it; the responses to send.
+
+        Nothing is scheduled if the stream ended meanwhile (a reset or shutdown while waiting)."""
+        held = self._held
+        if held is None:
+            return []
+        actions, i = held
+        schedule = actions[i]
+        assert isinstance(schedule, Schedule) and self._core.renderer is not None
+        try:
+            await self._core.renderer.render(schedule.request, schedule.body)
+        finally:
+            self._held = None
+        out: list[ProcessingResponse] = []
+        if not self._closed:
+            more, self.schedule_seconds = self._core.router.route(self.session, schedule)
+            actions.extend(more)
+            self._walk(actions, i + 1, out, False, 0.0)
+        return out
+
+    def _walk(
+        self, actions: list[Action], i: int, out: list[ProcessingResponse], responding: bool, t0: float
+    ) -> None:
+        """Run ``actions[i:]`` in order; stops at a ``Schedule`` that waits for the pre-scheduling step."""
+        core = self._core
+        session = self.session
         # The list may grow while it is walked: a Schedule appends the actions of its decision.
-        for action in actions:
+        while i < len(actions):
+            action = actions[i]
+            i += 1
             if isinstance(action, Send):
                 if session.state is _CLOSED:
                     self._count_error(action.response)
                 out.append(action.response)
             elif isinstance(action, Schedule):
+                renderer = core.renderer
+                if renderer is not None and not action.header_only and renderer.wants(action.request):
+                    self._held = (actions, i - 1)
+                    return
                 more, self.schedule_seconds = core.router.route(session, action)
                 actions.extend(more)
             elif isinstance(action, Completed):
@@ -273,9 +327,6 @@ class ExtProcStream:
                 elif isinstance(action, ResponseStarted):
                     self._streaming = action.streaming
                 core.hook(action)
-        if responding:
-            self._busy += core.clock() - t0
-        return out
 
     def _response_chunk(self, now: float) -> None:
         """A non-empty response body message arrived at ``now``: time to first byte, inter-chunk latency."""

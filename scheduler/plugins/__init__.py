@@ -16,18 +16,26 @@ __all__ = ["register_builtin"]
 
 def register_builtin(registry: Registry) -> None:
     """Register every in-tree plugin type. Imports are local so that importing the package is cheap."""
+    from scheduler.plugins import request_attributes
     from scheduler.plugins.handlers import single_profile
     from scheduler.plugins.pickers import max_score, random_picker, weighted_random
     from scheduler.plugins.prefix import affinity as prefix_affinity_scorer
     from scheduler.plugins.prefix import producer as prefix_producer
     from scheduler.plugins.prefix import scorer as prefix_scorer
+    from scheduler.plugins.response import attribute_reporter
     from scheduler.plugins.scorers import kv_cache_utilization, queue
+    from scheduler.plugins.tokens import producer as token_producer
 
     registry.register("queue-scorer", queue.factory)
     registry.register("kv-cache-utilization-scorer", kv_cache_utilization.factory)
     registry.register_alias("kv-cache-scorer", "kv-cache-utilization-scorer")  # GIE < v1.0 name
     registry.register("prefix-cache-scorer", prefix_scorer.factory)
     registry.register("approx-prefix-cache-producer", prefix_producer.factory)
+    registry.register("token-producer", token_producer.factory)
+    registry.register("agent-identity", request_attributes.agent_identity_factory)
+    registry.register("session-id-producer", request_attributes.session_id_factory)
+    registry.register("request-attribute-reporter", attribute_reporter.factory)
+    registry.register_alias("tokenizer", "token-producer")  # llm-d-router's deprecated name
     registry.register("prefix-affinity-scorer", prefix_affinity_scorer.factory)  # pyepp's own
     registry.register("max-score-picker", max_score.factory)
     registry.register("random-picker", random_picker.factory)

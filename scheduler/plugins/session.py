@@ -14,8 +14,11 @@ Parameters, as llm-d's (current form; the scorer also keeps llm-d's older ``head
 served, echoed by the client. ``session_id`` is stateful (:class:`SessionBindings`): the binding
 session id -> endpoint is made when a request is dispatched; an existing binding moves to the new
 endpoint only when the bound one was not among the candidates of that profile (it left, or was
-filtered out), as in llm-d. Request-attribute sources (``attribute:``) are rejected: no plugin here
-publishes request attributes.
+filtered out), as in llm-d. A request-attribute source ``{attribute: <name>, producer: <instance>}``
+reads the attribute a header-derived producer publishes (``agent-identity``; ``SessionID`` of a
+``session-id-producer``, :mod:`scheduler.plugins.request_attributes`); it is kept in the sources as
+``attribute:<name>/<producer>`` and bound at configuration time (an attribute no configured plugin
+publishes yields nothing, as upstream's missing attribute).
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ from __future__ import annotations
 import base64
 import binascii
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from scheduler.types import LLMRequest, SchedulingResult
 
 __all__ = [
+    "ATTRIBUTE_SOURCE",
     "ENCODED",
     "MAX_SESSIONS",
     "SESSION_ID",
@@ -53,10 +57,32 @@ SESSION_ID_HEADER = "x-session-id"
 MAX_SESSIONS = 100_000
 """Budget of one plugin's ``session_id`` binding map (about 100 bytes each: ~10 MB at the cap)."""
 
-SessionIdConfig = tuple[tuple[str, ...], float, float]
-"""(session-id headers in priority order, TTL seconds, sweep interval seconds)."""
+ATTRIBUTE_SOURCE = "attribute:"
 
-DEFAULT_SESSION_ID_CONFIG: SessionIdConfig = ((SESSION_ID_HEADER,), 300.0, 10.0)
+
+class SessionIdConfig(NamedTuple):
+    """``sessionIdConfig`` resolved: sources in priority order (header names or ``attribute:<key>``),
+    TTL and sweep interval in seconds."""
+
+    sources: tuple[str, ...]
+    ttl: float
+    sweep: float
+
+    def as_yaml(self) -> dict[str, Any]:
+        """The YAML form (what ``check-config`` renders; it loads back to the same value)."""
+        sources: list[dict[str, str]] = []
+        for source in self.sources:
+            if source.startswith(ATTRIBUTE_SOURCE):
+                attribute, _, producer = source[len(ATTRIBUTE_SOURCE) :].partition("/")
+                sources.append({"attribute": attribute, **({"producer": producer} if producer else {})})
+            else:
+                sources.append({"header": source})
+        return {"sources": sources, "evictionTtlSeconds": self.ttl, "evictionSweepSeconds": self.sweep}
+
+
+AttributeReader = Callable[[Mapping[str, str]], str]
+
+DEFAULT_SESSION_ID_CONFIG = SessionIdConfig((SESSION_ID_HEADER,), 300.0, 10.0)
 
 
 def encode_token(address: str) -> str:
@@ -123,15 +149,21 @@ def session_id_config(raw: Any) -> SessionIdConfig | None:
         header, attribute = source.get("header") or "", source.get("attribute") or ""
         if bool(header) == bool(attribute):
             raise ValueError(f"sources[{i}]: exactly one of header or attribute must be set")
+        producer = source.get("producer") or ""
         if attribute:
-            raise ValueError(
-                f"sources[{i}].attribute: request-attribute sources are not supported "
-                "(no plugin here publishes request attributes); use a header source"
-            )
-        headers.append(_header(header, f"sources[{i}].header") or SESSION_ID_HEADER)
+            if not isinstance(attribute, str) or not isinstance(producer, str):
+                raise ValueError(f"sources[{i}]: attribute and producer must be strings")
+            headers.append(f"{ATTRIBUTE_SOURCE}{attribute}/{producer}")
+            continue
+        if producer:
+            raise ValueError(f"sources[{i}].producer: only with attribute")
+        name = _header(header, f"sources[{i}].header")
+        if ":" in name[1:]:
+            raise ValueError(f"sources[{i}].header: expected a header name, got {header!r}")
+        headers.append(name or SESSION_ID_HEADER)
     ttl = _seconds(raw.get("evictionTtlSeconds"), "evictionTtlSeconds", 300.0)
     sweep = _seconds(raw.get("evictionSweepSeconds"), "evictionSweepSeconds", 10.0)
-    return (tuple(headers) or (SESSION_ID_HEADER,), ttl, sweep)
+    return SessionIdConfig(tuple(headers) or (SESSION_ID_HEADER,), ttl, sweep)
 
 
 def render_session_id_config(config: SessionIdConfig) -> dict[str, Any]:
@@ -171,19 +203,29 @@ class SessionBindings:
     used from the scheduler's hooks on the event-loop thread.
     """
 
-    __slots__ = ("_bindings", "_last_sweep", "headers", "sweep", "ttl")
+    __slots__ = ("_bindings", "_last_sweep", "attributes", "headers", "sweep", "ttl")
 
     def __init__(self, config: SessionIdConfig) -> None:
         self.headers, self.ttl, self.sweep = config
+        self.attributes: dict[str, AttributeReader] = {}  # attribute key -> its producer's reader
         self._bindings: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._last_sweep = 0.0
 
     def __len__(self) -> int:
         return len(self._bindings)
 
+    def attribute_keys(self) -> tuple[str, ...]:
+        """The attribute keys the sources read (``<name>/<producer>``)."""
+        n = len(ATTRIBUTE_SOURCE)
+        return tuple(h[n:] for h in self.headers if h.startswith(ATTRIBUTE_SOURCE))
+
     def session_id(self, request: LLMRequest) -> str:
-        for header in self.headers:
-            value = request.headers.get(header, "").strip()
+        for source in self.headers:
+            if source.startswith(ATTRIBUTE_SOURCE):
+                reader = self.attributes.get(source[len(ATTRIBUTE_SOURCE) :])
+                value = reader(request.headers).strip() if reader is not None else ""
+            else:
+                value = request.headers.get(source, "").strip()
             if value:
                 return value
         return ""

@@ -53,17 +53,15 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.testdata.datalayer-config.yaml",
         "llm-d-router/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
     ),
-    # 9 file(s)
-    "plugin type token-producer": (
+    # 7 file(s)
+    "plugin type precise-prefix-cache-scorer": (
         "llm-d-inference-scheduler/deploy.config.sim-epp-kvcache-config.yaml",
+        "llm-d-inference-scheduler/deploy.config.sim-epp-no-hit-lru.yaml",
         "llm-d-inference-scheduler/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
+        "llm-d-inference-scheduler/docs.architecture__2.yaml",
+        "llm-d-inference-scheduler/test.config.prefix_cache_mode_test.yaml",
         "llm-d-inference-scheduler/test.e2e.configs_test__7.yaml",
         "llm-d-inference-scheduler/test.e2e.configs_test__8.yaml",
-        "llm-d-router/deploy.config.epp-burst-prefix-cache-config.yaml",
-        "llm-d-router/deploy.config.sim-epp-kvcache-config.yaml",
-        "llm-d-router/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
-        "llm-d-router/test.integration.epp.wellknown_configs_test__2.yaml",
-        "llm-d-router/test.integration.epp.wellknown_configs_test__5.yaml",
     ),
     # 6 file(s)
     "data-layer source type test-source": (
@@ -81,6 +79,13 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-router/test.perf.config.router-configs.precise-prefix.yaml",
     ),
+    # 4 file(s)
+    "plugin type precise-prefix-cache-producer": (
+        "llm-d-router/deploy.config.sim-epp-kvcache-config.yaml",
+        "llm-d-router/deploy.config.sim-epp-no-hit-lru.yaml",
+        "llm-d-router/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
+        "llm-d-router/docs.architecture.yaml",
+    ),
     # 3 file(s)
     "data-layer source type dcgm-data-source": (
         "llm-d-router/deploy.config.sim-epp-gpu-config.yaml",
@@ -93,32 +98,10 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.config.loader.testdata_test__2.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__7.yaml",
     ),
-    # 3 file(s)
-    "plugin type precise-prefix-cache-scorer": (
-        "llm-d-inference-scheduler/deploy.config.sim-epp-no-hit-lru.yaml",
-        "llm-d-inference-scheduler/docs.architecture__2.yaml",
-        "llm-d-inference-scheduler/test.config.prefix_cache_mode_test.yaml",
-    ),
-    # 3 file(s)
-    "plugin type request-attribute-reporter": (
-        "gie/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
-        "llm-d-inference-scheduler/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
-    ),
     # 2 file(s)
     "data-layer source type models-data-extractor": (
         "llm-d-inference-scheduler/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
         "llm-d-router/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
-    ),
-    # 2 file(s)
-    "plugin type agent-identity": (
-        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestheader.agentidentity.README__1.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestheader.agentidentity.README__2.yaml",
-    ),
-    # 2 file(s)
-    "plugin type precise-prefix-cache-producer": (
-        "llm-d-router/deploy.config.sim-epp-no-hit-lru.yaml",
-        "llm-d-router/docs.architecture.yaml",
     ),
     # 2 file(s)
     "plugin type predicted-latency-producer": (
@@ -132,6 +115,10 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__29.yaml",
     ),
     # 1 file(s)
+    "plugin type burst-prefix-cache-producer": (
+        "llm-d-router/deploy.config.epp-burst-prefix-cache-config.yaml",
+    ),
+    # 1 file(s)
     "plugin type disaggregatedset-rollout-screener": (
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.screener.disaggregatedsetrollout.README.yaml",
     ),
@@ -140,6 +127,10 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
     # 1 file(s)
     'saturationDetector.pluginRef: no plugin named "utilization-detector" (declared: maxScore)': (
         "llm-d-router/pkg.epp.config.loader.testdata_test__14.yaml",
+    ),
+    # 1 file(s)
+    'schedulingProfiles[0].plugins[0].pluginRef: openai-parser "openai-parser" is not a filter, scorer or': (
+        "gie/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
     ),
 }
 

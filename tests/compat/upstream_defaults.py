@@ -205,6 +205,16 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         "defaultPrefillProfile)",
         {"minCachedTokenDelta": 1, "prefillProfileName": "prefill"},
     ),
+    # No parameters: the estimate backend, which has no defaulted field (vllm.url 5s/30s apply only to
+    # the vllm backend, tested in tests/scheduler/producers/test_token_producer.py).
+    "token-producer": Upstream(
+        f"{ROUTER}:{_P}requestcontrol/dataproducer/tokenizer/tokenizer.go (NewPlugin: estimate default)", {}
+    ),
+    "agent-identity": Upstream(
+        f"{ROUTER}:{_P}requestcontrol/requestheader/agentidentity/agent_identity.go "
+        "(additionalSessionHeaders: omitempty, no default)",
+        {},
+    ),
     "probabilistic-admitter": Upstream(
         f"{ROUTER}:{_P}requestcontrol/admitter/probabilisticadmitter/plugin.go (default*)",
         {"queueDepthThreshold": 5, "kvCacheUtilThreshold": 0.8, "power": 5.0, "k": 300.0},
@@ -266,6 +276,14 @@ REQUIRED: dict[str, str] = {
     "header-label-affinity-scorer": (
         f'{ROUTER}:{_P}scheduling/scorer/headerlabelaffinity/plugin.go: "header-label-affinity-scorer '
         'requires parameters"'
+    ),
+    "request-attribute-reporter": (
+        f"{ROUTER}:{_P}requestcontrol/requestattributereporter/plugin.go (New): "
+        '"attributes must contain exactly one entry"'
+    ),
+    "session-id-producer": (
+        f"{ROUTER}:{_P}requestcontrol/dataproducer/sessionid/producer.go (Factory): "
+        "\"'session-id-producer' requires exactly one of headerName or cookieName to be set\""
     ),
     "utilization-filter": (
         f'{ROUTER}:{_P}scheduling/filter/utilization/filter.go: "utilization filter requires at least one '

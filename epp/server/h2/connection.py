@@ -31,7 +31,7 @@ import struct
 from typing import cast
 
 import structlog
-from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 from google.protobuf.message import DecodeError
 
 from epp.protocol import RemoteProtocolError
@@ -67,6 +67,7 @@ class _Stream:
         "pending_bytes",
         "recv_consumed",
         "remote_closed",
+        "task",
         "trailer",
         "window",
     )
@@ -78,6 +79,7 @@ class _Stream:
         self.pending: list[bytes] = []  # gRPC-framed messages (prefix, body, ...) waiting to be sent
         self.pending_bytes = 0
         self.trailer: bytes | None = None  # trailers to send once ``pending`` is flushed
+        self.task: asyncio.Task[None] | None = None  # the async pre-scheduling step, while it runs
         self.headers_sent = False
         self.remote_closed = False
         self.recv_consumed = 0
@@ -109,6 +111,7 @@ class H2Connection(asyncio.Protocol):
         self._recv_consumed = 0
         self._goaway_sent = False
         self.shutting_down = False
+        self._tasks: set[asyncio.Task[None]] = set()  # running pre-scheduling steps (strong references)
 
     @property
     def open_streams(self) -> int:
@@ -304,16 +307,25 @@ class H2Connection(asyncio.Protocol):
         if stream.recv_consumed >= _REPLENISH:
             out.append(f.window_update(sid, stream.recv_consumed))
             stream.recv_consumed = 0
-        buf = stream.buf + payload if stream.buf else payload
+        stream.buf = stream.buf + payload if stream.buf else payload
+        # While the stream waits for the pre-scheduling step, its messages stay buffered.
+        if stream.task is None and not self._drain(sid, stream, out):
+            return
+        if flags & END_STREAM:
+            self._remote_end(sid, stream, out)
+
+    def _drain(self, sid: int, stream: _Stream, out: list[bytes]) -> bool:
+        """Feed the complete messages of ``stream.buf``; False when the stream ended."""
+        buf = stream.buf
         pos, end = 0, len(buf)
         while end - pos >= 5:
             compressed, size = _GRPC_PREFIX.unpack_from(buf, pos)
             if compressed:
                 self._fail(sid, stream, _UNIMPLEMENTED, "compressed gRPC messages are not supported", out)
-                return
+                return False
             if size > self._max_message:
                 self._fail(sid, stream, _RESOURCE_EXHAUSTED, f"message of {size} bytes is too large", out)
-                return
+                return False
             if end - pos - 5 < size:
                 break
             try:
@@ -322,28 +334,58 @@ class H2Connection(asyncio.Protocol):
             except (DecodeError, RemoteProtocolError) as exc:
                 _log.warning("ext_proc protocol error", error=str(exc))
                 self._fail(sid, stream, _INVALID_ARGUMENT, str(exc) or "invalid ProcessingRequest", out)
-                return
+                return False
             except Exception:
                 _log.exception("ext_proc stream failed")
                 self._fail(sid, stream, _INTERNAL, "internal error in the endpoint picker", out)
-                return
+                return False
             pos += 5 + size
-            for response in responses:
-                data = response.SerializeToString()
-                if self._max_send and len(data) > self._max_send:
-                    message = f"trying to send message larger than max ({len(data)} vs. {self._max_send})"
-                    self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
-                    return
-                stream.pending += (len(data).to_bytes(5, "big"), data)  # gRPC prefix: uncompressed, length
-                stream.pending_bytes += 5 + len(data)
-            if stream.ext.finished:
-                self._finish(sid, stream, _OK, "", _RESET, out)
-                return
+            if not self._queue(sid, stream, responses, out):
+                return False
+            if stream.ext.suspended:  # token-producer's render: the rest waits for it
+                stream.task = task = asyncio.get_running_loop().create_task(self._settle(sid, stream))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                break
         stream.buf = buf[pos:]
         if stream.pending:
             self._flush(sid, stream, out)
-        if flags & END_STREAM:
-            self._remote_end(sid, stream, out)
+        return True
+
+    def _queue(
+        self, sid: int, stream: _Stream, responses: list[ProcessingResponse], out: list[bytes]
+    ) -> bool:
+        """Queue ``responses`` for sending; False when the stream ended (an answer too large, or done)."""
+        for response in responses:
+            data = response.SerializeToString()
+            if self._max_send and len(data) > self._max_send:
+                message = f"trying to send message larger than max ({len(data)} vs. {self._max_send})"
+                self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
+                return False
+            stream.pending += (len(data).to_bytes(5, "big"), data)  # gRPC prefix: uncompressed, length
+            stream.pending_bytes += 5 + len(data)
+        if stream.ext.finished:
+            self._finish(sid, stream, _OK, "", _RESET, out)
+            return False
+        return True
+
+    async def _settle(self, sid: int, stream: _Stream) -> None:
+        """Await the stream's pre-scheduling step, send its answers, go on with buffered messages."""
+        responses: list[ProcessingResponse] | None
+        try:
+            responses = await stream.ext.settle()
+        except Exception:
+            _log.exception("ext_proc pre-scheduling step failed")
+            responses = None
+        stream.task = None
+        if self._streams.get(sid) is not stream or self._transport is None:
+            return  # the stream or the connection ended meanwhile
+        out: list[bytes] = []
+        if responses is None:
+            self._fail(sid, stream, _INTERNAL, "internal error in the endpoint picker", out)
+        elif self._queue(sid, stream, responses, out):
+            self._drain(sid, stream, out)
+        self._write(out)
 
     # -- stream endings ----------------------------------------------------------------------------
 

@@ -27,10 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Handle
+from scheduler.interfaces import Handle, Plugin
 from scheduler.params import param
 from scheduler.plugins import session as _session
 from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.plugins.request_attributes import AGENT_IDENTITY, RequestAttributeProducer
 from scheduler.plugins.session import (
     DEFAULT_SESSION_ID_CONFIG,
     ENCODED,
@@ -42,6 +43,7 @@ from scheduler.plugins.session import (
     encode_token,
     picked_address,
 )
+from scheduler.producers import DataNeed
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = [
@@ -95,8 +97,9 @@ class SessionStrategyParams:
 
     @property
     def session(self) -> SessionIdConfig:
-        """(session-id headers, TTL seconds, sweep seconds) of the session_id strategy."""
-        return self.session_id_config or DEFAULT_SESSION_ID_CONFIG
+        """(session-id sources, TTL seconds, sweep seconds) of the session_id strategy."""
+        config = self.session_id_config  # a SessionIdConfig when given (the converter makes one)
+        return config if isinstance(config, SessionIdConfig) else DEFAULT_SESSION_ID_CONFIG
 
 
 SessionAffinityFilterParams = SessionStrategyParams
@@ -112,6 +115,19 @@ class SessionAffinity(PluginBase):
         self._profile = params.profile_name
         self._clock = clock
         self.bindings = SessionBindings(params.session) if params.strategy == SESSION_ID else None
+
+    def data_needs(self) -> tuple[DataNeed, ...]:
+        """The request attributes the session-id sources read (optional: unpublished ones yield nothing)."""
+        if self.bindings is None:
+            return ()
+        return tuple(
+            DataNeed(key, "sessionIdConfig.sources", False, _producer_type(key), optional=True)
+            for key in self.bindings.attribute_keys()
+        )
+
+    def bind_producer(self, key: str, producer: Plugin | None) -> None:
+        if self.bindings is not None and isinstance(producer, RequestAttributeProducer):
+            self.bindings.attributes[key] = producer.attribute
 
     def wanted(self, request: LLMRequest) -> str | None:
         """The session's endpoint address, None when the request has no (valid) session."""
@@ -178,3 +194,7 @@ factory = factory_with_params(SessionAffinityFilter.plugin_type, SessionStrategy
 multicluster_factory = factory_with_params(
     MultiClusterSessionAffinityFilter.plugin_type, SessionStrategyParams, _build_multicluster
 )
+
+
+def _producer_type(key: str) -> str:
+    return AGENT_IDENTITY if key.startswith(AGENT_IDENTITY + "/") else "session-id-producer"

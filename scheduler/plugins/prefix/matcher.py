@@ -10,6 +10,11 @@ Lifecycle: ``prepare`` computes the match once per cycle and publishes it (``PRE
 an earlier plugin did); ``on_dispatched`` records the prompt's blocks for the primary endpoint and,
 in P/D, for the prefill endpoint named by ``x-prefiller-host-port``; ``on_endpoints_removed`` purges.
 
+With a bound ``token-producer`` (only ``approx-prefix-cache-producer`` binds one) the blocks are
+``block_size_tokens`` of its token ids instead
+(:func:`~scheduler.plugins.prefix.hashing.token_prefix_hashes`); a request it produced no ids for
+matches nothing and is not recorded, as upstream.
+
 Autotuning (``autoTune``): the block size is taken once from the first endpoint that reports
 ``block_size`` (unless a legacy character block size fixes it; the index is cleared if it already had
 entries) and raised to :attr:`PrefixMatcher.min_block_tokens`; each endpoint's capacity becomes
@@ -28,6 +33,7 @@ from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.index import PrefixIndex
 from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
 from scheduler.plugins.prefix.params import PrefixCacheParams
+from scheduler.plugins.tokens.producer import TokenProducer
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = ["PREFILLER_HEADER", "PrefixMatcher"]
@@ -41,6 +47,8 @@ class PrefixMatcher(PluginBase):
 
     min_block_tokens = 1
     """Smallest block size (tokens) used, whatever was configured or learned."""
+    token_source: TokenProducer | None = None
+    """The token producer whose ids are hashed (None: characters of the prompt text)."""
 
     def __init__(self, name: str, params: PrefixCacheParams) -> None:
         super().__init__(name)
@@ -91,7 +99,22 @@ class PrefixMatcher(PluginBase):
         """The memoised match of this cycle (computed on first use)."""
         found = cycle.read(self._key)
         if found is None:
-            hashes = self.hashes(request)
+            source = self.token_source
+            if source is None:
+                hashes = self.hashes(request)
+            else:
+                ids = source.tokens(cycle, request)
+                hashes = (
+                    self._hasher.token_hashes(
+                        ids,
+                        request.target_model,
+                        request.cache_salt,
+                        self.block_size_tokens,
+                        self.max_blocks(),
+                    )
+                    if ids
+                    else ()
+                )
             found = PrefixMatch(hashes, self.index.match(hashes), self.block_size_tokens, self.name)
             cycle.write(self._key, found)
             if len(self._pending) >= _PENDING_LIMIT:
@@ -110,7 +133,7 @@ class PrefixMatcher(PluginBase):
 
     def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
         hashes = self._pending.pop(request.request_id, None)
-        if hashes is None:
+        if hashes is None and self.token_source is None:
             hashes = self.hashes(request)
         if not hashes or not result.endpoints:
             return

@@ -15,8 +15,11 @@ cap); ``maxPrefixBlocksToMatch`` (2048, used when the token cap is 0; both 0: th
 ``lruCapacityPerServer`` (31250 blocks per endpoint when not learned); pyepp's memory budgets
 ``maxIndexBytesPerServer`` (64 MiB) and ``maxIndexBytes`` (1 GiB).
 
-A block is ``blockSizeTokens x 4`` characters of the prompt (pyepp estimates tokens from characters;
-upstream hashes the token ids of ``token-producer``). The block cap never exceeds
+A block is ``blockSizeTokens x 4`` characters of the prompt, or, when a ``token-producer`` named
+``token-producer`` is configured, ``blockSizeTokens`` of its token ids (upstream always hashes
+``token-producer`` ids and injects an ``estimate`` one when none is configured; the estimate's
+4-byte pseudo-tokens cut ASCII prompts at the same places as pyepp's 4-character blocks, so pyepp
+does not inject it). The block cap never exceeds
 ``lruCapacityPerServer`` (an endpoint cannot hold more of one prompt than that), which also bounds
 "the whole prompt".
 """
@@ -25,11 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler.interfaces import Handle
+from scheduler.interfaces import Handle, Plugin
 from scheduler.params import param
 from scheduler.plugins.base import factory_with_params
 from scheduler.plugins.prefix.matcher import PrefixMatcher
 from scheduler.plugins.prefix.params import PrefixCacheParams
+from scheduler.plugins.tokens.producer import TOKENIZED_PROMPT, TokenProducer
+from scheduler.producers import DataNeed
 
 __all__ = ["MIN_BLOCK_SIZE_TOKENS", "ApproxPrefixCacheProducer", "ApproxPrefixParams", "factory"]
 
@@ -98,6 +103,15 @@ class ApproxPrefixCacheProducer(PrefixMatcher):
 
     def produced_keys(self) -> frozenset[str]:
         return frozenset({f"PrefixCacheMatchInfo/{self.name}"})
+
+    def data_needs(self) -> tuple[DataNeed, ...]:
+        # Upstream's default TokenizedPrompt key; optional: without one, characters are hashed.
+        key = f"{TOKENIZED_PROMPT}/{TokenProducer.plugin_type}"
+        return (DataNeed(key, "", False, TokenProducer.plugin_type, optional=True),)
+
+    def bind_producer(self, key: str, producer: Plugin | None) -> None:
+        if isinstance(producer, TokenProducer):
+            self.token_source = producer
 
 
 def _build(name: str, params: ApproxPrefixParams, handle: Handle) -> ApproxPrefixCacheProducer:

@@ -1,9 +1,10 @@
 """``context-length-aware`` (llm-d): route by the context-length range an endpoint is labelled for.
 
 An endpoint's label ``label`` (default ``llm-d.ai/context-length-range``) holds ``"min-max"`` (two
-integers, surrounding spaces allowed, ``min <= max``). The request's context length is its prompt
-token estimate (``token_estimate``, else characters / 4: llm-d-inference-scheduler's fallback when
-no tokenizer ran).
+integers, surrounding spaces allowed, ``min <= max``). The request's context length is the number of
+token ids of the configured ``token-producer`` (0 when it produced none), else its prompt token
+estimate (``token_estimate``, else characters / 4: llm-d-inference-scheduler's fallback when no
+tokenizer ran); :class:`~scheduler.plugins.tokens.consumer.TokenCountReader`.
 
 Score, for context length ``n``:
 
@@ -25,10 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState
-from scheduler.interfaces import Handle
+from scheduler.interfaces import Handle, Plugin
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.filters.kv_headroom import prompt_tokens
+from scheduler.plugins.tokens.consumer import TokenCountReader
+from scheduler.producers import DataNeed
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = [
@@ -80,7 +82,7 @@ class ContextLengthParams:
     enable_filtering: bool = False
 
 
-class ContextLengthAware(PluginBase):
+class ContextLengthAware(TokenCountReader, PluginBase):
     plugin_type = "context-length-aware"
 
     def __init__(self, name: str, params: ContextLengthParams | None = None) -> None:
@@ -88,6 +90,12 @@ class ContextLengthAware(PluginBase):
         self.params = params = params or ContextLengthParams()
         self._label = params.label
         self._filtering = params.enable_filtering
+
+    def data_needs(self) -> tuple[DataNeed, ...]:
+        return (self.token_need(),)
+
+    def bind_producer(self, key: str, producer: Plugin | None) -> None:
+        self.bind_tokens(key, producer)
 
     def _fits(self, n: int, endpoint: EndpointView) -> bool:
         text = endpoint.labels.get(self._label)
@@ -101,15 +109,15 @@ class ContextLengthAware(PluginBase):
     ) -> Sequence[EndpointView]:
         if not self._filtering:
             return endpoints
-        n = prompt_tokens(request)
+        n = self.prompt_length(cycle, request)
         return [e for e in endpoints if self._fits(n, e)]
 
     def reason(self, cycle: CycleState, request: LLMRequest, endpoint: EndpointView) -> str:
         label = endpoint.labels.get(self._label)
-        return f"context length {prompt_tokens(request)} outside {self._label}={label!r}"
+        return f"context length {self.prompt_length(cycle, request)} outside {self._label}={label!r}"
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
-        n = prompt_tokens(request)
+        n = self.prompt_length(cycle, request)
         out: list[float] = []
         for endpoint in endpoints:
             text = endpoint.labels.get(self._label)

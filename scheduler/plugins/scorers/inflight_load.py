@@ -11,6 +11,8 @@ Accounting, per dispatched request and per routed profile result (decode and, in
   block_tokens + prompt tokens beyond the hashed blocks``, from the prefix match of the producer named
   by ``prefixMatchInfoProducerName``, or the cycle's published match; the whole prompt without one)
   plus, with ``addEstimatedOutputTokens``, ``min(round(prompt x outputRatio), maxEstimatedOutputTokens)``;
+  the prompt's tokens are the configured ``token-producer``'s id count (0 when it produced none), else
+  pyepp's estimate (:class:`~scheduler.plugins.tokens.consumer.TokenCountReader`);
 * first response chunk: without ``addEstimatedOutputTokens`` the prefill charge is released and the
   other charges drop their tokens (prefill compute is done); with it, only the prefill charge is
   released;
@@ -33,12 +35,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState
+from scheduler.interfaces import Plugin
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
 from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.plugins.prefix.match import PrefixMatch
 from scheduler.plugins.scorers.inflight import add_load
+from scheduler.plugins.tokens.consumer import TokenCountReader
+from scheduler.producers import DataNeed
 from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
 
 __all__ = [
@@ -80,7 +85,7 @@ class _Entry:
         self.charges, self.deadline, self.started = charges, deadline, False
 
 
-class InflightLoadProducer(PrefixMatchConsumer, PluginBase):
+class InflightLoadProducer(TokenCountReader, PrefixMatchConsumer, PluginBase):
     plugin_type = "inflight-load-producer"
     prefix_match_optional = True  # upstream: an optional input (no producer is injected for it)
     params: InflightLoadParams
@@ -98,6 +103,13 @@ class InflightLoadProducer(PrefixMatchConsumer, PluginBase):
     def produced_keys(self) -> frozenset[str]:
         return frozenset({f"{INFLIGHT_LOAD}/{self.name}"})
 
+    def data_needs(self) -> Sequence[DataNeed]:
+        return (*super().data_needs(), self.token_need())
+
+    def bind_producer(self, key: str, producer: Plugin | None) -> None:
+        if not self.bind_tokens(key, producer):
+            super().bind_producer(key, producer)
+
     # -- what consumers read -------------------------------------------------------------------------
 
     @property
@@ -112,14 +124,17 @@ class InflightLoadProducer(PrefixMatchConsumer, PluginBase):
 
     def uncached_tokens(self, cycle: CycleState, request: LLMRequest, address: str) -> int:
         """This request's prompt tokens ``address`` does not hold (the prefix discount applied)."""
-        return _uncached(prompt_tokens(request), self.prefix_match_for(cycle, request), address)
+        return _uncached(self.prompt_length(cycle, request), self.prefix_match_for(cycle, request), address)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def prepare(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> None:
         if len(self._pending) >= PENDING_LIMIT:
             self._pending.pop(next(iter(self._pending)))
-        self._pending[request.request_id] = (prompt_tokens(request), self.prefix_match_for(cycle, request))
+        self._pending[request.request_id] = (
+            self.prompt_length(cycle, request),
+            self.prefix_match_for(cycle, request),
+        )
 
     def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
         if request.request_id in self._entries:

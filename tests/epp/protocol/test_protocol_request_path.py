@@ -28,6 +28,8 @@ from epp.protocol import (
     State,
 )
 from epp.request import PassthroughParser
+from scheduler.handle import PluginHandle
+from scheduler.plugins.request_attributes import AgentIdentity, agent_identity_factory
 from scheduler.types import ApiKind
 
 CHAT = orjson.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi"}], "stream": True})
@@ -115,6 +117,21 @@ def test_control_headers_are_read_and_removed() -> None:
     assert sched.request.fairness_id == "tenant-a"
     out = sends(s.scheduled(result("10.0.0.1:8000")))
     assert sorted(removed_headers(out[0], "request_headers")) == sorted(hdrs)
+
+
+@pytest.mark.parametrize(
+    ("headers", "fairness"),
+    [  # llm-d-router director_test.go: the explicit header wins, then agent-identity, then the default
+        ({"x-gateway-inference-fairness-id": "explicit-id", "x-claude-code-session-id": "s"}, "explicit-id"),
+        ({"x-claude-code-session-id": "session-abc"}, "session-abc"),
+        ({"x-unrelated": "v"}, "default-flow"),
+    ],
+)
+def test_fairness_id_from_agent_identity(headers: dict[str, str], fairness: str) -> None:
+    plugin = agent_identity_factory("agent-identity", {}, PluginHandle())
+    assert isinstance(plugin, AgentIdentity)
+    s = Session(SessionConfig(agent_identity=plugin.attribute))
+    assert start(s, CHAT, headers, path="/v1/chat/completions").request.fairness_id == fairness
 
 
 def test_default_fairness_and_priority() -> None:

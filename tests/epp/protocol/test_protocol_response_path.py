@@ -413,3 +413,58 @@ def test_gie_response_buffering_cases_pass_the_body_through(chunks: list[bytes])
     assert forwarded[-1][1] is True
     (completion,) = done
     assert completion.outcome is Outcome.OK and completion.usage == Usage()
+
+
+def _metadata(request: Any, result: Any, usage: Usage) -> dict[str, dict[str, float]]:
+    return {"envoy.lb": {"cost": float(usage.total_tokens)}} if usage.total_tokens else {}
+
+
+def _md(reply: Any) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    return MessageToDict(reply.dynamic_metadata) if reply.HasField("dynamic_metadata") else {}
+
+
+@pytest.mark.parametrize("mode", [ProcessingMode.FULL_DUPLEX_STREAMED, ProcessingMode.BUFFERED])
+def test_response_metadata_rides_on_the_last_body_reply(mode: int) -> None:
+    s = dispatched(response_mode=mode, response_metadata=_metadata)
+    s.receive(response_headers(200))
+    body = orjson.dumps({"model": "llama", "usage": USAGE})
+    replies = sent(s.receive(response_body(body, eos=True)))
+    assert [_md(r) for r in replies][-1] == {"envoy.lb": {"cost": 18.0}}
+    assert all(_md(r) == {} for r in replies[:-1])
+
+
+def test_response_metadata_on_sse_end_and_absent_without_usage() -> None:
+    s = dispatched(response_metadata=_metadata)
+    s.receive(response_headers(200, SSE))
+    first = sent(s.receive(response_body(sse_event({"choices": [], "usage": USAGE}))))
+    assert [_md(r) for r in first] == [{}]  # only at the end of the response
+    last = sent(s.receive(response_body(b"data: [DONE]\n\n", eos=True)))
+    assert _md(last[-1]) == {"envoy.lb": {"cost": 18.0}}
+    bare = dispatched(response_metadata=_metadata)
+    bare.receive(response_headers(200, SSE))
+    assert [_md(r) for r in sent(bare.receive(response_body(b"", eos=True)))] == [{}]
+
+
+def test_response_metadata_with_trailers_and_never_on_shared_replies() -> None:
+    s = dispatched(response_metadata=lambda *_: {"ns": {"k": 1.0}})
+    s.receive(response_headers(200, "application/grpc"))
+    s.receive(response_body(b""))
+    replies = sent(s.receive(response_trailers()))
+    assert _md(replies[-1]) == {"ns": {"k": 1.0}}
+    # The same empty replies of a session without a provider carry nothing (no shared message mutated).
+    plain = dispatched()
+    plain.receive(response_headers(200, "application/grpc"))
+    plain.receive(response_body(b""))
+    assert all(_md(r) == {} for r in sent(plain.receive(response_trailers())))
+
+
+def test_response_metadata_failure_adds_nothing() -> None:
+    def boom(*_: Any) -> dict[str, dict[str, float]]:
+        raise RuntimeError("x")
+
+    s = dispatched(response_metadata=boom)
+    s.receive(response_headers(200))
+    replies = sent(s.receive(response_body(orjson.dumps({"usage": USAGE}), eos=True)))
+    assert replies and all(_md(r) == {} for r in replies)

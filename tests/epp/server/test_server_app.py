@@ -396,3 +396,30 @@ async def test_legacy_api_version_is_logged_as_deprecated_at_start(
     assert bool(deprecations) is logged
     if logged:
         assert deprecations[0]["replacement"] == "llm-d.ai/v1alpha1"
+
+
+AGENT_AND_RENDER = """apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: agent-identity
+  parameters: {additionalSessionHeaders: [x-my-agent]}
+- type: token-producer
+  parameters: {modelName: m, vllm: {url: "http://127.0.0.1:9"}}
+- type: queue-scorer
+"""
+
+
+async def test_agent_identity_and_render_step_are_wired_only_when_configured(
+    model_servers: list[str],
+) -> None:
+    flags = _flags(model_servers, "--secure-serving=false")
+    plain = await build_app(parse_options(flags))
+    assert plain.server.core.config.agent_identity is None
+    assert plain.server.core.renderer is None  # no vllm-backed token-producer: no pre-scheduling step
+    app = await build_app(
+        parse_options([*flags, "--allow-experimental-plugins", "--config-text", AGENT_AND_RENDER])
+    )
+    reader = app.server.core.config.agent_identity
+    assert reader is not None and reader({"x-my-agent": "a", "session-id": "b"}) == "a"
+    assert app.server.core.renderer is not None
+    await app.server.core.renderer.aclose()

@@ -100,6 +100,10 @@ def test_encoded_response_header() -> None:
         ),
         (
             {"strategy": "session_id", "sessionIdConfig": {"sources": [{"attribute": "agent-identity"}]}},
+            True,
+        ),
+        (
+            {"strategy": "session_id", "sessionIdConfig": {"sources": [{"header": "h", "producer": "p"}]}},
             False,
         ),
         ({"strategy": "session_id", "sessionIdConfig": {"evictionTtlSeconds": -1}}, False),

@@ -1,0 +1,192 @@
+"""The async pre-scheduling step: vLLM ``/render`` calls for ``token-producer``'s ``vllm`` backend.
+
+Scheduler plugins do no I/O, so a ``token-producer`` configured with ``vllm`` (or ``modelName``) has
+its prompt tokenized here, before the request is scheduled; the ids are handed to the plugin
+(:meth:`~scheduler.plugins.tokens.producer.TokenProducer.accept_rendered`). Only configurations with
+such a producer build a :class:`TokenRenderer`; without one, streams never wait (the step is off the
+hot path).
+
+Per request and producer, as upstream's ``vllmHTTPRenderer``:
+
+* chat completions: ``POST {url}/v1/chat/completions/render`` with the request's JSON body, its
+  ``model`` replaced by ``modelName``; answer ``{"token_ids": [...]}``. Timeout ``mmTimeout`` when a
+  message's ``content`` is a non-empty list (multimodal parts), else ``timeout``;
+* completions: ``POST {url}/v1/completions/render`` likewise (timeout ``timeout``); answer a list of
+  ``{"token_ids": [...]}``, one per prompt (several prompts: their ids concatenated, as pyepp's prompt
+  text joins them). A prompt given as token ids is taken as is, without a call;
+* other request kinds: no ids (upstream: "unsupported request body type").
+
+Failure (connection error, timeout, status outside 2xx, an answer over ``max_response_bytes`` or not of
+that shape): a warning with the request id and the reason, and no ids for the request — the request
+is still scheduled, as upstream's director logs a producer error and goes on.
+
+Bounds: at most ``max_concurrency`` renders in flight per renderer (further requests wait for a slot
+within their own timeout), ``max_connections`` pooled HTTP/1.1 connections per producer, answers read
+up to ``max_response_bytes`` (16 MiB: a 1M-token prompt), the request body is the client's (already
+bounded by the session's body limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import orjson
+import structlog
+
+from scheduler.plugins.tokens.params import RenderBackend
+from scheduler.plugins.tokens.producer import TokenProducer
+from scheduler.types import ApiKind, LLMRequest
+
+__all__ = ["CHAT_RENDER_PATH", "COMPLETIONS_RENDER_PATH", "RenderError", "TokenRenderer", "token_renderer"]
+
+CHAT_RENDER_PATH = "/v1/chat/completions/render"
+COMPLETIONS_RENDER_PATH = "/v1/completions/render"
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+_log = structlog.get_logger("epp.render")
+
+
+class RenderError(Exception):
+    """A render call failed (the message says why)."""
+
+
+def token_renderer(plugins: Sequence[object]) -> TokenRenderer | None:
+    """A renderer for the ``vllm``-backed token producers among ``plugins`` (None: there are none)."""
+    producers = [p for p in plugins if isinstance(p, TokenProducer) and p.render is not None]
+    return TokenRenderer(producers) if producers else None
+
+
+class TokenRenderer:
+    """Calls each ``vllm``-backed producer's render endpoint for a request and hands over the ids."""
+
+    def __init__(
+        self,
+        producers: Sequence[TokenProducer],
+        *,
+        max_concurrency: int = 256,
+        max_connections: int = 64,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._producers = tuple(producers)
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._max_bytes = max_response_bytes
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=16)
+        self._clients = {
+            p.name: httpx.AsyncClient(limits=limits, transport=transport, http2=False, trust_env=False)
+            for p in self._producers
+        }
+
+    def wants(self, request: LLMRequest) -> bool:
+        """Whether ``request`` is rendered (a chat or completions request with a body)."""
+        return request.api in (ApiKind.CHAT_COMPLETIONS, ApiKind.COMPLETIONS)
+
+    async def render(self, request: LLMRequest, body: bytes) -> None:
+        """Render ``request`` for every producer and hand each its ids (None on failure). Never raises."""
+        for producer in self._producers:
+            backend = producer.render
+            assert backend is not None
+            try:
+                ids = await self._render_one(self._clients[producer.name], backend, request, body)
+            except RenderError as exc:
+                _log.warning(
+                    "token-producer render failed; scheduling without token ids",
+                    request_id=request.request_id,
+                    plugin=producer.name,
+                    error=str(exc),
+                )
+                ids = None
+            producer.accept_rendered(request.request_id, ids)
+
+    async def _render_one(
+        self, client: httpx.AsyncClient, backend: RenderBackend, request: LLMRequest, body: bytes
+    ) -> list[int] | None:
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise RenderError(f"request body is not JSON: {exc}") from None
+        if not isinstance(payload, dict):
+            raise RenderError("request body is not a JSON object")
+        chat = request.api is ApiKind.CHAT_COMPLETIONS
+        if not chat:
+            direct = _token_prompt(payload.get("prompt"))
+            if direct is not None:
+                return direct
+        payload["model"] = backend.model  # `vllm launch render` requires the base model name
+        timeout = backend.mm_timeout if chat and _multimodal(payload) else backend.timeout
+        path = CHAT_RENDER_PATH if chat else COMPLETIONS_RENDER_PATH
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._slots:
+                    answer = await self._post(client, backend.url + path, orjson.dumps(payload))
+        except TimeoutError:
+            raise RenderError(f"POST {path}: no answer within {timeout:g}s") from None
+        return _token_ids(answer, chat)
+
+    async def _post(self, client: httpx.AsyncClient, url: str, data: bytes) -> Any:
+        try:
+            async with client.stream(
+                "POST", url, content=data, headers={"content-type": "application/json"}, timeout=None
+            ) as resp:
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.aiter_raw():
+                    size += len(chunk)
+                    if size > self._max_bytes and resp.is_success:
+                        raise RenderError(f"answer larger than {self._max_bytes} bytes")
+                    if size <= 1024 or resp.is_success:
+                        chunks.append(chunk)
+                    else:
+                        break  # an error page: 1 KiB of it is enough for the message
+                raw = b"".join(chunks)
+                if not resp.is_success:
+                    snippet = raw[:1024].decode(errors="replace")
+                    raise RenderError(f"vLLM render returned status {resp.status_code}: {snippet}")
+        except httpx.HTTPError as exc:
+            raise RenderError(f"POST {url}: {type(exc).__name__}: {exc}") from None
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise RenderError(f"answer is not JSON: {exc}") from None
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+
+
+def _multimodal(payload: dict[str, Any]) -> bool:
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        return False
+    return any(isinstance(m, dict) and isinstance(m.get("content"), list) and m["content"] for m in messages)
+
+
+def _token_prompt(prompt: Any) -> list[int] | None:
+    """A completions prompt given as token ids (a list of ints), else None."""
+    if isinstance(prompt, list) and prompt and all(_is_id(t) for t in prompt):
+        return list(prompt)
+    return None
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32
+
+
+def _ids(item: Any) -> list[int]:
+    ids = item.get("token_ids") if isinstance(item, dict) else None
+    if not isinstance(ids, list) or not all(_is_id(t) for t in ids):
+        raise RenderError("answer without a list of token ids")
+    return ids
+
+
+def _token_ids(answer: Any, chat: bool) -> list[int] | None:
+    if chat:
+        return _ids(answer) or None
+    if not isinstance(answer, list) or not answer:
+        raise RenderError("vLLM render returned empty response")
+    out: list[int] = []
+    for item in answer:
+        out.extend(_ids(item))
+    return out or None
