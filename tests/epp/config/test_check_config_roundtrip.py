@@ -32,6 +32,16 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "endpoint-attribute-scorer": {"attributeKey": "gpu", "algorithm": {"type": "linear_lower_is_better"}},
     "header-label-affinity-scorer": {"headerName": "x-zone", "labelKey": "zone"},
     "utilization-filter": {"conditions": [{"metric": "kv-cache-utilization", "maxValue": 0.9}]},
+    "request-attribute-reporter": {
+        "attributes": [
+            {
+                "key": {"name": "tokens"},
+                "expression": "usage.prompt_tokens + usage.completion_tokens",
+                "condition": "usage.completion_tokens > 0.0",
+            }
+        ]
+    },
+    "session-id-producer": {"headerName": "x-session-id"},
 }
 
 # Plugins a type needs next to it (a plugin it references by default).
@@ -44,6 +54,7 @@ COMPANIONS: dict[str, list[dict[str, Any]]] = {
 # other than its default.
 EXAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("session-affinity-scorer", {"encodedEndpointHeaderConfig": {"header": "X-Foo"}}),
+    ("agent-identity", {"additionalSessionHeaders": ["x-agent-session", "x-team-session"]}),
     ("session-affinity-scorer", {"headerName": "X-Old-Session"}),
     (
         "session-affinity-scorer",
