@@ -32,13 +32,20 @@ source of type ``metrics-data-source``, one is appended with the ``core-metrics-
 default parameters), as llm-d-router's loader does (it matches the reference's name; pyepp matches the
 source's type, so a renamed metrics source is not scraped twice). ``injectDefaults: false`` without a
 metrics source is rejected: in pyepp an endpoint becomes ready on its first metrics scrape.
+
+Test seam: :func:`registered_types` adds data-layer plugin types (:class:`ExtraPluginType`) for the
+duration of a ``with`` block, as the Go tests register their fakes (``test-source``, ``test-extractor``,
+the integration harness's ``mock-metrics-source``). Only tests use it: the server knows the types above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, cast
+from types import MappingProxyType
+from typing import Any, Literal, cast
 
 from datalayer.engines import BUILTIN_ENGINES, DEFAULT_ENGINE, EngineMapping
 from datalayer.params import ParamError, validate_plugin_params
@@ -55,10 +62,12 @@ __all__ = [
     "DataLayerConfig",
     "DataLayerConfigError",
     "DataLayerPlugin",
+    "ExtraPluginType",
     "PluginSpec",
     "SourceSpec",
     "default_datalayer_config",
     "plugin_factories",
+    "registered_types",
     "validate_data_layer_section",
     "validate_datalayer_section",
 ]
@@ -67,6 +76,46 @@ SOURCE_TYPES = ("metrics-data-source", "models-data-source")
 EXTRACTOR_TYPES = ("core-metrics-extractor",)
 DATALAYER_PLUGIN_TYPES = frozenset(SOURCE_TYPES + EXTRACTOR_TYPES)
 """Plugin types owned by the data layer (the scheduler's registry does not build them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraPluginType:
+    """A data-layer plugin type added by :func:`registered_types`: its role, and its parameter validator
+    ``(parameters, location) -> validated`` (raising :class:`DataLayerConfigError`). Such a type
+    validates and resolves like a built-in one; :meth:`DataLayerConfig.build_sources` refuses it."""
+
+    plugin_type: str
+    role: Literal["source", "extractor"]
+    validate: Callable[[Any, str], Mapping[str, Any]]
+
+
+_EXTRA: ContextVar[Mapping[str, ExtraPluginType]] = ContextVar(
+    "extra_datalayer_types", default=MappingProxyType({})
+)
+
+
+@contextmanager
+def registered_types(*extra: ExtraPluginType) -> Iterator[None]:
+    """While active (in this context), the section also accepts ``extra`` types. For tests that load
+    upstream fixtures naming the Go tests' fakes; never used by the server. ValueError for a type that
+    is already known."""
+    known = DATALAYER_PLUGIN_TYPES | set(_EXTRA.get())
+    for t in extra:
+        if t.plugin_type in known:
+            raise ValueError(f"data-layer plugin type {t.plugin_type!r} is already registered")
+    token = _EXTRA.set(MappingProxyType({**_EXTRA.get(), **{t.plugin_type: t for t in extra}}))
+    try:
+        yield
+    finally:
+        _EXTRA.reset(token)
+
+
+def _source_types() -> tuple[str, ...]:
+    return SOURCE_TYPES + tuple(t for t, x in _EXTRA.get().items() if x.role == "source")
+
+
+def _extractor_types() -> tuple[str, ...]:
+    return EXTRACTOR_TYPES + tuple(t for t, x in _EXTRA.get().items() if x.role == "extractor")
 
 
 class DataLayerConfigError(ValueError):
@@ -99,6 +148,9 @@ def _check_keys(params: Mapping[str, Any], allowed: set[str], location: str) -> 
 
 def _validate_params(plugin_type: str, parameters: Any, location: str) -> Mapping[str, Any]:
     """Validated parameters of a data-layer plugin (see :mod:`datalayer.params`)."""
+    extra = _EXTRA.get().get(plugin_type)
+    if extra is not None:
+        return extra.validate(parameters, location)
     try:
         return validate_plugin_params(plugin_type, parameters, location)
     except ParamError as exc:
@@ -174,9 +226,10 @@ class DataLayerConfig:
         sources = []
         for i, source in enumerate(self.sources):
             where = f"{location}.sources[{i}]"
-            plugin = one(source.plugin, SOURCE_TYPES, where)
+            plugin = one(source.plugin, _source_types(), where)
             extractors = tuple(
-                one(e, EXTRACTOR_TYPES, f"{where}.extractors[{j}]") for j, e in enumerate(source.extractors)
+                one(e, _extractor_types(), f"{where}.extractors[{j}]")
+                for j, e in enumerate(source.extractors)
             )
             sources.append(SourceSpec(plugin, extractors))
         if self.inject_defaults and not _has_metrics(sources):
@@ -214,6 +267,11 @@ class DataLayerConfig:
         for source in self.sources:
             p = source.plugin.parameters
             connection = p.get("connection")
+            if source.plugin.plugin_type not in SOURCE_TYPES:
+                raise DataLayerConfigError(
+                    f"plugin type {source.plugin.plugin_type!r} is registered for tests only and cannot run",
+                    "dataLayer.sources",
+                )
             if source.plugin.plugin_type == "metrics-data-source":
                 extractors: list[MetricsExtractor] = [
                     CoreMetricsExtractor(
@@ -357,13 +415,13 @@ def validate_datalayer_section(
     sources: list[SourceSpec] = []
     for i, entry in enumerate(entries):
         where = f"{location}.sources[{i}]"
-        plugin = _ref(entry, SOURCE_TYPES, named, where)
+        plugin = _ref(entry, _source_types(), named, where)
         _check_keys(entry, {"pluginRef", "extractors"}, where)
         raw = entry.get("extractors") or []
         if not isinstance(raw, list):
             raise DataLayerConfigError("expected a list", f"{where}.extractors")
         extractors = tuple(
-            _ref(e, EXTRACTOR_TYPES, named, f"{where}.extractors[{j}]") for j, e in enumerate(raw)
+            _ref(e, _extractor_types(), named, f"{where}.extractors[{j}]") for j, e in enumerate(raw)
         )
         sources.append(SourceSpec(plugin, extractors))
     if inject and all(s.plugin.plugin_type for s in sources) and not _has_metrics(sources):

@@ -11,13 +11,15 @@ from __future__ import annotations
 __all__ = ["KNOWN_GAPS", "WRONG_REASON_GROUPS", "gap_reasons", "wrong_reasons"]
 
 KNOWN_GAPS: dict[str, tuple[str, ...]] = {
-    # 20 file(s)
+    # 25 file(s)
     "flow control (flowControl section / gate)": (
         "gie/pkg.epp.config.loader.testdata_test__1.yaml",
+        "gie/pkg.epp.config.loader.testdata_test__3.yaml",
         "gie/pkg.epp.config.loader.testdata_test__7.yaml",
         "gie/pkg.epp.config.loader.testdata_test__8.yaml",
         "gie/pkg.epp.config.loader.testdata_test__9.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__1.yaml",
+        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__3.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__7.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__8.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__9.yaml",
@@ -25,26 +27,17 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/deploy.config.probabilistic-admitter-epp-config.yaml",
         "llm-d-router/deploy.config.sim-program-aware-config.yaml",
         "llm-d-router/deploy.config.soft-reflective-ceiling-epp-config.yaml",
+        "llm-d-router/pkg.epp.config.loader.testdata_test__1.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__10.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__11.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__12.yaml",
+        "llm-d-router/pkg.epp.config.loader.testdata_test__2.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__26.yaml",
+        "llm-d-router/pkg.epp.config.loader.testdata_test__8.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__9.yaml",
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.admitter.probabilisticadmitter.README.yaml",
         "llm-d-router/test.integration.epp.dynamic_attributes_test.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__6.yaml",
-    ),
-    # 9 file(s)
-    "data-layer source type mock-metrics-source": (
-        "gie/test.integration.epp.testdata.datalayer-config.yaml",
-        "llm-d-router/test.integration.epp.grpc_test.yaml",
-        "llm-d-router/test.integration.epp.hermetic_test.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__1.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__2.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__3.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__4.yaml",
-        "llm-d-router/test.integration.epp.testdata.datalayer-config.yaml",
-        "llm-d-router/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
     ),
     # 9 file(s)
     "plugin type token-producer": (
@@ -58,21 +51,26 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.wellknown_configs_test__2.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__5.yaml",
     ),
-    # 6 file(s)
-    "data-layer source type test-source": (
-        "gie/pkg.epp.config.loader.testdata_test__29.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__3.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__3.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__30.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__19.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__8.yaml",
-    ),
     # 4 file(s)
     "data-layer source type endpoint-notification-source": (
         "llm-d-inference-scheduler/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-router/deploy.config.epp-mm-embeddings-cache-config.yaml",
         "llm-d-router/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-router/test.perf.config.router-configs.precise-prefix.yaml",
+    ),
+    # 4 file(s)
+    "plugin type agent-identity": (
+        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestheader.agentidentity.README__1.yaml",
+        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestheader.agentidentity.README__2.yaml",
+        "llm-d-router/test.integration.epp.session_affinity_test__3.yaml",
+        "llm-d-router/test.integration.epp.session_affinity_test__4.yaml",
+    ),
+    # 4 file(s)
+    "plugin type request-attribute-reporter": (
+        "gie/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
+        "llm-d-inference-scheduler/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
+        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
+        "llm-d-router/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
     ),
     # 3 file(s)
     "data-layer source type dcgm-data-source": (
@@ -81,32 +79,15 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.framework.plugins.datalayer.source.dcgm.README.yaml",
     ),
     # 3 file(s)
-    "featureGates: test-feature-gate": (
-        "llm-d-router/pkg.epp.config.loader.testdata_test__1.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__2.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__7.yaml",
-    ),
-    # 3 file(s)
     "plugin type precise-prefix-cache-scorer": (
         "llm-d-inference-scheduler/deploy.config.sim-epp-no-hit-lru.yaml",
         "llm-d-inference-scheduler/docs.architecture__2.yaml",
         "llm-d-inference-scheduler/test.config.prefix_cache_mode_test.yaml",
     ),
-    # 3 file(s)
-    "plugin type request-attribute-reporter": (
-        "gie/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
-        "llm-d-inference-scheduler/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestattributereporter.README.yaml",
-    ),
     # 2 file(s)
     "data-layer source type models-data-extractor": (
         "llm-d-inference-scheduler/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
         "llm-d-router/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
-    ),
-    # 2 file(s)
-    "plugin type agent-identity": (
-        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestheader.agentidentity.README__1.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.requestheader.agentidentity.README__2.yaml",
     ),
     # 2 file(s)
     "plugin type precise-prefix-cache-producer": (
@@ -129,8 +110,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.screener.disaggregatedsetrollout.README.yaml",
     ),
     # 1 file(s)
-    "plugin type test-extractor": ("llm-d-router/pkg.epp.config.loader.testdata_test__6.yaml",),
-    # 1 file(s)
     'saturationDetector.pluginRef: no plugin named "utilization-detector" (declared: maxScore)': (
         "llm-d-router/pkg.epp.config.loader.testdata_test__14.yaml",
     ),
@@ -144,12 +123,6 @@ WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {
         "gie/site-src.guides.flow-control.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__33.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__34.yaml",
-    ),
-    # 3 file(s)
-    "data-layer source type test-source": (
-        "gie/pkg.epp.config.loader.testdata_test__31.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__32.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__23.yaml",
     ),
 }
 

@@ -186,3 +186,25 @@ def test_factories_validate_parameters() -> None:
     assert factory("m", {"interval": "500ms"}, None).parameters["interval"] == 0.5
     with pytest.raises(DataLayerConfigError, match="invalid interval"):
         factory("m", {"interval": "soon"}, None)
+
+
+def test_registered_types_is_a_test_seam_only_active_inside_the_block() -> None:
+    from datalayer.config import ExtraPluginType, registered_types
+
+    plugins = [{"name": "src", "type": "test-source"}, {"name": "ext", "type": "test-extractor"}]
+    section = {"sources": [{"pluginRef": "src", "extractors": [{"pluginRef": "ext"}]}]}
+    fakes = (
+        ExtraPluginType("test-source", "source", lambda p, where: {}),
+        ExtraPluginType("test-extractor", "extractor", lambda p, where: {}),
+    )
+    with registered_types(*fakes):
+        config = validate_datalayer_section(section, plugins)
+        assert [s.plugin.plugin_type for s in config.sources] == ["test-source", "metrics-data-source"]
+        assert [e.plugin_type for e in config.sources[0].extractors] == ["test-extractor"]
+        with pytest.raises(DataLayerConfigError, match="registered for tests only"):
+            config.build_sources()
+        clash = ExtraPluginType("metrics-data-source", "source", lambda p, where: {})
+        with pytest.raises(ValueError, match="already registered"), registered_types(clash):
+            pass
+    with pytest.raises(DataLayerConfigError, match="has type 'test-source'; expected one of"):
+        validate_datalayer_section(section, plugins)
