@@ -17,6 +17,8 @@ Shape (GIE's)::
           extractors:
             - pluginRef: core-metrics-extractor
         - pluginRef: models-data-source   # parameters: path (/v1/models), interval (5s)
+          extractors:                     # optional: the models-data-extractor is the default
+            - pluginRef: models-data-extractor
 
 A ``pluginRef`` names an entry of ``plugins`` (by ``name``, defaulting to its ``type``) or, when no
 entry has that name, a plugin type with default parameters. Pass the document's raw ``plugins`` list
@@ -55,6 +57,7 @@ from datalayer.sources import (
     MetricsDataSource,
     MetricsExtractor,
     ModelsDataSource,
+    ModelsExtractor,
 )
 
 __all__ = [
@@ -73,7 +76,11 @@ __all__ = [
 ]
 
 SOURCE_TYPES = ("metrics-data-source", "models-data-source")
-EXTRACTOR_TYPES = ("core-metrics-extractor",)
+EXTRACTOR_TYPES = ("core-metrics-extractor", "models-data-extractor")
+_ACCEPTS = {  # the extractor types each source's output suits (upstream: the extractor's ExpectedInputType)
+    "metrics-data-source": ("core-metrics-extractor",),
+    "models-data-source": ("models-data-extractor",),
+}
 DATALAYER_PLUGIN_TYPES = frozenset(SOURCE_TYPES + EXTRACTOR_TYPES)
 """Plugin types owned by the data layer (the scheduler's registry does not build them)."""
 
@@ -297,7 +304,12 @@ class DataLayerConfig:
                 if interval is None:
                     interval = models_interval or 5.0
                 path = p.get("path", "/v1/models")
-                built.append(ModelsDataSource(source.plugin.name, path, interval, connection=connection))
+                models = [ModelsExtractor(e.name) for e in source.extractors]
+                built.append(
+                    ModelsDataSource(
+                        source.plugin.name, path, interval, connection=connection, extractors=models
+                    )
+                )
         return tuple(built)
 
 
@@ -350,8 +362,13 @@ def _checked(sources: tuple[SourceSpec, ...], location: str, inject: bool = True
         raise DataLayerConfigError("a data source is listed twice", f"{location}.sources")
     for i, s in enumerate(sources):
         where = f"{location}.sources[{i}].extractors"
-        if s.plugin.plugin_type == "models-data-source" and s.extractors:
-            raise DataLayerConfigError("models-data-source takes no extractors", where)
+        accepts = _ACCEPTS.get(s.plugin.plugin_type)
+        for j, e in enumerate(s.extractors):
+            if accepts is not None and e.plugin_type and e.plugin_type not in accepts:
+                raise DataLayerConfigError(
+                    f"{s.plugin.plugin_type} cannot feed a {e.plugin_type} (its extractors: {list(accepts)})",
+                    f"{where}[{j}].pluginRef",
+                )
         if s.plugin.plugin_type == "metrics-data-source" and len(s.extractors) != 1:
             raise DataLayerConfigError("expected exactly one core-metrics-extractor", where)
     resolved = all(s.plugin.plugin_type for s in sources)

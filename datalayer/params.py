@@ -13,6 +13,8 @@
 ``models-data-source``: the same without ``port``; ``path`` defaults to ``/v1/models`` and ``interval``
 to 5 s here (upstream: every base tick; a /v1/models poll every 50 ms is wasted load).
 
+``models-data-extractor``: no parameters.
+
 ``core-metrics-extractor``: ``engineConfigs`` (see :func:`datalayer.engines.parse_engine_configs`),
 ``defaultEngine`` (the engine of endpoints without an engine label; must name a built-in or configured
 engine; default ``vllm``), ``engineLabelKey`` (the endpoint label naming the engine; default
@@ -50,6 +52,7 @@ _KEYS = {
     "metrics-data-source": _TLS_KEYS | {"port"},
     "models-data-source": _TLS_KEYS,
     "core-metrics-extractor": {"engineConfigs", "defaultEngine", "engineLabelKey"},
+    "models-data-extractor": set(),
 }
 
 
@@ -176,4 +179,6 @@ def validate_plugin_params(plugin_type: str, parameters: Any, location: str) -> 
         raise ParamError(f"unknown parameter (expected one of {sorted(allowed)})", f"{location}.{unknown[0]}")
     if plugin_type == "core-metrics-extractor":
         return _extractor_params(parameters, location)
+    if plugin_type == "models-data-extractor":
+        return {}
     return _source_params(plugin_type, parameters, location)

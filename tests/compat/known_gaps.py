@@ -85,11 +85,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-inference-scheduler/test.config.prefix_cache_mode_test.yaml",
     ),
     # 2 file(s)
-    "data-layer source type models-data-extractor": (
-        "llm-d-inference-scheduler/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
-    ),
-    # 2 file(s)
     "plugin type precise-prefix-cache-producer": (
         "llm-d-router/deploy.config.sim-epp-no-hit-lru.yaml",
         "llm-d-router/docs.architecture.yaml",

@@ -237,6 +237,9 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         f"{ROUTER}:{_P}datalayer/source/models/datasource.go (defaultModels*)",
         {"scheme": "http", "path": "/v1/models", "insecureSkipVerify": True},
     ),
+    "models-data-extractor": Upstream(
+        f"{ROUTER}:{_P}datalayer/extractor/models/extractor.go (no parameters)", {}
+    ),
     "core-metrics-extractor": Upstream(
         f'{ROUTER}:{_P}datalayer/extractor/metrics/factories.go (DefaultEngine: "Defaults to vllm")',
         {"defaultEngine": "vllm"},

@@ -11,6 +11,7 @@ from datalayer.config import (
     plugin_factories,
     validate_datalayer_section,
 )
+from datalayer.records import EndpointSpec
 from datalayer.sources import MetricsDataSource, ModelsDataSource
 
 _PLUGINS = [
@@ -117,8 +118,8 @@ def test_injected_source_takes_parameters_of_plugins_named_after_the_type() -> N
         ),
         (
             {"sources": [{"pluginRef": "models", "extractors": [{"pluginRef": "core-metrics-extractor"}]}]},
-            "dataLayer.sources[0].extractors",
-            "takes no extractors",
+            "dataLayer.sources[0].extractors[0].pluginRef",
+            "models-data-source cannot feed a core-metrics-extractor",
         ),
         (
             {"sources": [{"pluginRef": "metrics", "extractors": [{"pluginRef": "metrics"}]}]},
@@ -208,3 +209,33 @@ def test_registered_types_is_a_test_seam_only_active_inside_the_block() -> None:
             pass
     with pytest.raises(DataLayerConfigError, match="has type 'test-source'; expected one of"):
         validate_datalayer_section(section, plugins)
+
+
+def test_models_data_extractor_produces_the_models_attributes() -> None:
+    # llm-d-router's models README example: a models-data-source feeding a models-data-extractor
+    plugins = [
+        {"name": "vllm-models-source", "type": "models-data-source", "parameters": {"interval": "5s"}},
+        {"name": "vllm-models-extractor", "type": "models-data-extractor"},
+    ]
+    section = {
+        "sources": [
+            {"pluginRef": "vllm-models-source", "extractors": [{"pluginRef": "vllm-models-extractor"}]}
+        ]
+    }
+    config = validate_datalayer_section(section, plugins)
+    models = next(s for s in config.build_sources() if isinstance(s, ModelsDataSource))
+    assert [e.name for e in models.extractors] == ["vllm-models-extractor"]
+    body = b'{"object": "list", "data": [{"id": "llama-3"}, {"id": "sql-lora", "parent": "llama-3"}]}'
+    update = models.extract(body, EndpointSpec("10.0.0.1:8000", "pod-a"), 0.0)
+    assert update.attributes is not None
+    assert update.attributes["models"] == frozenset({"llama-3"})
+    assert dict(update.attributes["adapters"]) == {"sql-lora": "llama-3"}
+    with pytest.raises(DataLayerConfigError, match="unknown parameter"):
+        validate_datalayer_section(section, [plugins[0], {**plugins[1], "parameters": {"x": 1}}])
+    bad = {
+        "sources": [
+            {"pluginRef": "metrics-data-source", "extractors": [{"pluginRef": "models-data-extractor"}]}
+        ]
+    }
+    with pytest.raises(DataLayerConfigError, match="metrics-data-source cannot feed a models-data-extractor"):
+        validate_datalayer_section(bad, [])
