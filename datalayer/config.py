@@ -33,7 +33,8 @@ source of type ``metrics-data-source``, one is appended with the ``core-metrics-
 ``plugins`` entries named ``metrics-data-source`` / ``core-metrics-extractor`` when declared, else
 default parameters), as llm-d-router's loader does (it matches the reference's name; pyepp matches the
 source's type, so a renamed metrics source is not scraped twice). ``injectDefaults: false`` without a
-metrics source is rejected: in pyepp an endpoint becomes ready on its first metrics scrape.
+metrics source runs without metrics, as upstream does: the data layer then takes endpoints as ready
+when discovered (see :class:`datalayer.layer.DataLayer`) and logs so at start.
 
 Test seam: :func:`registered_types` adds data-layer plugin types (:class:`ExtraPluginType`) for the
 duration of a ``with`` block, as the Go tests register their fakes (``test-source``, ``test-extractor``,
@@ -371,13 +372,6 @@ def _checked(sources: tuple[SourceSpec, ...], location: str, inject: bool = True
                 )
         if s.plugin.plugin_type == "metrics-data-source" and len(s.extractors) != 1:
             raise DataLayerConfigError("expected exactly one core-metrics-extractor", where)
-    resolved = all(s.plugin.plugin_type for s in sources)
-    if resolved and not _has_metrics(sources):
-        raise DataLayerConfigError(
-            "expected a metrics-data-source (pyepp cannot run without metrics collection: an endpoint "
-            "becomes ready on its first metrics scrape); list one or leave injectDefaults true",
-            f"{location}.sources",
-        )
     return DataLayerConfig(sources, inject)
 
 
@@ -403,8 +397,8 @@ def validate_datalayer_section(
 
     ``injectDefaults`` (default true, llm-d-router): when no metrics-data-source is listed in
     ``sources`` (which may be empty or absent), one with the core extractor is appended. With
-    ``injectDefaults: false`` nothing is added, and pyepp still needs a metrics-data-source (it
-    decides endpoint health), so such a section without one is an error.
+    ``injectDefaults: false`` nothing is added: without a metrics-data-source no metrics are
+    collected and endpoints are ready as soon as they are discovered.
 
     ``plugins`` is the document's raw ``plugins`` list when available; references to names not
     found there stay unresolved until :meth:`DataLayerConfig.resolve`.

@@ -12,6 +12,10 @@ where TLS material is read (:class:`~datalayer.connection.TlsSettingsError` for 
 the options' own connection share the injected client; the others get clients of their own, created
 when their pollers start and closed by ``stop()``.
 
+Without metrics (no primary source among ``sources``, e.g. ``dataLayer: {injectDefaults: false}``), as
+upstream runs then: an endpoint is ready as soon as discovery adds it (health UNKNOWN, empty metrics,
+so scorers that read metrics see zeros) and never turns stale; construction logs that once.
+
 Staleness: a sweeper runs every ``min(threshold / 4, 0.25 s)`` and turns HEALTHY endpoints whose last
 good scrape is older than ``staleness_threshold`` into STALE (not ready). A poll failure makes an
 endpoint UNHEALTHY at once; the next good scrape makes it HEALTHY again.
@@ -100,7 +104,8 @@ class DataLayer:
         self._http = http
         self._clock = clock
         self._sleep = sleep
-        self._store = EndpointStore()
+        self.collects_metrics = any(source.primary for source in self.sources)
+        self._store = EndpointStore(ready_on_add=not self.collects_metrics)
         self._specs: dict[str, EndpointSpec] = {}
         self._pollers: dict[str, list[asyncio.Task[None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -115,6 +120,12 @@ class DataLayer:
         default = Connection(o.scheme, 0, TlsSettings(o.insecure_skip_verify))
         self._clients = HttpClients(http, default)
         self._connections: list[Connection] = []  # one per source, in order
+        if not self.collects_metrics:
+            log.warning(
+                "no metrics data source: endpoints are taken as ready when discovered, without metrics "
+                "(metric-based scorers see zeros; no staleness)",
+                sources=[source.name for source in self.sources],
+            )
         for source in self.sources:
             port_default = Connection(default.scheme, o.metrics_port if source.primary else 0, default.tls)
             connection = source.connection.resolve(port_default)

@@ -97,10 +97,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
     # 1 file(s)
     "dataLayer.discovery": ("llm-d-router/pkg.epp.framework.plugins.README.yaml",),
     # 1 file(s)
-    "dataLayer.sources: expected a metrics-data-source (pyepp cannot run without metrics collection: an e": (
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__29.yaml",
-    ),
-    # 1 file(s)
     "plugin type disaggregatedset-rollout-screener": (
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.screener.disaggregatedsetrollout.README.yaml",
     ),

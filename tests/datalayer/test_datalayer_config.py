@@ -67,7 +67,7 @@ def test_refs_resolve_later_against_plugin_instances() -> None:
 
 # llm-d-router pkg/epp/config/loader/defaults_test.go TestEnsureDataLayer (commit ebab68792): the
 # metrics source and core extractor are appended unless a metrics-data-source is listed or
-# injectDefaults is false (which pyepp then rejects: it needs the metrics source for health).
+# injectDefaults is false (then nothing is added, and no metrics are collected).
 @pytest.mark.parametrize(
     ("section", "types"),
     [
@@ -87,6 +87,19 @@ def test_inject_defaults(section: Any, types: list[str]) -> None:
     assert [e.plugin_type for e in injected.extractors] == ["core-metrics-extractor"]
 
 
+@pytest.mark.parametrize(
+    ("section", "types"),
+    [
+        ({"injectDefaults": False}, []),  # TestEnsureDataLayer "injectDefaults: false suppresses injection"
+        ({"sources": [{"pluginRef": "models"}], "injectDefaults": False}, ["models-data-source"]),
+    ],
+)
+def test_inject_defaults_false_runs_without_metrics(section: Any, types: list[str]) -> None:
+    config = validate_datalayer_section(section, _PLUGINS)
+    assert [s.plugin.plugin_type for s in config.sources] == types
+    assert not any(s.primary for s in config.build_sources())
+
+
 def test_injected_source_takes_parameters_of_plugins_named_after_the_type() -> None:
     plugins = [{"type": "metrics-data-source", "parameters": {"path": "/custom"}}]
     (source,) = validate_datalayer_section({"sources": []}, plugins).sources
@@ -101,16 +114,10 @@ def test_injected_source_takes_parameters_of_plugins_named_after_the_type() -> N
     [
         ([], "dataLayer", "expected a mapping"),
         ({"sources": {}}, "dataLayer.sources", "expected a list"),
-        ({"sources": [], "injectDefaults": False}, "dataLayer.sources", "expected a metrics-data-source"),
         ({"injectDefaults": "yes"}, "dataLayer.injectDefaults", "true or false"),
         ({"sources": [{"pluginRef": "models"}], "x": 1}, "dataLayer.x", "unknown parameter"),
         ({"sources": [{"pluginRef": "nope"}]}, "dataLayer.sources[0].pluginRef", "no plugin named"),
         ({"sources": [{"pluginRef": "max-score-picker"}]}, "dataLayer.sources[0].pluginRef", "has type"),
-        (
-            {"sources": [{"pluginRef": "models"}], "injectDefaults": False},
-            "dataLayer.sources",
-            "expected a metrics-data-source",
-        ),
         (
             {"sources": [{"pluginRef": "metrics", "extractors": []}]},
             "dataLayer.sources[0].extractors",
