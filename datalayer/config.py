@@ -16,6 +16,9 @@ Shape (GIE's)::
         - pluginRef: metrics
           extractors:
             - pluginRef: core-metrics-extractor
+        - pluginRef: dcgm-data-source     # GPU utilization, see datalayer.dcgm
+          extractors:
+            - pluginRef: dcgm-extractor
         - pluginRef: models-data-source   # parameters: path (/v1/models), interval (5s)
           extractors:                     # optional: the models-data-extractor is the default
             - pluginRef: models-data-extractor
@@ -50,6 +53,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, cast
 
+from datalayer.dcgm import DcgmDataSource, DcgmExtractor
 from datalayer.engines import BUILTIN_ENGINES, DEFAULT_ENGINE, EngineMapping
 from datalayer.params import ParamError, validate_plugin_params
 from datalayer.sources import (
@@ -76,11 +80,12 @@ __all__ = [
     "validate_datalayer_section",
 ]
 
-SOURCE_TYPES = ("metrics-data-source", "models-data-source")
-EXTRACTOR_TYPES = ("core-metrics-extractor", "models-data-extractor")
+SOURCE_TYPES = ("metrics-data-source", "models-data-source", "dcgm-data-source")
+EXTRACTOR_TYPES = ("core-metrics-extractor", "models-data-extractor", "dcgm-extractor")
 _ACCEPTS = {  # the extractor types each source's output suits (upstream: the extractor's ExpectedInputType)
     "metrics-data-source": ("core-metrics-extractor",),
     "models-data-source": ("models-data-extractor",),
+    "dcgm-data-source": ("dcgm-extractor",),
 }
 DATALAYER_PLUGIN_TYPES = frozenset(SOURCE_TYPES + EXTRACTOR_TYPES)
 """Plugin types owned by the data layer (the scheduler's registry does not build them)."""
@@ -280,7 +285,18 @@ class DataLayerConfig:
                     f"plugin type {source.plugin.plugin_type!r} is registered for tests only and cannot run",
                     "dataLayer.sources",
                 )
-            if source.plugin.plugin_type == "metrics-data-source":
+            if source.plugin.plugin_type == "dcgm-data-source":
+                built.append(
+                    DcgmDataSource(
+                        source.plugin.name,
+                        [DcgmExtractor(e.name) for e in source.extractors],
+                        p["path"],
+                        interval=p.get("interval"),
+                        connection=connection,
+                        use_node_address=p["useNodeAddress"],
+                    )
+                )
+            elif source.plugin.plugin_type == "metrics-data-source":
                 extractors: list[MetricsExtractor] = [
                     CoreMetricsExtractor(
                         e.name,

@@ -13,7 +13,8 @@
 ``models-data-source``: the same without ``port``; ``path`` defaults to ``/v1/models`` and ``interval``
 to 5 s here (upstream: every base tick; a /v1/models poll every 50 ms is wasted load).
 
-``models-data-extractor``: no parameters.
+``models-data-extractor``, ``dcgm-extractor``: no parameters. ``dcgm-data-source``: see
+:mod:`datalayer.dcgm`.
 
 ``core-metrics-extractor``: ``engineConfigs`` (see :func:`datalayer.engines.parse_engine_configs`),
 ``defaultEngine`` (the engine of endpoints without an engine label; must name a built-in or configured
@@ -53,6 +54,8 @@ _KEYS = {
     "models-data-source": _TLS_KEYS,
     "core-metrics-extractor": {"engineConfigs", "defaultEngine", "engineLabelKey"},
     "models-data-extractor": set(),
+    "dcgm-data-source": {"scheme", "path", "port", "insecureSkipVerify", "useNodeAddress", "interval"},
+    "dcgm-extractor": set(),
 }
 
 
@@ -146,6 +149,33 @@ def _source_params(plugin_type: str, p: Mapping[str, Any], location: str) -> dic
     return params
 
 
+def _dcgm_params(p: Mapping[str, Any], location: str) -> dict[str, Any]:
+    """dcgm-data-source: upstream's defaults are its own (http, port 9400, skip verify), not the flags'."""
+    scheme = _opt_str(p, "scheme", location) or "http"
+    if scheme not in ("http", "https"):
+        raise ParamError(f"unsupported scheme {scheme!r} (expected http or https)", f"{location}.scheme")
+    flags: dict[str, bool] = {}
+    for key in ("insecureSkipVerify", "useNodeAddress"):
+        value = p.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ParamError(f"expected true or false, got {value!r}", f"{location}.{key}")
+        flags[key] = value if value is not None else key == "insecureSkipVerify"
+    port = p.get("port", 9400)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ParamError(f"expected a port number (0-65535), got {port!r}", f"{location}.port")
+    if flags["useNodeAddress"] and port == 0:
+        raise ParamError("useNodeAddress requires a non-zero port", f"{location}.useNodeAddress")
+    path = _opt_str(p, "path", location) or "/metrics"
+    return {  # upstream's names, resolved; plus the connection and the interval in seconds
+        "scheme": scheme,
+        "path": path if path.startswith("/") else "/" + path,
+        "port": port,
+        **flags,
+        "interval": _interval(p, location),
+        "connection": SourceConnection(scheme, port, flags["insecureSkipVerify"]),
+    }
+
+
 def _extractor_params(p: Mapping[str, Any], location: str) -> dict[str, Any]:
     params: dict[str, Any] = {}
     engines = BUILTIN_ENGINES
@@ -179,6 +209,8 @@ def validate_plugin_params(plugin_type: str, parameters: Any, location: str) -> 
         raise ParamError(f"unknown parameter (expected one of {sorted(allowed)})", f"{location}.{unknown[0]}")
     if plugin_type == "core-metrics-extractor":
         return _extractor_params(parameters, location)
-    if plugin_type == "models-data-extractor":
+    if plugin_type in ("models-data-extractor", "dcgm-extractor"):
         return {}
+    if plugin_type == "dcgm-data-source":
+        return _dcgm_params(parameters, location)
     return _source_params(plugin_type, parameters, location)

@@ -73,12 +73,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
     ),
     # 3 file(s)
-    "data-layer source type dcgm-data-source": (
-        "llm-d-router/deploy.config.sim-epp-gpu-config.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.datalayer.extractor.dcgm.README.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.datalayer.source.dcgm.README.yaml",
-    ),
-    # 3 file(s)
     "plugin type precise-prefix-cache-scorer": (
         "llm-d-inference-scheduler/deploy.config.sim-epp-no-hit-lru.yaml",
         "llm-d-inference-scheduler/docs.architecture__2.yaml",

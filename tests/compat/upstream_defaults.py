@@ -237,6 +237,17 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         f"{ROUTER}:{_P}datalayer/source/models/datasource.go (defaultModels*)",
         {"scheme": "http", "path": "/v1/models", "insecureSkipVerify": True},
     ),
+    "dcgm-data-source": Upstream(
+        f"{ROUTER}:{_P}datalayer/source/dcgm/datasource.go (defaultDCGM*)",
+        {
+            "scheme": "http",
+            "path": "/metrics",
+            "port": 9400,
+            "insecureSkipVerify": True,
+            "useNodeAddress": False,
+        },
+    ),
+    "dcgm-extractor": Upstream(f"{ROUTER}:{_P}datalayer/extractor/dcgm/extractor.go (no parameters)", {}),
     "models-data-extractor": Upstream(
         f"{ROUTER}:{_P}datalayer/extractor/models/extractor.go (no parameters)", {}
     ),
