@@ -55,6 +55,11 @@ from typing import Any, Literal, cast
 
 from datalayer.dcgm import DcgmDataSource, DcgmExtractor
 from datalayer.engines import BUILTIN_ENGINES, DEFAULT_ENGINE, EngineMapping
+from datalayer.notifications import (
+    ENDPOINT_NOTIFICATION_SOURCE,
+    EndpointExtractor,
+    EndpointNotificationSource,
+)
 from datalayer.params import ParamError, validate_plugin_params
 from datalayer.sources import (
     CoreMetricsExtractor,
@@ -80,7 +85,7 @@ __all__ = [
     "validate_datalayer_section",
 ]
 
-SOURCE_TYPES = ("metrics-data-source", "models-data-source", "dcgm-data-source")
+SOURCE_TYPES = ("metrics-data-source", "models-data-source", "dcgm-data-source", ENDPOINT_NOTIFICATION_SOURCE)
 EXTRACTOR_TYPES = ("core-metrics-extractor", "models-data-extractor", "dcgm-extractor")
 _ACCEPTS = {  # the extractor types each source's output suits (upstream: the extractor's ExpectedInputType)
     "metrics-data-source": ("core-metrics-extractor",),
@@ -219,13 +224,15 @@ class DataLayerConfig:
         """Resolve named references against plugin instances (objects with ``plugin_type``, ``name``,
         ``parameters``) keyed by name; raise :class:`DataLayerConfigError` for a missing or mistyped one."""
 
-        def one(spec: PluginSpec, allowed: tuple[str, ...], where: str) -> PluginSpec:
+        def one(spec: PluginSpec, allowed: tuple[str, ...] | None, where: str) -> PluginSpec:
             if spec.plugin_type:
                 return spec
             found = plugins.get(spec.name)
             if found is None:
                 raise DataLayerConfigError(f"no plugin named {spec.name!r} in plugins", f"{where}.pluginRef")
             plugin_type = getattr(found, "plugin_type", "")
+            if allowed is None:  # an endpoint source's extractor: any plugin (checked when bound)
+                return PluginSpec(plugin_type, spec.name, {})
             if plugin_type not in allowed:
                 raise DataLayerConfigError(
                     f"plugin {spec.name!r} has type {plugin_type!r}; expected one of {list(allowed)}",
@@ -240,9 +247,9 @@ class DataLayerConfig:
         for i, source in enumerate(self.sources):
             where = f"{location}.sources[{i}]"
             plugin = one(source.plugin, _source_types(), where)
+            kinds = None if plugin.plugin_type == ENDPOINT_NOTIFICATION_SOURCE else _extractor_types()
             extractors = tuple(
-                one(e, _extractor_types(), f"{where}.extractors[{j}]")
-                for j, e in enumerate(source.extractors)
+                one(e, kinds, f"{where}.extractors[{j}]") for j, e in enumerate(source.extractors)
             )
             sources.append(SourceSpec(plugin, extractors))
         if self.inject_defaults and not _has_metrics(sources):
@@ -285,6 +292,8 @@ class DataLayerConfig:
                     f"plugin type {source.plugin.plugin_type!r} is registered for tests only and cannot run",
                     "dataLayer.sources",
                 )
+            if source.plugin.plugin_type == ENDPOINT_NOTIFICATION_SOURCE:
+                continue  # not polled: see endpoint_sources()
             if source.plugin.plugin_type == "dcgm-data-source":
                 built.append(
                     DcgmDataSource(
@@ -328,6 +337,47 @@ class DataLayerConfig:
                     )
                 )
         return tuple(built)
+
+    def endpoint_sources(
+        self, plugin: Callable[[str], Any], location: str = "dataLayer"
+    ) -> tuple[EndpointNotificationSource, ...]:
+        """The endpoint-notification sources, their extractors bound to the plugin instances
+        (``plugin(name)``, e.g. the resolved configuration's). Raises :class:`DataLayerConfigError`
+        for an extractor that does not implement :class:`~datalayer.notifications.EndpointExtractor`."""
+        built = []
+        for i, source in enumerate(self.sources):
+            if source.plugin.plugin_type != ENDPOINT_NOTIFICATION_SOURCE:
+                continue
+            extractors = []
+            for j, spec in enumerate(source.extractors):
+                found = plugin(spec.name)
+                if not isinstance(found, EndpointExtractor):
+                    raise DataLayerConfigError(
+                        f"{ENDPOINT_NOTIFICATION_SOURCE} {source.plugin.name!r} requires an endpoint "
+                        f"extractor; plugin {spec.name!r} ({spec.plugin_type}) does not implement "
+                        "extract_endpoint",
+                        f"{location}.sources[{i}].extractors[{j}].pluginRef",
+                    )
+                extractors.append(found)
+            built.append(EndpointNotificationSource(source.plugin.name, extractors))
+        return tuple(built)
+
+
+def _any_ref(
+    entry: Any, plugins: Mapping[str, tuple[int, Mapping[str, Any]]] | None, location: str
+) -> PluginSpec:
+    """An endpoint source's extractor: a declared plugin of any type (its parameters are the
+    scheduler registry's business; whether it is an endpoint extractor is checked when bound)."""
+    if not isinstance(entry, Mapping):
+        raise DataLayerConfigError(f"expected a mapping with pluginRef, got {entry!r}", location)
+    ref = entry.get("pluginRef")
+    if not isinstance(ref, str) or not ref:
+        raise DataLayerConfigError("expected a non-empty string", f"{location}.pluginRef")
+    if plugins is None:
+        return PluginSpec("", ref, {})
+    if ref not in plugins:
+        raise DataLayerConfigError(f"no plugin named {ref!r} in plugins", f"{location}.pluginRef")
+    return PluginSpec(plugins[ref][1]["type"], ref, {})
 
 
 def _ref(
@@ -379,6 +429,10 @@ def _checked(sources: tuple[SourceSpec, ...], location: str, inject: bool = True
         raise DataLayerConfigError("a data source is listed twice", f"{location}.sources")
     for i, s in enumerate(sources):
         where = f"{location}.sources[{i}].extractors"
+        kinds = [e.plugin_type for e in s.extractors if e.plugin_type]
+        if len(set(kinds)) != len(kinds):  # upstream's ErrDuplicateExtractorType
+            duplicate = next(k for k in kinds if kinds.count(k) > 1)
+            raise DataLayerConfigError(f"two extractors of type {duplicate!r} on one source", where)
         accepts = _ACCEPTS.get(s.plugin.plugin_type)
         for j, e in enumerate(s.extractors):
             if accepts is not None and e.plugin_type and e.plugin_type not in accepts:
@@ -447,9 +501,12 @@ def validate_datalayer_section(
         raw = entry.get("extractors") or []
         if not isinstance(raw, list):
             raise DataLayerConfigError("expected a list", f"{where}.extractors")
-        extractors = tuple(
-            _ref(e, _extractor_types(), named, f"{where}.extractors[{j}]") for j, e in enumerate(raw)
-        )
+        if plugin.plugin_type == ENDPOINT_NOTIFICATION_SOURCE:
+            extractors = tuple(_any_ref(e, named, f"{where}.extractors[{j}]") for j, e in enumerate(raw))
+        else:
+            extractors = tuple(
+                _ref(e, _extractor_types(), named, f"{where}.extractors[{j}]") for j, e in enumerate(raw)
+            )
         sources.append(SourceSpec(plugin, extractors))
     if inject and all(s.plugin.plugin_type for s in sources) and not _has_metrics(sources):
         sources.append(_injected(named, location))

@@ -56,6 +56,7 @@ _KEYS = {
     "models-data-extractor": set(),
     "dcgm-data-source": {"scheme", "path", "port", "insecureSkipVerify", "useNodeAddress", "interval"},
     "dcgm-extractor": set(),
+    "endpoint-notification-source": set(),
 }
 
 
@@ -209,7 +210,7 @@ def validate_plugin_params(plugin_type: str, parameters: Any, location: str) -> 
         raise ParamError(f"unknown parameter (expected one of {sorted(allowed)})", f"{location}.{unknown[0]}")
     if plugin_type == "core-metrics-extractor":
         return _extractor_params(parameters, location)
-    if plugin_type in ("models-data-extractor", "dcgm-extractor"):
+    if plugin_type in ("models-data-extractor", "dcgm-extractor", "endpoint-notification-source"):
         return {}
     if plugin_type == "dcgm-data-source":
         return _dcgm_params(parameters, location)

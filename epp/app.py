@@ -364,6 +364,7 @@ async def build_app(options: Options) -> PickerApp:
             sources=loaded.data_layer.build_sources(
                 engines=engines, metrics_path=options.model_server_metrics_path
             ),
+            endpoint_sources=loaded.data_layer.endpoint_sources(config.plugin),
         )
     except ValueError as exc:  # TLS material of a data source (TlsSettingsError), a bad engine mapping
         raise StartupError(f"dataLayer: {exc}") from None

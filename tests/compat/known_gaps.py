@@ -39,23 +39,20 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.dynamic_attributes_test.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__6.yaml",
     ),
-    # 9 file(s)
+    # 13 file(s)
     "plugin type token-producer": (
+        "llm-d-inference-scheduler/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-inference-scheduler/deploy.config.sim-epp-kvcache-config.yaml",
         "llm-d-inference-scheduler/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
         "llm-d-inference-scheduler/test.e2e.configs_test__7.yaml",
         "llm-d-inference-scheduler/test.e2e.configs_test__8.yaml",
         "llm-d-router/deploy.config.epp-burst-prefix-cache-config.yaml",
+        "llm-d-router/deploy.config.epp-mm-embeddings-cache-config.yaml",
+        "llm-d-router/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-router/deploy.config.sim-epp-kvcache-config.yaml",
         "llm-d-router/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__2.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__5.yaml",
-    ),
-    # 4 file(s)
-    "data-layer source type endpoint-notification-source": (
-        "llm-d-inference-scheduler/deploy.config.epp-precise-prefix-cache-config.yaml",
-        "llm-d-router/deploy.config.epp-mm-embeddings-cache-config.yaml",
-        "llm-d-router/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-router/test.perf.config.router-configs.precise-prefix.yaml",
     ),
     # 4 file(s)

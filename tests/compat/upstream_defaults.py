@@ -248,6 +248,9 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         },
     ),
     "dcgm-extractor": Upstream(f"{ROUTER}:{_P}datalayer/extractor/dcgm/extractor.go (no parameters)", {}),
+    "endpoint-notification-source": Upstream(
+        f"{ROUTER}:{_P}datalayer/source/notifications/factory.go (EndpointSourceFactory: no parameters)", {}
+    ),
     "models-data-extractor": Upstream(
         f"{ROUTER}:{_P}datalayer/extractor/models/extractor.go (no parameters)", {}
     ),
