@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Literal, cast
 
@@ -92,7 +92,8 @@ _ACCEPTS = {  # the extractor types each source's output suits (upstream: the ex
     "models-data-source": ("models-data-extractor",),
     "dcgm-data-source": ("dcgm-extractor",),
 }
-DATALAYER_PLUGIN_TYPES = frozenset(SOURCE_TYPES + EXTRACTOR_TYPES)
+DISCOVERY_TYPES = ("file-discovery",)
+DATALAYER_PLUGIN_TYPES = frozenset(SOURCE_TYPES + EXTRACTOR_TYPES + DISCOVERY_TYPES)
 """Plugin types owned by the data layer (the scheduler's registry does not build them)."""
 
 
@@ -205,6 +206,7 @@ class DataLayerConfig:
 
     sources: tuple[SourceSpec, ...]
     inject_defaults: bool = True
+    discovery: PluginSpec | None = None  # dataLayer.discovery: the endpoint discovery plugin
 
     @property
     def resolved(self) -> bool:
@@ -481,7 +483,8 @@ def validate_datalayer_section(
         return _checked((_injected(named, location), SourceSpec(models, ())), location)
     if not isinstance(section, Mapping):
         raise DataLayerConfigError(f"expected a mapping, got {section!r}", location)
-    _check_keys(section, {"sources", "injectDefaults"}, location)
+    _check_keys(section, {"sources", "injectDefaults", "discovery"}, location)
+    discovery = _discovery(section.get("discovery"), _named(plugins), f"{location}.discovery")
     inject = section.get("injectDefaults", True)
     if inject is None:
         inject = True
@@ -510,7 +513,34 @@ def validate_datalayer_section(
         sources.append(SourceSpec(plugin, extractors))
     if inject and all(s.plugin.plugin_type for s in sources) and not _has_metrics(sources):
         sources.append(_injected(named, location))
-    return _checked(tuple(sources), location, inject)
+    return replace(_checked(tuple(sources), location, inject), discovery=discovery)
+
+
+def _discovery(
+    value: Any, plugins: Mapping[str, tuple[int, Mapping[str, Any]]] | None, location: str
+) -> PluginSpec | None:
+    """``dataLayer.discovery: {pluginRef: NAME}``: a declared plugin implementing endpoint discovery."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise DataLayerConfigError(f"expected a mapping with pluginRef, got {value!r}", location)
+    _check_keys(value, {"pluginRef"}, location)
+    ref = value.get("pluginRef")
+    if not isinstance(ref, str) or not ref:
+        raise DataLayerConfigError("expected a non-empty string", f"{location}.pluginRef")
+    if plugins is None:
+        return PluginSpec("", ref, {})
+    if ref not in plugins:
+        raise DataLayerConfigError(f"no plugin found with name {ref!r}", f"{location}.pluginRef")
+    index, raw = plugins[ref]
+    if raw["type"] not in DISCOVERY_TYPES:
+        raise DataLayerConfigError(
+            f"plugin {ref!r} ({raw['type']}) does not implement EndpointDiscovery "
+            f"(expected one of {list(DISCOVERY_TYPES)})",
+            f"{location}.pluginRef",
+        )
+    params = _validate_params(raw["type"], raw.get("parameters"), f"plugins[{index}].parameters")
+    return PluginSpec(raw["type"], ref, params)
 
 
 def _has_metrics(sources: Sequence[SourceSpec]) -> bool:

@@ -13,8 +13,9 @@
 ``models-data-source``: the same without ``port``; ``path`` defaults to ``/v1/models`` and ``interval``
 to 5 s here (upstream: every base tick; a /v1/models poll every 50 ms is wasted load).
 
-``models-data-extractor``, ``dcgm-extractor``: no parameters. ``dcgm-data-source``: see
-:mod:`datalayer.dcgm`.
+``models-data-extractor``, ``dcgm-extractor``, ``endpoint-notification-source``: no parameters.
+``file-discovery``: ``path`` (required), ``watchFile`` (false); see :mod:`datalayer.discovery.file_plugin`.
+``dcgm-data-source``: see :mod:`datalayer.dcgm`.
 
 ``core-metrics-extractor``: ``engineConfigs`` (see :func:`datalayer.engines.parse_engine_configs`),
 ``defaultEngine`` (the engine of endpoints without an engine label; must name a built-in or configured
@@ -57,6 +58,7 @@ _KEYS = {
     "dcgm-data-source": {"scheme", "path", "port", "insecureSkipVerify", "useNodeAddress", "interval"},
     "dcgm-extractor": set(),
     "endpoint-notification-source": set(),
+    "file-discovery": {"path", "watchFile"},
 }
 
 
@@ -177,6 +179,17 @@ def _dcgm_params(p: Mapping[str, Any], location: str) -> dict[str, Any]:
     }
 
 
+def _file_discovery_params(p: Mapping[str, Any], location: str) -> dict[str, Any]:
+    """file-discovery: ``path`` (required), ``watchFile`` (default false)."""
+    path = _opt_str(p, "path", location)
+    if not path:
+        raise ParamError("'path' parameter is required (the endpoints file)", f"{location}.path")
+    watch = p.get("watchFile", False)
+    if not isinstance(watch, bool):
+        raise ParamError(f"expected true or false, got {watch!r}", f"{location}.watchFile")
+    return {"path": path, "watchFile": watch}
+
+
 def _extractor_params(p: Mapping[str, Any], location: str) -> dict[str, Any]:
     params: dict[str, Any] = {}
     engines = BUILTIN_ENGINES
@@ -214,4 +227,6 @@ def validate_plugin_params(plugin_type: str, parameters: Any, location: str) -> 
         return {}
     if plugin_type == "dcgm-data-source":
         return _dcgm_params(parameters, location)
+    if plugin_type == "file-discovery":
+        return _file_discovery_params(parameters, location)
     return _source_params(plugin_type, parameters, location)

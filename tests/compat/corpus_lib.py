@@ -121,6 +121,7 @@ _CAUSES: tuple[tuple[str, str], ...] = (
     (r"^dataLayer\.sources: expected a non-empty list", "empty dataLayer.sources"),
     (r"the encode stage \(E/P/D\)", "E/P/D encode stage"),
     (r"^dataLayer\.(\w+): unknown parameter", r"dataLayer.\1"),
+    (r"^dataLayer\.discovery\.pluginRef: plugin '[^']*' \(([\w-]+)\)", r"dataLayer.discovery plugin type \1"),
     (
         r"failed to find dependency",
         "a plugin parameter naming a plugin declared later (upstream orders by dependency)",

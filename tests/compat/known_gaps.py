@@ -86,7 +86,9 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.wellknown_configs_test__7.yaml",
     ),
     # 1 file(s)
-    "dataLayer.discovery": ("llm-d-router/pkg.epp.framework.plugins.README.yaml",),
+    "dataLayer.discovery plugin type multicluster-file-discovery": (
+        "llm-d-router/pkg.epp.framework.plugins.README.yaml",
+    ),
     # 1 file(s)
     "plugin type disaggregatedset-rollout-screener": (
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.screener.disaggregatedsetrollout.README.yaml",
