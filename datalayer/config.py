@@ -270,7 +270,7 @@ class DataLayerConfig:
                     ),
                 )
             )
-        return _checked(tuple(sources), location, self.inject_defaults)
+        return replace(_checked(tuple(sources), location, self.inject_defaults), discovery=self.discovery)
 
     def build_sources(
         self,

@@ -228,3 +228,8 @@ def test_start_up_uses_the_configured_discovery(tmp_path: Path) -> None:
         build_config_discovery(options, loaded.data_layer.discovery)
     with pytest.raises(ConfigError, match="watchFile"):
         load_picker_config(None, _config(str(path)).replace("watchFile: true", "watchFile: 1"))
+
+
+def test_resolve_keeps_the_discovery() -> None:
+    config = validate_datalayer_section({"discovery": {"pluginRef": "fd"}}, _PLUGINS)
+    assert config.resolve({}).discovery == config.discovery
