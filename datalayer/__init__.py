@@ -33,7 +33,8 @@ Public API (what the epp service uses)::
 * Engine mappings: :data:`BUILTIN_ENGINES`, :func:`parse_engine_configs` (``engineConfigs``),
   :func:`apply_metric_overrides` (GIE's per-metric flags).
 * Data-source plugins: :class:`DataSource`, :class:`MetricsExtractor`; built-ins
-  :class:`MetricsDataSource`, :class:`CoreMetricsExtractor`, :class:`ModelsDataSource`.
+  :class:`MetricsDataSource`, :class:`CoreMetricsExtractor`, :class:`ModelsDataSource`,
+  :class:`ModelsExtractor`.
 * HTTP seam: :class:`HttpClient` (:class:`RawHttpClient`, :class:`AiohttpClient`,
   :class:`HttpxClient`), :func:`default_http_client`; per-source connections
   (:class:`SourceConnection`: scheme, port, TLS with :class:`TlsSettings`) in :mod:`datalayer.connection`.
@@ -96,6 +97,7 @@ from datalayer.sources import (
     MetricsDataSource,
     MetricsExtractor,
     ModelsDataSource,
+    ModelsExtractor,
     SourceUpdate,
 )
 
@@ -132,6 +134,7 @@ __all__ = [
     "MetricsDataSource",
     "MetricsExtractor",
     "ModelsDataSource",
+    "ModelsExtractor",
     "PoolAggregates",
     "RawHttpClient",
     "SourceConnection",

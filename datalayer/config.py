@@ -16,7 +16,12 @@ Shape (GIE's)::
         - pluginRef: metrics
           extractors:
             - pluginRef: core-metrics-extractor
+        - pluginRef: dcgm-data-source     # GPU utilization, see datalayer.dcgm
+          extractors:
+            - pluginRef: dcgm-extractor
         - pluginRef: models-data-source   # parameters: path (/v1/models), interval (5s)
+          extractors:                     # optional: the models-data-extractor is the default
+            - pluginRef: models-data-extractor
 
 A ``pluginRef`` names an entry of ``plugins`` (by ``name``, defaulting to its ``type``) or, when no
 entry has that name, a plugin type with default parameters. Pass the document's raw ``plugins`` list
@@ -31,16 +36,30 @@ source of type ``metrics-data-source``, one is appended with the ``core-metrics-
 ``plugins`` entries named ``metrics-data-source`` / ``core-metrics-extractor`` when declared, else
 default parameters), as llm-d-router's loader does (it matches the reference's name; pyepp matches the
 source's type, so a renamed metrics source is not scraped twice). ``injectDefaults: false`` without a
-metrics source is rejected: in pyepp an endpoint becomes ready on its first metrics scrape.
+metrics source runs without metrics, as upstream does: the data layer then takes endpoints as ready
+when discovered (see :class:`datalayer.layer.DataLayer`) and logs so at start.
+
+Test seam: :func:`registered_types` adds data-layer plugin types (:class:`ExtraPluginType`) for the
+duration of a ``with`` block, as the Go tests register their fakes (``test-source``, ``test-extractor``,
+the integration harness's ``mock-metrics-source``). Only tests use it: the server knows the types above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, Literal, cast
 
+from datalayer.dcgm import DcgmDataSource, DcgmExtractor
 from datalayer.engines import BUILTIN_ENGINES, DEFAULT_ENGINE, EngineMapping
+from datalayer.notifications import (
+    ENDPOINT_NOTIFICATION_SOURCE,
+    EndpointExtractor,
+    EndpointNotificationSource,
+)
 from datalayer.params import ParamError, validate_plugin_params
 from datalayer.sources import (
     CoreMetricsExtractor,
@@ -48,6 +67,7 @@ from datalayer.sources import (
     MetricsDataSource,
     MetricsExtractor,
     ModelsDataSource,
+    ModelsExtractor,
 )
 
 __all__ = [
@@ -55,18 +75,66 @@ __all__ = [
     "DataLayerConfig",
     "DataLayerConfigError",
     "DataLayerPlugin",
+    "ExtraPluginType",
     "PluginSpec",
     "SourceSpec",
     "default_datalayer_config",
     "plugin_factories",
+    "registered_types",
     "validate_data_layer_section",
     "validate_datalayer_section",
 ]
 
-SOURCE_TYPES = ("metrics-data-source", "models-data-source")
-EXTRACTOR_TYPES = ("core-metrics-extractor",)
-DATALAYER_PLUGIN_TYPES = frozenset(SOURCE_TYPES + EXTRACTOR_TYPES)
+SOURCE_TYPES = ("metrics-data-source", "models-data-source", "dcgm-data-source", ENDPOINT_NOTIFICATION_SOURCE)
+EXTRACTOR_TYPES = ("core-metrics-extractor", "models-data-extractor", "dcgm-extractor")
+_ACCEPTS = {  # the extractor types each source's output suits (upstream: the extractor's ExpectedInputType)
+    "metrics-data-source": ("core-metrics-extractor",),
+    "models-data-source": ("models-data-extractor",),
+    "dcgm-data-source": ("dcgm-extractor",),
+}
+DISCOVERY_TYPES = ("file-discovery",)
+DATALAYER_PLUGIN_TYPES = frozenset(SOURCE_TYPES + EXTRACTOR_TYPES + DISCOVERY_TYPES)
 """Plugin types owned by the data layer (the scheduler's registry does not build them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraPluginType:
+    """A data-layer plugin type added by :func:`registered_types`: its role, and its parameter validator
+    ``(parameters, location) -> validated`` (raising :class:`DataLayerConfigError`). Such a type
+    validates and resolves like a built-in one; :meth:`DataLayerConfig.build_sources` refuses it."""
+
+    plugin_type: str
+    role: Literal["source", "extractor"]
+    validate: Callable[[Any, str], Mapping[str, Any]]
+
+
+_EXTRA: ContextVar[Mapping[str, ExtraPluginType]] = ContextVar(
+    "extra_datalayer_types", default=MappingProxyType({})
+)
+
+
+@contextmanager
+def registered_types(*extra: ExtraPluginType) -> Iterator[None]:
+    """While active (in this context), the section also accepts ``extra`` types. For tests that load
+    upstream fixtures naming the Go tests' fakes; never used by the server. ValueError for a type that
+    is already known."""
+    known = DATALAYER_PLUGIN_TYPES | set(_EXTRA.get())
+    for t in extra:
+        if t.plugin_type in known:
+            raise ValueError(f"data-layer plugin type {t.plugin_type!r} is already registered")
+    token = _EXTRA.set(MappingProxyType({**_EXTRA.get(), **{t.plugin_type: t for t in extra}}))
+    try:
+        yield
+    finally:
+        _EXTRA.reset(token)
+
+
+def _source_types() -> tuple[str, ...]:
+    return SOURCE_TYPES + tuple(t for t, x in _EXTRA.get().items() if x.role == "source")
+
+
+def _extractor_types() -> tuple[str, ...]:
+    return EXTRACTOR_TYPES + tuple(t for t, x in _EXTRA.get().items() if x.role == "extractor")
 
 
 class DataLayerConfigError(ValueError):
@@ -99,6 +167,9 @@ def _check_keys(params: Mapping[str, Any], allowed: set[str], location: str) -> 
 
 def _validate_params(plugin_type: str, parameters: Any, location: str) -> Mapping[str, Any]:
     """Validated parameters of a data-layer plugin (see :mod:`datalayer.params`)."""
+    extra = _EXTRA.get().get(plugin_type)
+    if extra is not None:
+        return extra.validate(parameters, location)
     try:
         return validate_plugin_params(plugin_type, parameters, location)
     except ParamError as exc:
@@ -135,6 +206,7 @@ class DataLayerConfig:
 
     sources: tuple[SourceSpec, ...]
     inject_defaults: bool = True
+    discovery: PluginSpec | None = None  # dataLayer.discovery: the endpoint discovery plugin
 
     @property
     def resolved(self) -> bool:
@@ -154,13 +226,15 @@ class DataLayerConfig:
         """Resolve named references against plugin instances (objects with ``plugin_type``, ``name``,
         ``parameters``) keyed by name; raise :class:`DataLayerConfigError` for a missing or mistyped one."""
 
-        def one(spec: PluginSpec, allowed: tuple[str, ...], where: str) -> PluginSpec:
+        def one(spec: PluginSpec, allowed: tuple[str, ...] | None, where: str) -> PluginSpec:
             if spec.plugin_type:
                 return spec
             found = plugins.get(spec.name)
             if found is None:
                 raise DataLayerConfigError(f"no plugin named {spec.name!r} in plugins", f"{where}.pluginRef")
             plugin_type = getattr(found, "plugin_type", "")
+            if allowed is None:  # an endpoint source's extractor: any plugin (checked when bound)
+                return PluginSpec(plugin_type, spec.name, {})
             if plugin_type not in allowed:
                 raise DataLayerConfigError(
                     f"plugin {spec.name!r} has type {plugin_type!r}; expected one of {list(allowed)}",
@@ -174,9 +248,10 @@ class DataLayerConfig:
         sources = []
         for i, source in enumerate(self.sources):
             where = f"{location}.sources[{i}]"
-            plugin = one(source.plugin, SOURCE_TYPES, where)
+            plugin = one(source.plugin, _source_types(), where)
+            kinds = None if plugin.plugin_type == ENDPOINT_NOTIFICATION_SOURCE else _extractor_types()
             extractors = tuple(
-                one(e, EXTRACTOR_TYPES, f"{where}.extractors[{j}]") for j, e in enumerate(source.extractors)
+                one(e, kinds, f"{where}.extractors[{j}]") for j, e in enumerate(source.extractors)
             )
             sources.append(SourceSpec(plugin, extractors))
         if self.inject_defaults and not _has_metrics(sources):
@@ -195,7 +270,7 @@ class DataLayerConfig:
                     ),
                 )
             )
-        return _checked(tuple(sources), location, self.inject_defaults)
+        return replace(_checked(tuple(sources), location, self.inject_defaults), discovery=self.discovery)
 
     def build_sources(
         self,
@@ -214,7 +289,25 @@ class DataLayerConfig:
         for source in self.sources:
             p = source.plugin.parameters
             connection = p.get("connection")
-            if source.plugin.plugin_type == "metrics-data-source":
+            if source.plugin.plugin_type not in SOURCE_TYPES:
+                raise DataLayerConfigError(
+                    f"plugin type {source.plugin.plugin_type!r} is registered for tests only and cannot run",
+                    "dataLayer.sources",
+                )
+            if source.plugin.plugin_type == ENDPOINT_NOTIFICATION_SOURCE:
+                continue  # not polled: see endpoint_sources()
+            if source.plugin.plugin_type == "dcgm-data-source":
+                built.append(
+                    DcgmDataSource(
+                        source.plugin.name,
+                        [DcgmExtractor(e.name) for e in source.extractors],
+                        p["path"],
+                        interval=p.get("interval"),
+                        connection=connection,
+                        use_node_address=p["useNodeAddress"],
+                    )
+                )
+            elif source.plugin.plugin_type == "metrics-data-source":
                 extractors: list[MetricsExtractor] = [
                     CoreMetricsExtractor(
                         e.name,
@@ -239,8 +332,54 @@ class DataLayerConfig:
                 if interval is None:
                     interval = models_interval or 5.0
                 path = p.get("path", "/v1/models")
-                built.append(ModelsDataSource(source.plugin.name, path, interval, connection=connection))
+                models = [ModelsExtractor(e.name) for e in source.extractors]
+                built.append(
+                    ModelsDataSource(
+                        source.plugin.name, path, interval, connection=connection, extractors=models
+                    )
+                )
         return tuple(built)
+
+    def endpoint_sources(
+        self, plugin: Callable[[str], Any], location: str = "dataLayer"
+    ) -> tuple[EndpointNotificationSource, ...]:
+        """The endpoint-notification sources, their extractors bound to the plugin instances
+        (``plugin(name)``, e.g. the resolved configuration's). Raises :class:`DataLayerConfigError`
+        for an extractor that does not implement :class:`~datalayer.notifications.EndpointExtractor`."""
+        built = []
+        for i, source in enumerate(self.sources):
+            if source.plugin.plugin_type != ENDPOINT_NOTIFICATION_SOURCE:
+                continue
+            extractors = []
+            for j, spec in enumerate(source.extractors):
+                found = plugin(spec.name)
+                if not isinstance(found, EndpointExtractor):
+                    raise DataLayerConfigError(
+                        f"{ENDPOINT_NOTIFICATION_SOURCE} {source.plugin.name!r} requires an endpoint "
+                        f"extractor; plugin {spec.name!r} ({spec.plugin_type}) does not implement "
+                        "extract_endpoint",
+                        f"{location}.sources[{i}].extractors[{j}].pluginRef",
+                    )
+                extractors.append(found)
+            built.append(EndpointNotificationSource(source.plugin.name, extractors))
+        return tuple(built)
+
+
+def _any_ref(
+    entry: Any, plugins: Mapping[str, tuple[int, Mapping[str, Any]]] | None, location: str
+) -> PluginSpec:
+    """An endpoint source's extractor: a declared plugin of any type (its parameters are the
+    scheduler registry's business; whether it is an endpoint extractor is checked when bound)."""
+    if not isinstance(entry, Mapping):
+        raise DataLayerConfigError(f"expected a mapping with pluginRef, got {entry!r}", location)
+    ref = entry.get("pluginRef")
+    if not isinstance(ref, str) or not ref:
+        raise DataLayerConfigError("expected a non-empty string", f"{location}.pluginRef")
+    if plugins is None:
+        return PluginSpec("", ref, {})
+    if ref not in plugins:
+        raise DataLayerConfigError(f"no plugin named {ref!r} in plugins", f"{location}.pluginRef")
+    return PluginSpec(plugins[ref][1]["type"], ref, {})
 
 
 def _ref(
@@ -292,17 +431,19 @@ def _checked(sources: tuple[SourceSpec, ...], location: str, inject: bool = True
         raise DataLayerConfigError("a data source is listed twice", f"{location}.sources")
     for i, s in enumerate(sources):
         where = f"{location}.sources[{i}].extractors"
-        if s.plugin.plugin_type == "models-data-source" and s.extractors:
-            raise DataLayerConfigError("models-data-source takes no extractors", where)
+        kinds = [e.plugin_type for e in s.extractors if e.plugin_type]
+        if len(set(kinds)) != len(kinds):  # upstream's ErrDuplicateExtractorType
+            duplicate = next(k for k in kinds if kinds.count(k) > 1)
+            raise DataLayerConfigError(f"two extractors of type {duplicate!r} on one source", where)
+        accepts = _ACCEPTS.get(s.plugin.plugin_type)
+        for j, e in enumerate(s.extractors):
+            if accepts is not None and e.plugin_type and e.plugin_type not in accepts:
+                raise DataLayerConfigError(
+                    f"{s.plugin.plugin_type} cannot feed a {e.plugin_type} (its extractors: {list(accepts)})",
+                    f"{where}[{j}].pluginRef",
+                )
         if s.plugin.plugin_type == "metrics-data-source" and len(s.extractors) != 1:
             raise DataLayerConfigError("expected exactly one core-metrics-extractor", where)
-    resolved = all(s.plugin.plugin_type for s in sources)
-    if resolved and not _has_metrics(sources):
-        raise DataLayerConfigError(
-            "expected a metrics-data-source (pyepp cannot run without metrics collection: an endpoint "
-            "becomes ready on its first metrics scrape); list one or leave injectDefaults true",
-            f"{location}.sources",
-        )
     return DataLayerConfig(sources, inject)
 
 
@@ -328,8 +469,8 @@ def validate_datalayer_section(
 
     ``injectDefaults`` (default true, llm-d-router): when no metrics-data-source is listed in
     ``sources`` (which may be empty or absent), one with the core extractor is appended. With
-    ``injectDefaults: false`` nothing is added, and pyepp still needs a metrics-data-source (it
-    decides endpoint health), so such a section without one is an error.
+    ``injectDefaults: false`` nothing is added: without a metrics-data-source no metrics are
+    collected and endpoints are ready as soon as they are discovered.
 
     ``plugins`` is the document's raw ``plugins`` list when available; references to names not
     found there stay unresolved until :meth:`DataLayerConfig.resolve`.
@@ -342,7 +483,8 @@ def validate_datalayer_section(
         return _checked((_injected(named, location), SourceSpec(models, ())), location)
     if not isinstance(section, Mapping):
         raise DataLayerConfigError(f"expected a mapping, got {section!r}", location)
-    _check_keys(section, {"sources", "injectDefaults"}, location)
+    _check_keys(section, {"sources", "injectDefaults", "discovery"}, location)
+    discovery = _discovery(section.get("discovery"), _named(plugins), f"{location}.discovery")
     inject = section.get("injectDefaults", True)
     if inject is None:
         inject = True
@@ -358,15 +500,48 @@ def validate_datalayer_section(
     sources: list[SourceSpec] = []
     for i, entry in enumerate(entries):
         where = f"{location}.sources[{i}]"
-        plugin = _ref(entry, SOURCE_TYPES, named, where)
-        extractors = tuple(
-            _ref(e, EXTRACTOR_TYPES, named, f"{where}.extractors[{j}]")
-            for j, e in enumerate(entry.get("extractors") or [])
-        )
+        plugin = _ref(entry, _source_types(), named, where)
+        _check_keys(entry, {"pluginRef", "extractors"}, where)
+        raw = entry.get("extractors") or []
+        if not isinstance(raw, list):
+            raise DataLayerConfigError("expected a list", f"{where}.extractors")
+        if plugin.plugin_type == ENDPOINT_NOTIFICATION_SOURCE:
+            extractors = tuple(_any_ref(e, named, f"{where}.extractors[{j}]") for j, e in enumerate(raw))
+        else:
+            extractors = tuple(
+                _ref(e, _extractor_types(), named, f"{where}.extractors[{j}]") for j, e in enumerate(raw)
+            )
         sources.append(SourceSpec(plugin, extractors))
     if inject and all(s.plugin.plugin_type for s in sources) and not _has_metrics(sources):
         sources.append(_injected(named, location))
-    return _checked(tuple(sources), location, inject)
+    return replace(_checked(tuple(sources), location, inject), discovery=discovery)
+
+
+def _discovery(
+    value: Any, plugins: Mapping[str, tuple[int, Mapping[str, Any]]] | None, location: str
+) -> PluginSpec | None:
+    """``dataLayer.discovery: {pluginRef: NAME}``: a declared plugin implementing endpoint discovery."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise DataLayerConfigError(f"expected a mapping with pluginRef, got {value!r}", location)
+    _check_keys(value, {"pluginRef"}, location)
+    ref = value.get("pluginRef")
+    if not isinstance(ref, str) or not ref:
+        raise DataLayerConfigError("expected a non-empty string", f"{location}.pluginRef")
+    if plugins is None:
+        return PluginSpec("", ref, {})
+    if ref not in plugins:
+        raise DataLayerConfigError(f"no plugin found with name {ref!r}", f"{location}.pluginRef")
+    index, raw = plugins[ref]
+    if raw["type"] not in DISCOVERY_TYPES:
+        raise DataLayerConfigError(
+            f"plugin {ref!r} ({raw['type']}) does not implement EndpointDiscovery "
+            f"(expected one of {list(DISCOVERY_TYPES)})",
+            f"{location}.pluginRef",
+        )
+    params = _validate_params(raw["type"], raw.get("parameters"), f"plugins[{index}].parameters")
+    return PluginSpec(raw["type"], ref, params)
 
 
 def _check_shape(entries: list[Any], location: str) -> None:

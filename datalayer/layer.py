@@ -12,6 +12,13 @@ where TLS material is read (:class:`~datalayer.connection.TlsSettingsError` for 
 the options' own connection share the injected client; the others get clients of their own, created
 when their pollers start and closed by ``stop()``.
 
+Without metrics (no primary source among ``sources``, e.g. ``dataLayer: {injectDefaults: false}``), as
+upstream runs then: an endpoint is ready as soon as discovery adds it (health UNKNOWN, empty metrics,
+so scorers that read metrics see zeros) and never turns stale; construction logs that once.
+
+Endpoint lifecycle events (``endpoint_sources``, see :mod:`datalayer.notifications`): each applied
+discovery batch notifies removals (with the endpoint's last spec), then additions and changes.
+
 Staleness: a sweeper runs every ``min(threshold / 4, 0.25 s)`` and turns HEALTHY endpoints whose last
 good scrape is older than ``staleness_threshold`` into STALE (not ready). A poll failure makes an
 endpoint UNHEALTHY at once; the next good scrape makes it HEALTHY again.
@@ -32,6 +39,7 @@ from datalayer.connection import Connection, HttpClients, TlsSettings
 from datalayer.discovery.base import Discovery
 from datalayer.engines import BUILTIN_ENGINES, EngineMapping
 from datalayer.http import HttpClient
+from datalayer.notifications import EndpointEvent, EndpointEventType, EndpointNotificationSource
 from datalayer.poller import ErrorSink, PollSettings, SourcePoller
 from datalayer.records import DiscoveryEvent, EndpointRecord, EndpointSpec, Health
 from datalayer.sources import CoreMetricsExtractor, DataSource, MetricsDataSource, ModelsDataSource
@@ -91,16 +99,19 @@ class DataLayer:
         http: HttpClient,
         options: DataLayerOptions | None = None,
         sources: Sequence[DataSource] | None = None,
+        endpoint_sources: Sequence[EndpointNotificationSource] = (),
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.options = options or DataLayerOptions()
         self.discovery = discovery
         self.sources = tuple(sources) if sources is not None else self.options.default_sources()
+        self.endpoint_sources = tuple(endpoint_sources)
         self._http = http
         self._clock = clock
         self._sleep = sleep
-        self._store = EndpointStore()
+        self.collects_metrics = any(source.primary for source in self.sources)
+        self._store = EndpointStore(ready_on_add=not self.collects_metrics)
         self._specs: dict[str, EndpointSpec] = {}
         self._pollers: dict[str, list[asyncio.Task[None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -115,6 +126,12 @@ class DataLayer:
         default = Connection(o.scheme, 0, TlsSettings(o.insecure_skip_verify))
         self._clients = HttpClients(http, default)
         self._connections: list[Connection] = []  # one per source, in order
+        if not self.collects_metrics:
+            log.warning(
+                "no metrics data source: endpoints are taken as ready when discovered, without metrics "
+                "(metric-based scorers see zeros; no staleness)",
+                sources=[source.name for source in self.sources],
+            )
         for source in self.sources:
             port_default = Connection(default.scheme, o.metrics_port if source.primary else 0, default.tls)
             connection = source.connection.resolve(port_default)
@@ -199,11 +216,14 @@ class DataLayer:
     def apply(self, events: Sequence[DiscoveryEvent]) -> None:
         added, updated, removed = self._store.apply(events)
         for address in removed:  # before additions: a batch may remove and re-add an address
-            self._specs.pop(address, None)
+            last = self._specs.pop(address, None)
             for task in self._pollers.pop(address, ()):
                 task.cancel()
+            if last is not None:
+                self._notify(EndpointEventType.DELETE, last)
         for spec in (*added, *updated):
             self._specs[spec.address] = spec
+            self._notify(EndpointEventType.ADD_OR_UPDATE, spec)
         if self._running:
             for spec in added:
                 self._start_pollers(spec.address)
@@ -216,6 +236,11 @@ class DataLayer:
                     callback(gone)
                 except Exception:
                     log.exception("endpoint removal callback failed", callback=repr(callback))
+
+    def _notify(self, kind: EndpointEventType, spec: EndpointSpec) -> None:
+        event = EndpointEvent(kind, spec)
+        for source in self.endpoint_sources:
+            source.notify(event)
 
     def current(self) -> Mapping[str, EndpointSpec]:
         return dict(self._specs)

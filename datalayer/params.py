@@ -13,6 +13,10 @@
 ``models-data-source``: the same without ``port``; ``path`` defaults to ``/v1/models`` and ``interval``
 to 5 s here (upstream: every base tick; a /v1/models poll every 50 ms is wasted load).
 
+``models-data-extractor``, ``dcgm-extractor``, ``endpoint-notification-source``: no parameters.
+``file-discovery``: ``path`` (required), ``watchFile`` (false); see :mod:`datalayer.discovery.file_plugin`.
+``dcgm-data-source``: see :mod:`datalayer.dcgm`.
+
 ``core-metrics-extractor``: ``engineConfigs`` (see :func:`datalayer.engines.parse_engine_configs`),
 ``defaultEngine`` (the engine of endpoints without an engine label; must name a built-in or configured
 engine; default ``vllm``), ``engineLabelKey`` (the endpoint label naming the engine; default
@@ -50,6 +54,11 @@ _KEYS = {
     "metrics-data-source": _TLS_KEYS | {"port"},
     "models-data-source": _TLS_KEYS,
     "core-metrics-extractor": {"engineConfigs", "defaultEngine", "engineLabelKey"},
+    "models-data-extractor": set(),
+    "dcgm-data-source": {"scheme", "path", "port", "insecureSkipVerify", "useNodeAddress", "interval"},
+    "dcgm-extractor": set(),
+    "endpoint-notification-source": set(),
+    "file-discovery": {"path", "watchFile"},
 }
 
 
@@ -143,6 +152,44 @@ def _source_params(plugin_type: str, p: Mapping[str, Any], location: str) -> dic
     return params
 
 
+def _dcgm_params(p: Mapping[str, Any], location: str) -> dict[str, Any]:
+    """dcgm-data-source: upstream's defaults are its own (http, port 9400, skip verify), not the flags'."""
+    scheme = _opt_str(p, "scheme", location) or "http"
+    if scheme not in ("http", "https"):
+        raise ParamError(f"unsupported scheme {scheme!r} (expected http or https)", f"{location}.scheme")
+    flags: dict[str, bool] = {}
+    for key in ("insecureSkipVerify", "useNodeAddress"):
+        value = p.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ParamError(f"expected true or false, got {value!r}", f"{location}.{key}")
+        flags[key] = value if value is not None else key == "insecureSkipVerify"
+    port = p.get("port", 9400)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ParamError(f"expected a port number (0-65535), got {port!r}", f"{location}.port")
+    if flags["useNodeAddress"] and port == 0:
+        raise ParamError("useNodeAddress requires a non-zero port", f"{location}.useNodeAddress")
+    path = _opt_str(p, "path", location) or "/metrics"
+    return {  # upstream's names, resolved; plus the connection and the interval in seconds
+        "scheme": scheme,
+        "path": path if path.startswith("/") else "/" + path,
+        "port": port,
+        **flags,
+        "interval": _interval(p, location),
+        "connection": SourceConnection(scheme, port, flags["insecureSkipVerify"]),
+    }
+
+
+def _file_discovery_params(p: Mapping[str, Any], location: str) -> dict[str, Any]:
+    """file-discovery: ``path`` (required), ``watchFile`` (default false)."""
+    path = _opt_str(p, "path", location)
+    if not path:
+        raise ParamError("'path' parameter is required (the endpoints file)", f"{location}.path")
+    watch = p.get("watchFile", False)
+    if not isinstance(watch, bool):
+        raise ParamError(f"expected true or false, got {watch!r}", f"{location}.watchFile")
+    return {"path": path, "watchFile": watch}
+
+
 def _extractor_params(p: Mapping[str, Any], location: str) -> dict[str, Any]:
     params: dict[str, Any] = {}
     engines = BUILTIN_ENGINES
@@ -176,4 +223,10 @@ def validate_plugin_params(plugin_type: str, parameters: Any, location: str) -> 
         raise ParamError(f"unknown parameter (expected one of {sorted(allowed)})", f"{location}.{unknown[0]}")
     if plugin_type == "core-metrics-extractor":
         return _extractor_params(parameters, location)
+    if plugin_type in ("models-data-extractor", "dcgm-extractor", "endpoint-notification-source"):
+        return {}
+    if plugin_type == "dcgm-data-source":
+        return _dcgm_params(parameters, location)
+    if plugin_type == "file-discovery":
+        return _file_discovery_params(parameters, location)
     return _source_params(plugin_type, parameters, location)

@@ -2,8 +2,9 @@
 
 Each poll: ``GET <scheme>://<host>:<port><path>`` with the layer's timeout and body cap (scheme and
 port from the source's resolved :class:`~datalayer.connection.Connection`: a non-zero port replaces
-the endpoint's, as ``metrics-data-source``'s ``port`` and ``--model-server-metrics-port`` do); a non-2xx
-status, a transport failure (:class:`FetchError`) or an extraction ``ValueError`` is a failure. For
+the endpoint's, as ``metrics-data-source``'s ``port`` and ``--model-server-metrics-port`` do; with a
+port, a source whose ``use_node_address`` is true scrapes the endpoint's ``node_address`` when known);
+a non-2xx status, a transport failure (:class:`FetchError`) or an extraction ``ValueError`` is a failure. For
 the primary source a success makes the endpoint HEALTHY and ready with the new metrics; a failure
 makes it UNHEALTHY, not ready, with ``last_error`` set (metrics keep their old ``updated_at``, so their
 age keeps growing). Secondary sources only merge attributes. Errors are logged on transitions only.
@@ -42,6 +43,7 @@ ErrorSink = Callable[[str, "str | None"], None]
 EXTRACTOR_TYPES = {
     "metrics-data-source": "core-metrics-extractor",
     "models-data-source": "models-data-extractor",
+    "dcgm-data-source": "dcgm-extractor",
 }
 
 log = structlog.get_logger("datalayer")
@@ -83,6 +85,9 @@ class SourcePoller:
         if connection is None:  # the layer's settings: the metrics port applies to the primary source
             connection = Connection(settings.scheme, settings.metrics_port if source.primary else 0)
         host, port = split_address(address)
+        spec = specs.get(address)
+        if connection.port and getattr(source, "use_node_address", False) and spec and spec.node_address:
+            host = spec.node_address  # dcgm-data-source's useNodeAddress (a DaemonSet exporter)
         port = connection.port or port
         host = f"[{host}]" if ":" in host else host
         self.url = f"{connection.scheme}://{host}:{port}{source.path}"

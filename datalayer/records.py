@@ -78,12 +78,16 @@ EMPTY_METRICS = EndpointMetrics()
 
 @dataclass(frozen=True, slots=True)
 class EndpointSpec:
-    """An endpoint as discovery sees it. ``address`` (``ip:port``) is its identity."""
+    """An endpoint as discovery sees it. ``address`` (``ip:port``) is its identity. ``pod_name`` and
+    ``node_address`` (the pod's ``status.hostIP``) are set by Kubernetes discovery only (empty
+    otherwise); the ``dcgm-*`` plugins use them."""
 
     address: str
     name: str
     labels: Mapping[str, str] = field(default_factory=_empty)
     engine: str = "vllm"
+    pod_name: str = ""
+    node_address: str = ""
 
     @property
     def host(self) -> str:

@@ -13,8 +13,11 @@ extractors. Contracts:
 
 Built-ins: ``metrics-data-source`` (``/metrics``, primary, interval = ``--refresh-metrics-interval``)
 with the ``core-metrics-extractor`` (engine mappings -> :class:`EndpointMetrics`), and
-``models-data-source`` (``/v1/models`` every 5 s) adding attributes ``models`` (frozenset of base model
-ids) and ``adapters`` (read-only mapping adapter id -> parent model id).
+``models-data-source`` (``/v1/models`` every 5 s; it decodes the JSON, as upstream's ``parseModels``)
+with the ``models-data-extractor`` (:class:`ModelsExtractor`) adding attributes ``models`` (frozenset
+of base model ids) and ``adapters`` (read-only mapping adapter id -> parent model id). A
+models-data-source listed without extractors runs the models-data-extractor (pyepp's default; upstream
+would fetch and store nothing).
 
 Each source carries its :class:`~datalayer.connection.SourceConnection` (scheme, port, TLS; unset
 fields take the layer's flags) and an optional own interval, rounded as upstream does to the nearest
@@ -48,6 +51,7 @@ __all__ = [
     "MetricsDataSource",
     "MetricsExtractor",
     "ModelsDataSource",
+    "ModelsExtractor",
     "SourceUpdate",
     "tick_interval",
 ]
@@ -184,34 +188,17 @@ class MetricsDataSource:
         return SourceUpdate(metrics=metrics, attributes=attributes or None)
 
 
-class ModelsDataSource:
-    """``GET /v1/models``: the base models and LoRA adapters (entries with a ``parent``) served."""
+class ModelsExtractor:
+    """``models-data-extractor``: the base models and LoRA adapters (entries with a ``parent``) of a
+    decoded ``/v1/models`` response (OpenAI's list format: ``{"data": [{"id": ..., "parent": ...}]}``).
+    Raises ValueError for a document without a ``data`` list or an entry without a string ``id``."""
 
-    plugin_type = "models-data-source"
-    primary = False
+    plugin_type = "models-data-extractor"
 
-    def __init__(
-        self,
-        name: str = "models-data-source",
-        path: str = "/v1/models",
-        interval: float = 5.0,
-        *,
-        connection: SourceConnection | None = None,
-    ) -> None:
+    def __init__(self, name: str = "models-data-extractor") -> None:
         self.name = name
-        self.path = path
-        self._interval = interval
-        self.connection = connection or SourceConnection()
 
-    def interval(self, refresh_interval: float) -> float:
-        """The configured interval (default 5 s) rounded to base ticks."""
-        return tick_interval(self._interval, refresh_interval)
-
-    def extract(self, body: bytes, endpoint: EndpointSpec, now: float) -> SourceUpdate:
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"/v1/models: invalid JSON ({exc})") from None
+    def extract(self, doc: Any, endpoint: EndpointSpec, now: float) -> SourceUpdate:
         data = doc.get("data") if isinstance(doc, dict) else None
         if not isinstance(data, list):
             raise ValueError("/v1/models: expected an object with a 'data' list")
@@ -231,3 +218,43 @@ class ModelsDataSource:
         return SourceUpdate(
             attributes={"models": frozenset(models), "adapters": MappingProxyType(adapters)},
         )
+
+
+class ModelsDataSource:
+    """``GET /v1/models``: decode the JSON once, run every extractor on it (default: one
+    :class:`ModelsExtractor`)."""
+
+    plugin_type = "models-data-source"
+    primary = False
+
+    def __init__(
+        self,
+        name: str = "models-data-source",
+        path: str = "/v1/models",
+        interval: float = 5.0,
+        *,
+        connection: SourceConnection | None = None,
+        extractors: Sequence[ModelsExtractor] | None = None,
+    ) -> None:
+        self.name = name
+        self.path = path
+        self._interval = interval
+        self.connection = connection or SourceConnection()
+        self.extractors: tuple[ModelsExtractor, ...] = (
+            tuple(extractors) if extractors else (ModelsExtractor(),)
+        )
+
+    def interval(self, refresh_interval: float) -> float:
+        """The configured interval (default 5 s) rounded to base ticks."""
+        return tick_interval(self._interval, refresh_interval)
+
+    def extract(self, body: bytes, endpoint: EndpointSpec, now: float) -> SourceUpdate:
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"/v1/models: invalid JSON ({exc})") from None
+        attributes: dict[str, Any] = {}
+        for extractor in self.extractors:
+            update = extractor.extract(doc, endpoint, now)
+            attributes.update(update.attributes or {})
+        return SourceUpdate(attributes=attributes)

@@ -5,11 +5,15 @@ whole, so a reader holding a snapshot never sees a half-updated endpoint. Member
 dict (copy-on-write), so a reader on another thread iterating it never sees it change size.
 ``snapshot()`` returns the same tuple object until something changes; the next call after a change
 builds one new tuple (O(endpoints)).
+
+``ready_on_add``: a new endpoint's record starts ready (the data layer without a metrics source);
+otherwise it starts not ready until its first good scrape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 from datalayer.records import DiscoveryEvent, EndpointRecord, EndpointSpec, EventKind
 
@@ -17,7 +21,8 @@ __all__ = ["EndpointStore"]
 
 
 class EndpointStore:
-    def __init__(self) -> None:
+    def __init__(self, *, ready_on_add: bool = False) -> None:
+        self._ready_on_add = ready_on_add
         self._records: dict[str, EndpointRecord] = {}
         self._snapshot: tuple[EndpointRecord, ...] | None = ()
 
@@ -55,7 +60,8 @@ class EndpointStore:
                     del records[spec.address]
                     removed.append(spec.address)
             elif current is None:
-                records[spec.address] = EndpointRecord.from_spec(spec)
+                record = EndpointRecord.from_spec(spec)
+                records[spec.address] = replace(record, ready=True) if self._ready_on_add else record
                 added.append(spec)
             else:
                 changed = _respec(current, spec)

@@ -53,7 +53,7 @@ from epp.admission import (
     load_objectives_file,
 )
 from epp.config_sections import load_picker_config
-from epp.discovery import DiscoveryError, build_discovery
+from epp.discovery import DiscoveryError, build_config_discovery, build_discovery
 from epp.feature_gates import (
     DATA_LAYER,
     FLOW_CONTROL_ENV,
@@ -343,7 +343,10 @@ async def build_app(options: Options) -> PickerApp:
     except EngineConfigError as exc:
         raise StartupError(f"metric flags: {exc}") from None
     try:
-        built = await build_discovery(options)
+        if loaded.data_layer.discovery is not None or options.discovery_mode == "config":
+            built = build_config_discovery(options, loaded.data_layer.discovery)
+        else:
+            built = await build_discovery(options)
     except DiscoveryError as exc:
         raise StartupError(str(exc)) from None
     http = default_http_client(
@@ -366,6 +369,7 @@ async def build_app(options: Options) -> PickerApp:
             sources=loaded.data_layer.build_sources(
                 engines=engines, metrics_path=options.model_server_metrics_path
             ),
+            endpoint_sources=loaded.data_layer.endpoint_sources(config.plugin),
         )
     except ValueError as exc:  # TLS material of a data source (TlsSettingsError), a bad engine mapping
         raise StartupError(f"dataLayer: {exc}") from None

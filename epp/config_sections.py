@@ -189,11 +189,12 @@ def _load_raw(raw: Any, where: str, seed: int = 0) -> LoadedConfig:
     gates = config.sections.get("featureGates") or FeatureGates()
     if gates.enabled(LEGACY_METRICS):  # GIE's legacy polling: metrics only, set by the flags
         data_layer = DataLayerConfig(validate_datalayer_section(None).sources[:1])
-    if data_layer is None:  # absent section: the defaults, with declared plugins of the default names
-        try:
+    try:
+        if data_layer is None:  # absent section: the defaults, with declared plugins of the default names
             data_layer = validate_datalayer_section(None, plugins)
-        except DataLayerConfigError as exc:
-            raise ConfigError(exc.message, location=exc.location) from None
+        data_layer.endpoint_sources(config.plugin)  # its extractors must be endpoint extractors
+    except DataLayerConfigError as exc:
+        raise ConfigError(exc.message, location=exc.location) from None
     return LoadedConfig(config, parser, data_layer, gates)
 
 

@@ -3,7 +3,9 @@
 * ``--endpoints a:1,b:2``: :class:`datalayer.StaticDiscovery`;
 * ``--endpoints-file PATH``: :class:`datalayer.discovery.FileDiscovery` (YAML/JSON, watched for changes);
 * ``--pool-name``: Kubernetes InferencePool discovery in ``--pool-namespace`` / ``--pool-group``;
-* ``--endpoint-selector`` + ``--endpoint-target-ports``: Kubernetes pod-selector discovery.
+* ``--endpoint-selector`` + ``--endpoint-target-ports``: Kubernetes pod-selector discovery;
+* none of them: the configuration's ``dataLayer.discovery`` plugin (:func:`build_config_discovery`,
+  llm-d-router's ``file-discovery``), exclusive with the flags.
 
 In the two standalone modes a host may be a name: the source is wrapped in
 :class:`datalayer.discovery.ResolvingDiscovery`, which resolves names every
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datalayer import Discovery, StaticDiscovery
+from datalayer.config import PluginSpec
 from datalayer.discovery import (
     EndpointsFileError,
     FileDiscovery,
@@ -36,11 +39,18 @@ from datalayer.discovery import (
     SystemResolver,
     load_endpoints_file,
 )
+from datalayer.discovery.file_plugin import FileDiscoveryPlugin, check_endpoints_file
 from datalayer.records import EndpointSpec
 from epp.label_selector import parse_label_selector
-from epp.options import Options
+from epp.options import NO_ENDPOINTS, Options
 
-__all__ = ["BuiltDiscovery", "DiscoveryError", "build_discovery", "kubernetes_client"]
+__all__ = [
+    "BuiltDiscovery",
+    "DiscoveryError",
+    "build_config_discovery",
+    "build_discovery",
+    "kubernetes_client",
+]
 
 
 class DiscoveryError(Exception):
@@ -104,9 +114,31 @@ async def _standalone(
     return BuiltDiscovery(wrapped)
 
 
+def build_config_discovery(options: Options, plugin: PluginSpec | None) -> BuiltDiscovery:
+    """The ``dataLayer.discovery`` plugin's source, after loading its file once (any file or entry
+    error fails the start, as upstream's initial load does). ``plugin`` None: no discovery at all."""
+    if plugin is None:
+        raise DiscoveryError(NO_ENDPOINTS)
+    if options.discovery_mode != "config":
+        flag = {"static": "--endpoints", "file": "--endpoints-file", "pool": "--pool-name"}.get(
+            options.discovery_mode, "--endpoint-selector"
+        )
+        raise DiscoveryError(
+            f"dataLayer.discovery ({plugin.name}) and {flag} both choose how endpoints are found: keep one"
+        )
+    path, watch = plugin.parameters["path"], plugin.parameters["watchFile"]
+    try:
+        check_endpoints_file(path)
+    except EndpointsFileError as exc:
+        raise DiscoveryError(f"dataLayer.discovery ({plugin.plugin_type} {plugin.name!r}): {exc}") from None
+    return BuiltDiscovery(FileDiscoveryPlugin(plugin.name, path, watch))
+
+
 async def build_discovery(options: Options, *, resolver: Resolver | None = None) -> BuiltDiscovery:
     """The discovery source of ``options``; ``resolver`` replaces the system resolver (tests)."""
     mode = options.discovery_mode
+    if mode == "config":
+        raise DiscoveryError(NO_ENDPOINTS)
     if mode == "static":
         try:
             static = StaticDiscovery.from_addresses(options.endpoints)

@@ -24,11 +24,17 @@ Gates (the union of GIE's last EPP and llm-d-router's; default in parentheses):
 
 :func:`parse_feature_gates` returns :class:`FeatureGates`; errors are
 :class:`~scheduler.errors.ConfigError` naming the entry.
+
+Test seam: :func:`registered_gates` adds gates for the duration of a ``with`` block (the equivalent of
+the Go loader test's ``RegisterFeatureGate("test-feature-gate", true)``); only tests use it, so the
+server accepts exactly the gates above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -46,6 +52,7 @@ __all__ = [
     "FeatureGates",
     "flow_control_from_env",
     "parse_feature_gates",
+    "registered_gates",
 ]
 
 FLOW_CONTROL = "flowControl"
@@ -57,6 +64,24 @@ GATE_DEFAULTS: Mapping[str, bool] = MappingProxyType(
     {FLOW_CONTROL: False, DATA_LAYER: False, LEGACY_METRICS: False, HA_POPULATE_NON_LEADER_DATASTORE: True}
 )
 """Every gate pyepp accepts, with its upstream default."""
+
+_EXTRA_GATES: ContextVar[Mapping[str, bool]] = ContextVar("extra_feature_gates", default=MappingProxyType({}))
+
+
+@contextmanager
+def registered_gates(gates: Mapping[str, bool]) -> Iterator[None]:
+    """While active (in this context), :func:`parse_feature_gates` also accepts ``gates`` (name ->
+    default). For tests that load upstream fixtures naming the Go tests' own gates; never used by the
+    server. A name that is already a gate raises ValueError."""
+    clash = sorted(set(gates) & (set(GATE_DEFAULTS) | set(_EXTRA_GATES.get())))
+    if clash:
+        raise ValueError(f"feature gate {clash[0]!r} is already registered")
+    token = _EXTRA_GATES.set(MappingProxyType({**_EXTRA_GATES.get(), **gates}))
+    try:
+        yield
+    finally:
+        _EXTRA_GATES.reset(token)
+
 
 NO_FLOW_CONTROL = (
     "flow control (request queueing with fairness and priority bands) is not implemented yet in pyepp; "
@@ -72,6 +97,7 @@ class FeatureGates:
     """The value of every gate (defaults for those the section leaves out)."""
 
     values: Mapping[str, bool] = field(default_factory=lambda: GATE_DEFAULTS)
+    defaults: Mapping[str, bool] = field(default_factory=lambda: GATE_DEFAULTS)
 
     def enabled(self, gate: str) -> bool:
         """The gate's value; KeyError for a name that is not a gate."""
@@ -80,7 +106,7 @@ class FeatureGates:
     @property
     def set_explicitly(self) -> tuple[str, ...]:
         """Gates whose value differs from the default (for the start-up log)."""
-        return tuple(g for g, v in self.values.items() if v != GATE_DEFAULTS[g])
+        return tuple(g for g, v in self.values.items() if v != self.defaults[g])
 
 
 FLOW_CONTROL_ENV = "ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER"
@@ -101,12 +127,13 @@ def parse_feature_gates(value: Any, location: str = "featureGates") -> FeatureGa
         raise ConfigError(
             "expected a list of feature-gate names (name, name=true or name=false)", location=location
         )
-    values = dict(GATE_DEFAULTS)
+    defaults = MappingProxyType({**GATE_DEFAULTS, **_EXTRA_GATES.get()})
+    values = dict(defaults)
     for i, entry in enumerate(value):
         name, eq, raw = entry.partition("=")
         where = f"{location}[{i}]"
-        if name not in GATE_DEFAULTS:
-            known = ", ".join(sorted(GATE_DEFAULTS))
+        if name not in defaults:
+            known = ", ".join(sorted(defaults))
             raise ConfigError(f"unknown feature gate {name!r} (known gates: {known})", location=where)
         enabled = True
         if eq:
@@ -124,4 +151,4 @@ def parse_feature_gates(value: Any, location: str = "featureGates") -> FeatureGa
             NO_FLOW_CONTROL.replace("this section", "the gate, or set flowControl=false"),
             location=f"{location}[{index}]",
         )
-    return FeatureGates(MappingProxyType(values))
+    return FeatureGates(MappingProxyType(values), defaults)

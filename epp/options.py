@@ -6,8 +6,10 @@
 Helm chart written for it passes its arguments unchanged; flags of ours are marked in their help text.
 
 Discovery modes are exclusive: exactly one of ``--endpoints``, ``--endpoints-file``, ``--pool-name``,
-``--endpoint-selector`` (the latter needs ``--endpoint-target-ports``). ``--endpoints-resolve-interval``
-and ``--endpoints-hosts-file`` apply to the first two only (they may name hosts).
+``--endpoint-selector`` (the latter needs ``--endpoint-target-ports``), or none of them with a
+configuration whose ``dataLayer.discovery`` names the discovery plugin (checked when it loads).
+``--endpoints-resolve-interval`` and ``--endpoints-hosts-file`` apply to the first two only (they may
+name hosts).
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ from epp.label_selector import parse_label_selector
 from epp.server.logs import STACKTRACE_LEVELS, TIME_ENCODINGS
 from epp.server.tls import TLS_VERSIONS, TlsError, openssl_ciphers
 
-__all__ = ["ENGINES", "Options", "UsageError", "build_parser", "parse_endpoint_list", "parse_options"]
+__all__ = [
+    "ENGINES",
+    "NO_ENDPOINTS",
+    "Options",
+    "UsageError",
+    "build_parser",
+    "parse_endpoint_list",
+    "parse_options",
+]
 
 
 class UsageError(Exception):
@@ -96,12 +106,15 @@ class Options:
 
     @property
     def discovery_mode(self) -> str:
-        """``static``, ``file``, ``pool`` or ``selector``."""
+        """``static``, ``file``, ``pool``, ``selector``, or ``config`` (no flag: the configuration's
+        ``dataLayer.discovery`` must name the discovery plugin)."""
         if self.endpoints:
             return "static"
         if self.endpoints_file:
             return "file"
-        return "pool" if self.pool_name else "selector"
+        if self.pool_name:
+            return "pool"
+        return "selector" if self.endpoint_selector else "config"
 
 
 # GIE's per-metric flags -> the data layer's metric keys (vLLM engine mapping overrides).
@@ -411,6 +424,12 @@ def _ready_requires_endpoint(ns: argparse.Namespace) -> bool:
     return ns.endpoints is not None or ns.endpoints_file is not None
 
 
+NO_ENDPOINTS = (
+    "no endpoints: give --endpoints host:port,..., --endpoints-file PATH, --pool-name NAME, "
+    "or --endpoint-selector k=v with --endpoint-target-ports (or dataLayer.discovery in the configuration)"
+)
+
+
 def _check(ns: argparse.Namespace) -> None:
     """Cross-flag rules; each violation names the flags involved."""
     if ns.config_file is not None and ns.config_text is not None:
@@ -427,11 +446,8 @@ def _check(ns: argparse.Namespace) -> None:
     ]
     if len(modes) > 1:
         raise UsageError(f"{' and '.join(modes)} are mutually exclusive: choose one way to find endpoints")
-    if not modes:
-        raise UsageError(
-            "no endpoints: give --endpoints host:port,..., --endpoints-file PATH, --pool-name NAME, "
-            "or --endpoint-selector k=v with --endpoint-target-ports"
-        )
+    if not modes and ns.config_file is None and ns.config_text is None:
+        raise UsageError(NO_ENDPOINTS)
     standalone = ns.endpoints is not None or ns.endpoints_file is not None
     for flag, value in (
         ("--endpoints-resolve-interval", ns.endpoints_resolve_interval),

@@ -97,7 +97,14 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def make_spec(address: str, name: str = "", labels: Mapping[str, str] | None = None) -> EndpointSpec:
+def make_spec(
+    address: str,
+    name: str = "",
+    labels: Mapping[str, str] | None = None,
+    *,
+    pod_name: str = "",
+    node_address: str = "",
+) -> EndpointSpec:
     """An :class:`EndpointSpec` with the engine taken from the engine-type label: llm-d-router's
     ``llm-d.ai/engine-type``, else GIE's ``inference.networking.k8s.io/engine-type``, else vllm (the
     core extractor's defaults; its ``engineLabelKey`` / ``defaultEngine`` decide which mapping applies)."""
@@ -107,6 +114,8 @@ def make_spec(address: str, name: str = "", labels: Mapping[str, str] | None = N
         name=name or address,
         labels=frozen,
         engine=frozen.get(LLMD_ENGINE_LABEL) or frozen.get(ENGINE_LABEL) or DEFAULT_ENGINE,
+        pod_name=pod_name,
+        node_address=node_address,
     )
 
 

@@ -75,14 +75,21 @@ def _active_ports(annotations: Mapping[str, str]) -> set[int] | None:
 def pod_endpoints(pod: Mapping[str, Any], ports: Sequence[int]) -> list[EndpointSpec]:
     """The endpoints of one pod (none unless it has an IP, is Ready and is not terminating)."""
     meta = pod.get("metadata") or {}
-    ip = (pod.get("status") or {}).get("podIP")
+    status = pod.get("status") or {}
+    ip = status.get("podIP")
     if not ip or meta.get("deletionTimestamp") or not _ready(pod):
         return []
     labels = meta.get("labels") or {}
     active = _active_ports(meta.get("annotations") or {})
     host = f"[{ip}]" if ":" in ip else ip
     return [
-        make_spec(f"{host}:{port}", f"{meta['name']}-rank-{rank}", labels)
+        make_spec(
+            f"{host}:{port}",
+            f"{meta['name']}-rank-{rank}",
+            labels,
+            pod_name=meta["name"],
+            node_address=status.get("hostIP") or "",
+        )
         for rank, port in enumerate(ports)
         if active is None or port in active
     ]

@@ -16,8 +16,8 @@ import epp.config_sections
 from epp.config_sections import LoadedConfig, load_picker_config
 from scheduler.errors import ConfigError
 from scheduler.registry import Registry
-from tests.compat.expectations import LOADER_FIXTURES, uses_go_test_fakes
-from tests.compat.go_fakes import register_go_test_fakes
+from tests.compat.expectations import LOADER_FIXTURES, uses_go_test_fakes, uses_harness_fakes
+from tests.compat.go_fakes import go_test_fakes, register_go_test_fakes
 
 __all__ = [
     "CORPUS",
@@ -41,7 +41,7 @@ class Entry:
     why: str
     repositories: tuple[str, ...]  # the repository it is stored under, then those of its other locations
     match: str = ""  # for "reject": the pattern pyepp's error ("<location>: <message>") must match
-    go_test_fakes: bool = False  # a loader fixture naming the Go test's fake plugin types
+    go_test_fakes: bool = False  # a Go test fixture naming the fake types its test registers
 
     @property
     def path(self) -> Path:
@@ -59,7 +59,8 @@ def entries() -> tuple[Entry, ...]:
         text = (CORPUS / name).read_text()
         repos = [name.split("/", 1)[0]]
         repos += [r for r in _ALSO_AT.findall(text) if r not in repos]
-        fakes = f"# path: {LOADER_FIXTURES}\n" in text and uses_go_test_fakes(text)
+        loader_fixture = f"# path: {LOADER_FIXTURES}\n" in text
+        fakes = (loader_fixture and uses_go_test_fakes(text)) or uses_harness_fakes(text)
         out.append(Entry(name, item["expect"], item["why"], tuple(repos), item.get("match", ""), fakes))
     return tuple(out)
 
@@ -76,7 +77,8 @@ def _go_test_fakes() -> Iterator[None]:
 
     epp.config_sections.picker_registry = registry  # type: ignore[assignment]
     try:
-        yield
+        with go_test_fakes():
+            yield
     finally:
         epp.config_sections.picker_registry = _PICKER_REGISTRY  # type: ignore[assignment]
 
@@ -119,6 +121,7 @@ _CAUSES: tuple[tuple[str, str], ...] = (
     (r"^dataLayer\.sources: expected a non-empty list", "empty dataLayer.sources"),
     (r"the encode stage \(E/P/D\)", "E/P/D encode stage"),
     (r"^dataLayer\.(\w+): unknown parameter", r"dataLayer.\1"),
+    (r"^dataLayer\.discovery\.pluginRef: plugin '[^']*' \(([\w-]+)\)", r"dataLayer.discovery plugin type \1"),
     (
         r"failed to find dependency",
         "a plugin parameter naming a plugin declared later (upstream orders by dependency)",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["GO_TEST_FAKES", "REJECT_REASONS", "expect", "uses_go_test_fakes"]
+__all__ = ["GO_TEST_FAKES", "REJECT_REASONS", "expect", "uses_go_test_fakes", "uses_harness_fakes"]
 
 LOADER_FIXTURES = "pkg/epp/config/loader/testdata_test.go"
 ORPHAN_FIXTURE = "test/testdata/configloader_1_test.yaml"
@@ -46,6 +46,15 @@ _CONST_RE = re.compile(r"Go raw string literal (\w+)")
 
 def uses_go_test_fakes(text: str) -> bool:
     return bool(_FAKE_RE.search(text)) or "test-feature-gate" in text
+
+
+_HARNESS_RE = re.compile(r"^# (path|also at): (\S+:)?test/integration/", re.MULTILINE)
+
+
+def uses_harness_fakes(text: str) -> bool:
+    """A Go integration-test config naming the harness's ``mock-metrics-source`` (test/integration/epp's
+    harness.go registers it as a data source before it loads the config)."""
+    return "type: mock-metrics-source" in text and bool(_HARNESS_RE.search(text))
 
 
 # The config groups each repository's loader decodes (apix/config/v1alpha1/zz_generated.register.go;

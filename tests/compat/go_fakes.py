@@ -7,15 +7,23 @@ GIE's ``TestFilterExecutionOrderFromYAML`` adds ``test-order-filter``). The corp
 equivalents, with the same parameter handling, for the fixtures that use them, so those cases test
 pyepp's loader rather than stopping at an unknown type. Like the Go mocks they do nothing when called.
 
-Not reproduced: the data-layer fakes ``test-source`` / ``test-extractor`` (pyepp's data layer accepts only
-its own source types) and the ``test-feature-gate`` feature gate.
+The Go tests' data-layer fakes and feature gate are registered too, through the seams
+:func:`datalayer.config.registered_types` and :func:`epp.feature_gates.registered_gates` (see
+:func:`go_test_fakes`): the loader test's ``test-source`` / ``test-extractor`` (``mockSource`` /
+``mockExtractor``: parameters ignored, they collect and extract nothing), the integration harness's
+``mock-metrics-source`` (``dlmocks.NewDataSource``, handed to the runner by the test, which writes
+metrics the test sets straight into endpoints; its config entry takes no parameters either) and
+``test-feature-gate`` (``RegisterFeatureGate(testFeatureGate, true)``: default true).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+from datalayer.config import DataLayerPlugin, ExtraPluginType, registered_types
+from epp.feature_gates import registered_gates
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.interfaces import Handle, Plugin, PluginFactory
@@ -25,7 +33,7 @@ from scheduler.profile import SchedulerProfile
 from scheduler.registry import Registry
 from scheduler.types import EndpointView, LLMRequest, ProfileResult, SchedulingResult, ScoredEndpoint
 
-__all__ = ["FAKE_TYPES", "register_go_test_fakes"]
+__all__ = ["DATALAYER_FAKES", "FAKE_GATES", "FAKE_TYPES", "go_test_fakes", "register_go_test_fakes"]
 
 
 class _Fake(PluginBase):
@@ -147,7 +155,37 @@ FAKE_TYPES: dict[str, PluginFactory] = {
 }
 
 
+def _ignored(parameters: Any, location: str) -> Mapping[str, Any]:
+    """The Go fakes' factories never read their parameters."""
+    return {}
+
+
+DATALAYER_FAKES: tuple[ExtraPluginType, ...] = (
+    ExtraPluginType("test-source", "source", _ignored),
+    ExtraPluginType("test-extractor", "extractor", _ignored),
+    ExtraPluginType("mock-metrics-source", "source", _ignored),
+)
+FAKE_GATES: Mapping[str, bool] = {"test-feature-gate": True}
+
+
+def _datalayer_factory(plugin_type: str) -> PluginFactory:
+    def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> Plugin:
+        return DataLayerPlugin(plugin_type, name, {})  # type: ignore[return-value]
+
+    return factory
+
+
 def register_go_test_fakes(registry: Registry) -> Registry:
     for plugin_type, factory in FAKE_TYPES.items():
         registry.register(plugin_type, factory, origin="go-test-fake")
+    for fake in DATALAYER_FAKES:
+        registry.register(fake.plugin_type, _datalayer_factory(fake.plugin_type), origin="go-test-fake")
     return registry
+
+
+@contextmanager
+def go_test_fakes() -> Iterator[None]:
+    """While active, the data layer also accepts :data:`DATALAYER_FAKES` and the feature gates
+    :data:`FAKE_GATES` (the plugin registry is handled by the caller, see ``corpus_lib``)."""
+    with registered_types(*DATALAYER_FAKES), registered_gates(FAKE_GATES):
+        yield

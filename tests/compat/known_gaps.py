@@ -18,13 +18,15 @@ from __future__ import annotations
 __all__ = ["KNOWN_GAPS", "WRONG_REASON_GROUPS", "gap_reasons", "wrong_reasons"]
 
 KNOWN_GAPS: dict[str, tuple[str, ...]] = {
-    # 20 file(s)
+    # 25 file(s)
     "flow control (flowControl section / gate)": (
         "gie/pkg.epp.config.loader.testdata_test__1.yaml",
+        "gie/pkg.epp.config.loader.testdata_test__3.yaml",
         "gie/pkg.epp.config.loader.testdata_test__7.yaml",
         "gie/pkg.epp.config.loader.testdata_test__8.yaml",
         "gie/pkg.epp.config.loader.testdata_test__9.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__1.yaml",
+        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__3.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__7.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__8.yaml",
         "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__9.yaml",
@@ -32,29 +34,21 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/deploy.config.probabilistic-admitter-epp-config.yaml",
         "llm-d-router/deploy.config.sim-program-aware-config.yaml",
         "llm-d-router/deploy.config.soft-reflective-ceiling-epp-config.yaml",
+        "llm-d-router/pkg.epp.config.loader.testdata_test__1.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__10.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__11.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__12.yaml",
+        "llm-d-router/pkg.epp.config.loader.testdata_test__2.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__26.yaml",
+        "llm-d-router/pkg.epp.config.loader.testdata_test__8.yaml",
         "llm-d-router/pkg.epp.config.loader.testdata_test__9.yaml",
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.admitter.probabilisticadmitter.README.yaml",
         "llm-d-router/test.integration.epp.dynamic_attributes_test.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__6.yaml",
     ),
-    # 9 file(s)
-    "data-layer source type mock-metrics-source": (
-        "gie/test.integration.epp.testdata.datalayer-config.yaml",
-        "llm-d-router/test.integration.epp.grpc_test.yaml",
-        "llm-d-router/test.integration.epp.hermetic_test.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__1.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__2.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__3.yaml",
-        "llm-d-router/test.integration.epp.session_affinity_test__4.yaml",
-        "llm-d-router/test.integration.epp.testdata.datalayer-config.yaml",
-        "llm-d-router/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
-    ),
-    # 7 file(s)
+    # 8 file(s)
     "plugin type precise-prefix-cache-scorer": (
+        "llm-d-inference-scheduler/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-inference-scheduler/deploy.config.sim-epp-kvcache-config.yaml",
         "llm-d-inference-scheduler/deploy.config.sim-epp-no-hit-lru.yaml",
         "llm-d-inference-scheduler/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
@@ -64,55 +58,27 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-inference-scheduler/test.e2e.configs_test__8.yaml",
     ),
     # 6 file(s)
-    "data-layer source type test-source": (
-        "gie/pkg.epp.config.loader.testdata_test__29.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__3.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__3.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__30.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__19.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__8.yaml",
-    ),
-    # 4 file(s)
-    "data-layer source type endpoint-notification-source": (
-        "llm-d-inference-scheduler/deploy.config.epp-precise-prefix-cache-config.yaml",
-        "llm-d-router/deploy.config.epp-mm-embeddings-cache-config.yaml",
-        "llm-d-router/deploy.config.epp-precise-prefix-cache-config.yaml",
-        "llm-d-router/test.perf.config.router-configs.precise-prefix.yaml",
-    ),
-    # 4 file(s)
     "plugin type precise-prefix-cache-producer": (
+        "llm-d-router/deploy.config.epp-precise-prefix-cache-config.yaml",
         "llm-d-router/deploy.config.sim-epp-kvcache-config.yaml",
         "llm-d-router/deploy.config.sim-epp-no-hit-lru.yaml",
         "llm-d-router/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
         "llm-d-router/docs.architecture.yaml",
-    ),
-    # 3 file(s)
-    "data-layer source type dcgm-data-source": (
-        "llm-d-router/deploy.config.sim-epp-gpu-config.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.datalayer.extractor.dcgm.README.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.datalayer.source.dcgm.README.yaml",
-    ),
-    # 3 file(s)
-    "featureGates: test-feature-gate": (
-        "llm-d-router/pkg.epp.config.loader.testdata_test__1.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__2.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__7.yaml",
-    ),
-    # 2 file(s)
-    "data-layer source type models-data-extractor": (
-        "llm-d-inference-scheduler/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.datalayer.source.models.README.yaml",
+        "llm-d-router/test.perf.config.router-configs.precise-prefix.yaml",
     ),
     # 2 file(s)
     "plugin type predicted-latency-producer": (
         "gie/site-src.guides.troubleshooting__2.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__7.yaml",
     ),
+    # 2 file(s)
+    'schedulingProfiles[0].plugins[0].pluginRef: openai-parser "openai-parser" is not a filter, scorer or': (
+        "gie/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
+        "llm-d-router/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
+    ),
     # 1 file(s)
-    "dataLayer.discovery": ("llm-d-router/pkg.epp.framework.plugins.README.yaml",),
-    # 1 file(s)
-    "dataLayer.sources: expected a metrics-data-source (pyepp cannot run without metrics collection: an e": (
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__29.yaml",
+    "dataLayer.discovery plugin type multicluster-file-discovery": (
+        "llm-d-router/pkg.epp.framework.plugins.README.yaml",
     ),
     # 1 file(s)
     "plugin type burst-prefix-cache-producer": (
@@ -123,14 +89,12 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/pkg.epp.framework.plugins.requestcontrol.screener.disaggregatedsetrollout.README.yaml",
     ),
     # 1 file(s)
-    "plugin type test-extractor": ("llm-d-router/pkg.epp.config.loader.testdata_test__6.yaml",),
+    "plugin type mm-embeddings-cache-producer": (
+        "llm-d-router/deploy.config.epp-mm-embeddings-cache-config.yaml",
+    ),
     # 1 file(s)
     'saturationDetector.pluginRef: no plugin named "utilization-detector" (declared: maxScore)': (
         "llm-d-router/pkg.epp.config.loader.testdata_test__14.yaml",
-    ),
-    # 1 file(s)
-    'schedulingProfiles[0].plugins[0].pluginRef: openai-parser "openai-parser" is not a filter, scorer or': (
-        "gie/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
     ),
 }
 

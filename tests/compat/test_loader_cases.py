@@ -119,3 +119,22 @@ def _has(repo: str, constant: str) -> bool:
     except LookupError:
         return False
     return True
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plugins:\n- type: test-source\n",
+        "plugins:\n- type: mock-metrics-source\n",
+        "plugins:\n- type: test-extractor\n",
+        "featureGates:\n- test-feature-gate\n",
+    ],
+)
+def test_the_server_rejects_the_go_tests_fakes(text: str) -> None:
+    """The fakes are registered only inside the corpus test (go_fakes.go_test_fakes)."""
+    from epp.config_sections import load_picker_config
+    from scheduler.errors import ConfigError
+
+    head = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
+    with pytest.raises(ConfigError, match=r"unknown (plugin type|feature gate)"):
+        load_picker_config(None, head + text)

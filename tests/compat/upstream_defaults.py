@@ -247,6 +247,23 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         f"{ROUTER}:{_P}datalayer/source/models/datasource.go (defaultModels*)",
         {"scheme": "http", "path": "/v1/models", "insecureSkipVerify": True},
     ),
+    "dcgm-data-source": Upstream(
+        f"{ROUTER}:{_P}datalayer/source/dcgm/datasource.go (defaultDCGM*)",
+        {
+            "scheme": "http",
+            "path": "/metrics",
+            "port": 9400,
+            "insecureSkipVerify": True,
+            "useNodeAddress": False,
+        },
+    ),
+    "dcgm-extractor": Upstream(f"{ROUTER}:{_P}datalayer/extractor/dcgm/extractor.go (no parameters)", {}),
+    "endpoint-notification-source": Upstream(
+        f"{ROUTER}:{_P}datalayer/source/notifications/factory.go (EndpointSourceFactory: no parameters)", {}
+    ),
+    "models-data-extractor": Upstream(
+        f"{ROUTER}:{_P}datalayer/extractor/models/extractor.go (no parameters)", {}
+    ),
     "core-metrics-extractor": Upstream(
         f'{ROUTER}:{_P}datalayer/extractor/metrics/factories.go (DefaultEngine: "Defaults to vllm")',
         {"defaultEngine": "vllm"},
@@ -264,6 +281,7 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
 
 # Types upstream also refuses to build without parameters: pyepp must raise ConfigError too.
 REQUIRED: dict[str, str] = {
+    "file-discovery": f"{ROUTER}:{_P}datalayer/discovery/file/plugin.go: \"'path' parameter is required\"",
     "by-label": f"{ROUTER}:{_P}scheduling/filter/bylabel/filter.go: \"'label' must be specified\"",
     "endpoint-attribute-filter": (
         f"{ROUTER}:{_P}scheduling/filter/endpointattribute/filter.go: "

@@ -11,6 +11,7 @@ from datalayer.config import (
     plugin_factories,
     validate_datalayer_section,
 )
+from datalayer.records import EndpointSpec
 from datalayer.sources import MetricsDataSource, ModelsDataSource
 
 _PLUGINS = [
@@ -66,7 +67,7 @@ def test_refs_resolve_later_against_plugin_instances() -> None:
 
 # llm-d-router pkg/epp/config/loader/defaults_test.go TestEnsureDataLayer (commit ebab68792): the
 # metrics source and core extractor are appended unless a metrics-data-source is listed or
-# injectDefaults is false (which pyepp then rejects: it needs the metrics source for health).
+# injectDefaults is false (then nothing is added, and no metrics are collected).
 @pytest.mark.parametrize(
     ("section", "types"),
     [
@@ -86,6 +87,19 @@ def test_inject_defaults(section: Any, types: list[str]) -> None:
     assert [e.plugin_type for e in injected.extractors] == ["core-metrics-extractor"]
 
 
+@pytest.mark.parametrize(
+    ("section", "types"),
+    [
+        ({"injectDefaults": False}, []),  # TestEnsureDataLayer "injectDefaults: false suppresses injection"
+        ({"sources": [{"pluginRef": "models"}], "injectDefaults": False}, ["models-data-source"]),
+    ],
+)
+def test_inject_defaults_false_runs_without_metrics(section: Any, types: list[str]) -> None:
+    config = validate_datalayer_section(section, _PLUGINS)
+    assert [s.plugin.plugin_type for s in config.sources] == types
+    assert not any(s.primary for s in config.build_sources())
+
+
 def test_injected_source_takes_parameters_of_plugins_named_after_the_type() -> None:
     plugins = [{"type": "metrics-data-source", "parameters": {"path": "/custom"}}]
     (source,) = validate_datalayer_section({"sources": []}, plugins).sources
@@ -100,16 +114,10 @@ def test_injected_source_takes_parameters_of_plugins_named_after_the_type() -> N
     [
         ([], "dataLayer", "expected a mapping"),
         ({"sources": {}}, "dataLayer.sources", "expected a list"),
-        ({"sources": [], "injectDefaults": False}, "dataLayer.sources", "expected a metrics-data-source"),
         ({"injectDefaults": "yes"}, "dataLayer.injectDefaults", "true or false"),
         ({"sources": [{"pluginRef": "models"}], "x": 1}, "dataLayer.x", "unknown parameter"),
         ({"sources": [{"pluginRef": "nope"}]}, "dataLayer.sources[0].pluginRef", "no plugin named"),
         ({"sources": [{"pluginRef": "max-score-picker"}]}, "dataLayer.sources[0].pluginRef", "has type"),
-        (
-            {"sources": [{"pluginRef": "models"}], "injectDefaults": False},
-            "dataLayer.sources",
-            "expected a metrics-data-source",
-        ),
         (
             {"sources": [{"pluginRef": "metrics", "extractors": []}]},
             "dataLayer.sources[0].extractors",
@@ -117,8 +125,8 @@ def test_injected_source_takes_parameters_of_plugins_named_after_the_type() -> N
         ),
         (
             {"sources": [{"pluginRef": "models", "extractors": [{"pluginRef": "core-metrics-extractor"}]}]},
-            "dataLayer.sources[0].extractors",
-            "takes no extractors",
+            "dataLayer.sources[0].extractors[0].pluginRef",
+            "models-data-source cannot feed a core-metrics-extractor",
         ),
         (
             {"sources": [{"pluginRef": "metrics", "extractors": [{"pluginRef": "metrics"}]}]},
@@ -201,3 +209,55 @@ def test_factories_validate_parameters() -> None:
     assert factory("m", {"interval": "500ms"}, None).parameters["interval"] == 0.5
     with pytest.raises(DataLayerConfigError, match="invalid interval"):
         factory("m", {"interval": "soon"}, None)
+
+
+def test_registered_types_is_a_test_seam_only_active_inside_the_block() -> None:
+    from datalayer.config import ExtraPluginType, registered_types
+
+    plugins = [{"name": "src", "type": "test-source"}, {"name": "ext", "type": "test-extractor"}]
+    section = {"sources": [{"pluginRef": "src", "extractors": [{"pluginRef": "ext"}]}]}
+    fakes = (
+        ExtraPluginType("test-source", "source", lambda p, where: {}),
+        ExtraPluginType("test-extractor", "extractor", lambda p, where: {}),
+    )
+    with registered_types(*fakes):
+        config = validate_datalayer_section(section, plugins)
+        assert [s.plugin.plugin_type for s in config.sources] == ["test-source", "metrics-data-source"]
+        assert [e.plugin_type for e in config.sources[0].extractors] == ["test-extractor"]
+        with pytest.raises(DataLayerConfigError, match="registered for tests only"):
+            config.build_sources()
+        clash = ExtraPluginType("metrics-data-source", "source", lambda p, where: {})
+        with pytest.raises(ValueError, match="already registered"), registered_types(clash):
+            pass
+    with pytest.raises(DataLayerConfigError, match="has type 'test-source'; expected one of"):
+        validate_datalayer_section(section, plugins)
+
+
+def test_models_data_extractor_produces_the_models_attributes() -> None:
+    # llm-d-router's models README example: a models-data-source feeding a models-data-extractor
+    plugins = [
+        {"name": "vllm-models-source", "type": "models-data-source", "parameters": {"interval": "5s"}},
+        {"name": "vllm-models-extractor", "type": "models-data-extractor"},
+    ]
+    section = {
+        "sources": [
+            {"pluginRef": "vllm-models-source", "extractors": [{"pluginRef": "vllm-models-extractor"}]}
+        ]
+    }
+    config = validate_datalayer_section(section, plugins)
+    models = next(s for s in config.build_sources() if isinstance(s, ModelsDataSource))
+    assert [e.name for e in models.extractors] == ["vllm-models-extractor"]
+    body = b'{"object": "list", "data": [{"id": "llama-3"}, {"id": "sql-lora", "parent": "llama-3"}]}'
+    update = models.extract(body, EndpointSpec("10.0.0.1:8000", "pod-a"), 0.0)
+    assert update.attributes is not None
+    assert update.attributes["models"] == frozenset({"llama-3"})
+    assert dict(update.attributes["adapters"]) == {"sql-lora": "llama-3"}
+    with pytest.raises(DataLayerConfigError, match="unknown parameter"):
+        validate_datalayer_section(section, [plugins[0], {**plugins[1], "parameters": {"x": 1}}])
+    bad = {
+        "sources": [
+            {"pluginRef": "metrics-data-source", "extractors": [{"pluginRef": "models-data-extractor"}]}
+        ]
+    }
+    with pytest.raises(DataLayerConfigError, match="metrics-data-source cannot feed a models-data-extractor"):
+        validate_datalayer_section(bad, [])

@@ -82,6 +82,9 @@ def test_pod_endpoints_rules() -> None:
         ("10.1.0.1:8000", "p-rank-0", "sglang"),
         ("10.1.0.1:8002", "p-rank-2", "sglang"),
     ]
+    assert {(s.pod_name, s.node_address) for s in specs} == {("p", "")}  # no status.hostIP in the fake
+    with_node = {**pod, "status": {**pod["status"], "hostIP": "192.168.0.9"}}
+    assert pod_endpoints(with_node, [8000])[0].node_address == "192.168.0.9"  # dcgm useNodeAddress
     assert pod_endpoints(objects.pod("p", "10.1.0.1", {}, ready=False), [8000]) == []
     assert pod_endpoints(objects.pod("p", "10.1.0.1", {}, terminating=True), [8000]) == []
     assert pod_endpoints(objects.pod("p", None, {}), [8000]) == []

@@ -435,3 +435,32 @@ def test_poller_urls(address: str, metrics_port: int, source: object, url: str) 
     settings = PollSettings(0.05, 1.0, 1024, "http", metrics_port)
     poller = SourcePoller(address, source, None, {}, FakeHttp(), settings, ManualClock(), asyncio.sleep)  # type: ignore[arg-type]
     assert poller.url == url
+
+
+async def test_without_a_metrics_source_endpoints_are_ready_when_discovered() -> None:
+    # dataLayer: {injectDefaults: false} (llm-d's successDataLayerOptOutText): upstream runs without metrics
+    from structlog.testing import capture_logs
+
+    http, clock = FakeHttp(), ManualClock()
+    http.set(f"http://{A}/v1/models", ok('{"data":[{"id":"base"}]}'))
+    with capture_logs() as logs:
+        layer = DataLayer(
+            StaticDiscovery.from_addresses([A]), http=http, sources=[ModelsDataSource()], clock=clock
+        )
+    assert not layer.collects_metrics
+    assert any("no metrics data source" in entry["event"] for entry in logs)
+    layer.apply(_added(A))
+    record = layer.get(A)
+    assert record is not None and record.ready and record.health is Health.UNKNOWN
+    await _poll(layer, A)
+    clock.advance(60.0)
+    layer.sweep()
+    record = layer.get(A)
+    assert record is not None and record.ready and record.attributes["models"] == {"base"}
+
+
+def test_with_a_metrics_source_endpoints_wait_for_their_first_scrape() -> None:
+    layer = _layer(FakeHttp(), ManualClock(), [A])
+    assert layer.collects_metrics
+    layer.apply(_added(A))
+    assert layer.get(A).ready is False  # type: ignore[union-attr]

@@ -110,3 +110,18 @@ def test_gates_reach_the_loaded_config() -> None:
     assert loaded.feature_gates.enabled(DATA_LAYER) and not loaded.feature_gates.enabled(FLOW_CONTROL)
     with pytest.raises(ConfigError, match="unknown"):
         load_picker_config(None, _HEAD + "featureGates: [experimentalPlugins]\n" + _PLUGINS)
+
+
+def test_registered_gates_is_a_test_seam_only_active_inside_the_block() -> None:
+    # the Go loader test's RegisterFeatureGate("test-feature-gate", true): default true, name=false works
+    from epp.feature_gates import registered_gates
+
+    with registered_gates({"test-feature-gate": True}):
+        assert parse_feature_gates([]).enabled("test-feature-gate") is True
+        gates = parse_feature_gates(["test-feature-gate=false"])
+        assert gates.enabled("test-feature-gate") is False
+        assert gates.set_explicitly == ("test-feature-gate",)
+        with pytest.raises(ValueError, match="already registered"), registered_gates({"flowControl": True}):
+            pass
+    with pytest.raises(ConfigError, match="unknown feature gate 'test-feature-gate'"):
+        parse_feature_gates(["test-feature-gate"])

@@ -247,3 +247,23 @@ async def test_a_name_is_routed_to_its_ip_address(
             call.cancel()
     finally:
         await runner.cleanup()
+
+
+async def test_build_app_takes_discovery_from_the_configuration(tmp_path: Path) -> None:
+    """dataLayer.discovery (file-discovery) replaces the discovery flags; without a metrics source
+    (injectDefaults: false) endpoints are ready when discovered."""
+    from datalayer.discovery.file_plugin import FileDiscoveryPlugin
+
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text('endpoints:\n  - {name: vllm-0, address: "10.0.0.1", port: "8000"}\n')
+    config = (
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
+        f"plugins:\n- type: file-discovery\n  parameters: {{path: {endpoints}}}\n- type: max-score-picker\n"
+        "dataLayer:\n  injectDefaults: false\n  discovery:\n    pluginRef: file-discovery\n"
+    )
+    app = await build_app(parse_options(["--config-text", config, "--secure-serving=false"], env={}))
+    assert isinstance(app.layer.discovery, FileDiscoveryPlugin)
+    assert app.layer.sources == () and not app.layer.collects_metrics
+    no_discovery = config.replace("  discovery:\n    pluginRef: file-discovery\n", "")
+    with pytest.raises(StartupError, match="no endpoints"):
+        await build_app(parse_options(["--config-text", no_discovery, "--secure-serving=false"], env={}))
