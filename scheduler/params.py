@@ -269,10 +269,10 @@ def params_to_dict(params: object) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in _fields(type(params)):
         value = getattr(params, f.name)
-        if f.spec.render is not None and value is not None:
-            value = f.spec.render(value)
-        elif hasattr(value, "as_yaml"):  # a structured value that renders itself (e.g. sessionIdConfig)
+        if hasattr(value, "as_yaml"):  # a structured value that renders itself (e.g. sessionIdConfig)
             value = value.as_yaml()
+        elif f.spec.render is not None and value is not None:
+            value = f.spec.render(value)
         elif isinstance(value, tuple):
             value = list(value)
         elif isinstance(value, Mapping):

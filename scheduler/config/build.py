@@ -28,6 +28,7 @@ Rules (GIE semantics):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +53,8 @@ from scheduler.params import plugin_location
 from scheduler.producers import DataConsumer, DataProducer
 from scheduler.profile import SchedulerProfile
 from scheduler.registry import Registry
+
+_log = logging.getLogger("scheduler.config")
 
 __all__ = ["IMPLICIT", "build_config"]
 
@@ -258,6 +261,12 @@ def _saturation(doc: ConfigDocument, b: _Builder) -> tuple[SaturationDetector | 
     spec = doc.saturation
     if spec is not None and spec.ref is not None:
         where = f"{spec.location}.pluginRef"
+        if (
+            spec.ref not in b.where
+            and spec.ref == DEFAULT_SATURATION_DETECTOR_TYPE
+            and spec.ref in b.registry
+        ):
+            b.implicit(DEFAULT_SATURATION_DETECTOR_TYPE)  # llm-d-router's ensureSaturationDetector
         if spec.ref not in b.where:
             raise ConfigError(f'no plugin named "{spec.ref}" (declared: {b.declared()})', location=where)
         plugin = b.handle.plugin(spec.ref)
@@ -308,10 +317,21 @@ def _profile(spec: ProfileSpec, b: _Builder) -> SchedulerProfile:
         is_scorer = isinstance(plugin, Scorer)
         is_picker = isinstance(plugin, Picker)
         if not (is_filter or is_scorer or is_picker):
-            raise ConfigError(
-                f"{_label(plugin)} is not a filter, scorer or picker, so it cannot be used in a profile",
-                location=where,
+            # upstream's SchedulerProfile.AddPlugins keeps only the interfaces a plugin implements: a
+            # parser or a response reporter listed in a profile does nothing there (it still runs as a
+            # plugin of the configuration)
+            if ref.weight is not None:
+                raise ConfigError(
+                    f"{_label(plugin)} is not a scorer, so it takes no weight",
+                    location=f"{ref.location}.weight",
+                )
+            _log.warning(
+                "%s: %s is not a filter, scorer or picker; it has no role in profile %r (ignored there)",
+                where,
+                _label(plugin),
+                spec.name,
             )
+            continue
         if ref.weight is not None and not is_scorer:
             raise ConfigError(
                 f"{_label(plugin)} is not a scorer, so it takes no weight", location=f"{ref.location}.weight"

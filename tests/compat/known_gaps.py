@@ -71,11 +71,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "gie/site-src.guides.troubleshooting__2.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__7.yaml",
     ),
-    # 2 file(s)
-    'schedulingProfiles[0].plugins[0].pluginRef: openai-parser "openai-parser" is not a filter, scorer or': (
-        "gie/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
-        "llm-d-router/test.integration.epp.testdata.request-attribute-reporter-config.yaml",
-    ),
     # 1 file(s)
     "dataLayer.discovery plugin type multicluster-file-discovery": (
         "llm-d-router/pkg.epp.framework.plugins.README.yaml",
@@ -91,10 +86,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
     # 1 file(s)
     "plugin type mm-embeddings-cache-producer": (
         "llm-d-router/deploy.config.epp-mm-embeddings-cache-config.yaml",
-    ),
-    # 1 file(s)
-    'saturationDetector.pluginRef: no plugin named "utilization-detector" (declared: maxScore)': (
-        "llm-d-router/pkg.epp.config.loader.testdata_test__14.yaml",
     ),
 }
 

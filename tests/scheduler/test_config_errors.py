@@ -148,11 +148,10 @@ CASES = [
         'schedulingProfiles[0].plugins[0].weight: random-picker "random-picker" is not a scorer, so it takes no weight',
     ),
     (
-        "handler in a profile",
+        "weight on a plugin that is not a scorer",
         HEAD + "plugins:\n- type: single-profile-handler\nschedulingProfiles:\n- name: a\n  plugins:\n"
-        "  - pluginRef: single-profile-handler\n",
-        'schedulingProfiles[0].plugins[0].pluginRef: single-profile-handler "single-profile-handler" is not a '
-        "filter, scorer or picker",
+        "  - pluginRef: single-profile-handler\n    weight: 2\n",
+        "schedulingProfiles[0].plugins[0].weight: single-profile-handler",
     ),
     (
         "unknown profile field",
@@ -219,3 +218,20 @@ def test_error_names_the_file(tmp_path: Path) -> None:
 def test_reserved_section_validators_are_refused() -> None:
     with pytest.raises(ValueError, match="cannot replace scheduler-owned fields"):
         load_config_text(HEAD, sections={"plugins": lambda value, location: value})
+
+
+def test_a_plugin_without_a_scheduling_role_in_a_profile_is_ignored_there(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As upstream's SchedulerProfile.AddPlugins: only the filter/scorer/picker interfaces count; a
+    handler (or a parser, a reporter) listed in a profile is skipped there, with a warning."""
+    text = (
+        HEAD + "plugins:\n- type: single-profile-handler\n- type: queue-scorer\nschedulingProfiles:\n"
+        "- name: a\n  plugins:\n  - pluginRef: single-profile-handler\n  - pluginRef: queue-scorer\n"
+    )
+    with caplog.at_level("WARNING", logger="scheduler.config"):
+        resolved = load_config_text(text)
+    profile = resolved.profiles["a"]
+    assert [s.plugin_type for s, _ in profile.scorers] == ["queue-scorer"]
+    assert profile.picker is not None and not profile.filters
+    assert "has no role in profile 'a'" in caplog.text
