@@ -28,6 +28,7 @@ from scheduler.types import (
 
 if TYPE_CHECKING:
     from scheduler.cycle_state import CycleState
+    from scheduler.observer import PluginMetrics
     from scheduler.profile import SchedulerProfile
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "ExplainingFilter",
     "Filter",
     "Handle",
+    "MetricsReporter",
     "PDDecider",
     "Picker",
     "Plugin",
@@ -225,6 +227,19 @@ class ResponseHeadersProvider(Plugin, Protocol):
         ``ip:port`` the proxy reported as having served the request (a fallback may have), None when
         it reported none. Pure and cheap: no I/O, no mutation of ``request`` or ``result``. Header
         names are lower-case. An exception is reported and the response goes on without the headers.
+        """
+        ...
+
+
+@runtime_checkable
+class MetricsReporter(Plugin, Protocol):
+    def bind_metrics(self, metrics: PluginMetrics) -> None:
+        """Report this plugin's own metric families to ``metrics`` from now on.
+
+        Called once by the scheduler at construction when its observer implements
+        :class:`scheduler.observer.PluginMetrics` (a later scheduler built from the same plugins
+        binds them again, replacing the earlier binding). Until then the plugin reports to
+        :data:`scheduler.observer.NO_PLUGIN_METRICS`.
         """
         ...
 
