@@ -2,7 +2,8 @@
 
 * per routed request and ``prefix-cache-scorer`` of the primary profile, read from that profile's
   decision record: matched blocks = the unweighted score the scorer gave the chosen (primary) endpoint
-  x the request's blocks (``min(len(prompt) // block chars, maxPrefixBlocksToMatch)``). Hit bytes =
+  x the request's blocks (``min(len(prompt) // block chars, maxPrefixBlocksToMatch)``, of the index
+  the scorer reads: its own, or its ``approx-prefix-cache-producer``'s). Hit bytes =
   matched blocks x block chars (upstream counts 4 bytes per token, as the scorer cuts blocks of
   ``blockSizeTokens x 4`` characters); hit ratio = the score, observed only when the prompt has a block
   (upstream skips the ratio when the total is 0, and observes the bytes always).
@@ -48,8 +49,9 @@ def prefix_hit_observer(
                 scorer = scorers.get(name)
                 if scorer is None:
                     continue
-                chars = scorer.block_chars
-                total = min(len(request.prompt_text) // chars, scorer.params.max_prefix_blocks_to_match)
+                index = getattr(scorer, "producer", None) or scorer  # the producer's, under llm-d.ai/v1alpha1
+                chars = index.block_chars
+                total = min(len(request.prompt_text) // chars, index.max_blocks())
                 score = scores[at]
                 observe(name, PREFIX_SCORER_TYPE, round(score * total) * chars, score if total else None)
             return
