@@ -367,7 +367,8 @@ class RequestMetrics:
 
 
 class SchedulerMetrics:
-    """Scheduler and plugin families; implements the scheduler's observer protocol.
+    """Scheduler and plugin families; implements the scheduler's observer protocol and
+    :class:`scheduler.observer.PluginMetrics` (decision counters, the in-flight gauges' collector).
 
     Also holds the prefix-cache hit histograms (fed per routed request by
     :func:`epp.server.prefix_stats.prefix_hit_observer`) and ``plugin_errors_total`` (ours, not
