@@ -22,7 +22,7 @@ from epp.server.metrics import (
     error_code,
 )
 from epp.server.pool_metrics import PoolCollector, mean_and_stdev
-from epp.server.prefix_stats import prefix_hit_observer
+from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
 from epp.server.routing import Router
 from epp.server.stream import StreamCore
 from scheduler.config import load_config_text
@@ -215,10 +215,13 @@ schedulingProfiles:
 
 
 @pytest.mark.parametrize(
-    ("text", "block"),
-    [(PREFIX_CONFIG, 16), (PRODUCER_CONFIG, 256)],  # the producer raises blocks to >= 64 tokens
+    ("text", "block", "owner"),
+    [
+        (PREFIX_CONFIG, 16, "prefix-cache-scorer"),
+        (PRODUCER_CONFIG, 256, "approx-prefix-cache-producer"),  # blocks raised to >= 64 tokens
+    ],
 )
-def test_prefix_hits_are_observed_in_bytes_and_ratio_per_scorer(text: str, block: int) -> None:
+def test_prefix_hits_are_observed_in_bytes_and_ratio_per_index(text: str, block: int, owner: str) -> None:
     config = load_config_text(text)
     scheduler = config.build_scheduler()
     registry = CollectorRegistry()
@@ -233,11 +236,13 @@ def test_prefix_hits_are_observed_in_bytes_and_ratio_per_scorer(text: str, block
     scheduler.dispatched(first, result)
     second = LLMRequest("r2", "m", "m", prompt_text=prompt[: 8 * block] + "z" * 2 * block)  # 8 of 10 held
     observe(second, scheduler.schedule(second, pool))
-    labels = {"plugin_name": "prefix-cache-scorer", "plugin_type": "prefix-cache-scorer"}
+    labels = {"plugin_name": owner, "plugin_type": owner}  # the index's owner, as upstream
     assert _value(registry, "llm_d_epp_prefix_indexer_hit_bytes_sum", labels) == 8 * block
     assert _value(registry, "llm_d_epp_prefix_indexer_hit_bytes_count", labels) == 2
     assert _value(registry, "llm_d_epp_prefix_indexer_hit_ratio_sum", labels) == pytest.approx(0.8)
     assert _value(registry, "inference_extension_prefix_indexer_hit_bytes_sum") == 8 * block
+    sizes = index_sizes_reader([p.plugin for p in config.plugins])()
+    assert sizes == [(owner, owner, 10)]  # the first prompt's 10 blocks (the consumer scorer holds none)
 
 
 def test_pool_summary_is_upstreams_sample_deviation_rounded() -> None:
