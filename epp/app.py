@@ -376,7 +376,7 @@ async def build_app(options: Options) -> PickerApp:
     registry = CollectorRegistry()
     naming = Naming(options.metrics_naming)
     layer.on_poll_error(DataLayerMetrics(registry, naming))
-    scheduler_metrics = SchedulerMetrics(registry, naming=naming)
+    scheduler_metrics = SchedulerMetrics(registry, naming=naming, namespace=options.pool_namespace)
     scheduler = config.build_scheduler(observer=scheduler_metrics)
     layer.on_endpoints_removed(scheduler.endpoints_removed)
     detector = config.saturation_detector

@@ -29,6 +29,7 @@ from scheduler.types import (
 
 if TYPE_CHECKING:
     from scheduler.cycle_state import CycleState
+    from scheduler.observer import PluginMetrics
     from scheduler.profile import SchedulerProfile
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "ExplainingFilter",
     "Filter",
     "Handle",
+    "MetricsReporter",
     "PDDecider",
     "Picker",
     "Plugin",
@@ -241,6 +243,19 @@ class ResponseMetadataProvider(Plugin, Protocol):
         Called once per dispatch whose response body the EPP sees, when it ends; ``usage`` is the
         model server's (zeros when unknown or the response failed). Pure and cheap. An exception is
         reported and nothing is added.
+        """
+        ...
+
+
+@runtime_checkable
+class MetricsReporter(Plugin, Protocol):
+    def bind_metrics(self, metrics: PluginMetrics) -> None:
+        """Report this plugin's own metric families to ``metrics`` from now on.
+
+        Called once by the scheduler at construction when its observer implements
+        :class:`scheduler.observer.PluginMetrics` (a later scheduler built from the same plugins
+        binds them again, replacing the earlier binding). Until then the plugin reports to
+        :data:`scheduler.observer.NO_PLUGIN_METRICS`.
         """
         ...
 

@@ -5,14 +5,33 @@ to an injected :class:`SchedulerObserver`; the EPP service implements it with Pr
 (``plugin_duration_seconds{extension_point, plugin_type, plugin_name}``). Extension points are the
 strings in :data:`EXTENSION_POINTS`. Cycle status is ``"ok"``, ``"no_endpoint"`` or ``"error"``.
 Observers must be cheap and must not raise.
+
+Plugin-owned metrics (upstream: families a plugin registers itself, such as the disaggregation
+decision counters and the in-flight load gauges) go through the same seam: an observer that also
+implements :class:`PluginMetrics` is handed, once, when the scheduler is built, to every plugin that
+implements :class:`scheduler.interfaces.MetricsReporter`. Counters are reported per event
+(``pd_decision`` / ``disagg_decision``); gauges are read at scrape time from the
+:class:`InflightLoadSource` a plugin registers with ``watch_inflight_load``. A plugin never bound (no
+such observer, e.g. the library used alone) reports to :data:`NO_PLUGIN_METRICS`, which drops
+everything.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
-__all__ = ["EXTENSION_POINTS", "LoggingObserver", "SchedulerObserver"]
+__all__ = [
+    "EXTENSION_POINTS",
+    "NO_PLUGIN_METRICS",
+    "InflightLoadSource",
+    "InflightSample",
+    "LoggingObserver",
+    "PluginMetrics",
+    "SchedulerObserver",
+]
 
 EXTENSION_POINTS = (
     "prepare",
@@ -68,3 +87,74 @@ class LoggingObserver:
         _log.error(
             "plugin %s/%s failed at %s: %r", plugin_type, plugin_name, extension_point, error, exc_info=error
         )
+
+
+@dataclass(frozen=True, slots=True)
+class InflightSample:
+    """One series of the in-flight load gauges: what one endpoint holds for one (fairness id, priority).
+
+    ``endpoint_name`` is the endpoint's name (its address when it has none); ``requests`` and
+    ``tokens`` are the current totals (>= 0).
+    """
+
+    endpoint_name: str
+    fairness_id: str
+    priority: int
+    requests: int
+    tokens: int
+
+
+class InflightLoadSource(Protocol):
+    """A plugin whose in-flight counts are exported as gauges (``inflight-load-producer``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def inflight_samples(self) -> Iterable[InflightSample]:
+        """The current series, one per (endpoint, fairness id, priority) with anything charged.
+
+        Called at scrape time, from the scheduler's thread; must not mutate the plugin.
+        """
+        ...
+
+
+@runtime_checkable
+class PluginMetrics(Protocol):
+    """Metric families owned by plugins, as upstream's plugins register them.
+
+    ``pd_decision``: one ``pd-profile-handler`` decision (``decode-only`` or ``prefill-decode``);
+    ``disagg_decision``: one ``disagg-profile-handler`` routing decision (``decode-only``,
+    ``prefill-decode``, ``encode-decode`` or ``encode-prefill-decode``). ``model_name`` is the
+    request's target model ("" is reported as ``unknown``). ``watch_inflight_load``: export a
+    source's counts at every scrape (a source with the same name replaces the earlier one).
+    Implementations must be cheap and must not raise.
+    """
+
+    def pd_decision(
+        self, plugin_type: str, plugin_name: str, model_name: str, decision_type: str
+    ) -> None: ...
+
+    def disagg_decision(
+        self, plugin_type: str, plugin_name: str, model_name: str, decision_type: str
+    ) -> None: ...
+
+    def watch_inflight_load(self, source: InflightLoadSource) -> None: ...
+
+
+class _NoPluginMetrics:
+    __slots__ = ()
+
+    def pd_decision(self, plugin_type: str, plugin_name: str, model_name: str, decision_type: str) -> None:
+        return None
+
+    def disagg_decision(
+        self, plugin_type: str, plugin_name: str, model_name: str, decision_type: str
+    ) -> None:
+        return None
+
+    def watch_inflight_load(self, source: InflightLoadSource) -> None:
+        return None
+
+
+NO_PLUGIN_METRICS: PluginMetrics = _NoPluginMetrics()
+"""What a plugin reports to until the scheduler binds it: nothing is recorded."""

@@ -16,7 +16,10 @@
 Raises :class:`NoEndpointError` (empty pool, or no routable result; the reason joins the failure
 reasons of the routed profiles, which name the profile and filter) or :class:`SchedulingError` (the
 profile handler raised or broke its contract). Latency of every plugin call and of the whole cycle
-goes to the injected observer.
+goes to the injected observer; an observer that also implements
+:class:`~scheduler.observer.PluginMetrics` is bound, at construction, to every
+:class:`~scheduler.interfaces.MetricsReporter` plugin (the handler included) for the families
+plugins own.
 
 Hooks (``dispatched``, ``response_headers``, ``response_chunk``, ``completed``,
 ``endpoints_removed``) call every plugin implementing them, in configuration order; a plugin that
@@ -40,6 +43,7 @@ from scheduler.interfaces import (
     CompletionHook,
     DispatchHook,
     EndpointRemovalHook,
+    MetricsReporter,
     Plugin,
     PrepareHook,
     ProfileHandler,
@@ -49,7 +53,7 @@ from scheduler.interfaces import (
     ResponseHeadersProvider,
     SaturationDetector,
 )
-from scheduler.observer import LoggingObserver, SchedulerObserver
+from scheduler.observer import LoggingObserver, PluginMetrics, SchedulerObserver
 from scheduler.profile import SchedulerProfile
 from scheduler.types import (
     Completion,
@@ -93,6 +97,10 @@ class Scheduler:
         self._completed = [p for p in self.plugins if isinstance(p, CompletionHook)]
         self._removed = [p for p in self.plugins if isinstance(p, EndpointRemovalHook)]
         self._request_headers = [p for p in self.plugins if isinstance(p, RequestHeadersProvider)]
+        if isinstance(self._observer, PluginMetrics):
+            owners = {id(p): p for p in (*self.plugins, handler) if isinstance(p, MetricsReporter)}
+            for plugin in owners.values():
+                plugin.bind_metrics(self._observer)
 
     @property
     def observer(self) -> SchedulerObserver:

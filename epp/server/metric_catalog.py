@@ -63,6 +63,8 @@ _M2 = ("model_name", "target_model_name")
 _M4 = (*_M2, "fairness_id", "priority")
 _POOL = ("name",)
 _PLUGIN = ("extension_point", "plugin_type", "plugin_name")
+_DECISION = ("plugin_name", "plugin_type", "model_name", "decision_type")
+_INFLIGHT = ("endpoint_name", "namespace", "producer_name", "fairness_id", "priority")
 
 _GENERAL_LATENCY = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10,
                     15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700,
@@ -224,6 +226,20 @@ CATALOG: tuple[Family, ...] = (
            _E + _FC + "pending_reclaim", ("inference_pool",)),
     Family("fc_revocation_confirmation", "histogram", "Seconds from revocation to stream end.",
            _E + _FC + "revocation_confirmation_seconds", ("inference_pool",), buckets=_REVOCATION),
+    # --- plugin-owned (registered by the plugin upstream; here always, with samples once a plugin reports)
+    Family("pd_decision", "counter", "pd-profile-handler decisions: decode-only or prefill-decode.",
+           _E + "pd_decision", _DECISION, "llm_d_inference_scheduler_pd_decision", _DECISION[2:]),
+    Family("disagg_decision", "counter",
+           "disagg-profile-handler routing decisions, by the stages used (decode-only, prefill-decode, "
+           "encode-decode, encode-prefill-decode).",
+           _E + "disagg_decision", _DECISION, "llm_d_inference_scheduler_disagg_decision", _DECISION[2:]),
+    Family("inflight_requests", "gauge",
+           "Requests in flight per endpoint, as the inflight-load-producer counts.",
+           _E + "inflight_requests", _INFLIGHT),
+    Family("inflight_tokens", "gauge",
+           "Tokens in flight per endpoint (uncached prompt tokens, plus the output estimate when enabled), "
+           "as the inflight-load-producer counts.",
+           _E + "inflight_tokens", _INFLIGHT),
     # --- ext_proc streams (upstream: only with --enable-grpc-stream-metrics)
     Family("extproc_streams_inflight", "gauge", "ext_proc gRPC streams open now.",
            _E + "extproc_streams_inflight", ()),

@@ -13,7 +13,12 @@ model names share a cap of 1000 distinct values, fairness ids another 1000; late
 as ``other``. The child cache holds at most :data:`CHILD_CACHE_BUDGET` entries (beyond that a request
 binds its children again, which is correct, only slower).
 
-Scheduler metrics are fed by :class:`SchedulerMetrics` (the scheduler's observer seam); pool gauges,
+Scheduler metrics are fed by :class:`SchedulerMetrics` (the scheduler's observer seam), which also
+receives the families plugins own (:class:`scheduler.observer.PluginMetrics`): the disaggregation
+decision counters per decision, and the in-flight load gauges, read from the
+``inflight-load-producer`` instances at scrape time by :class:`InflightCollector`. These families are
+registered whatever the configuration (upstream registers them with the plugin) and have samples
+once a plugin reports. Pool gauges,
 the prefix index size and the saturation gauge are computed at scrape time by
 :class:`epp.server.pool_metrics.PoolCollector`, never per request.
 
@@ -26,19 +31,24 @@ returns without recording one).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from epp.server.fastmetrics import FastCounter, FastGauge, FastHistogram
 from epp.server.metric_catalog import Family, Naming, Scheme, by_key
+from scheduler.observer import InflightLoadSource
 from scheduler.types import Completion, Outcome, SchedulingResult, Usage
 
 __all__ = [
     "CHILD_CACHE_BUDGET",
+    "INFLIGHT_SERIES_BUDGET",
     "LABEL_CAP",
     "DataLayerMetrics",
+    "InflightCollector",
     "RequestMetrics",
     "SchedulerMetrics",
     "StreamMetrics",
@@ -49,6 +59,7 @@ __all__ = [
 
 LABEL_CAP = 1000  # distinct model (and target model) names, and fairness ids, as upstream
 CHILD_CACHE_BUDGET = 4096  # bound label-children bundles kept for reuse
+INFLIGHT_SERIES_BUDGET = 4096  # in-flight gauge series remembered at 0 after their last request
 OVERFLOW = "other"
 
 _OK = Outcome.OK  # a global is cheaper than an Enum member
@@ -356,7 +367,8 @@ class RequestMetrics:
 
 
 class SchedulerMetrics:
-    """Scheduler and plugin families; implements the scheduler's observer protocol.
+    """Scheduler and plugin families; implements the scheduler's observer protocol and
+    :class:`scheduler.observer.PluginMetrics` (decision counters, the in-flight gauges' collector).
 
     Also holds the prefix-cache hit histograms (fed per routed request by
     :func:`epp.server.prefix_stats.prefix_hit_observer`) and ``plugin_errors_total`` (ours, not
@@ -368,7 +380,9 @@ class SchedulerMetrics:
         registry: CollectorRegistry,
         on_plugin_error: Callable[..., None] | None = None,
         naming: Naming = Naming.BOTH,
+        namespace: str = "",
     ) -> None:
+        """``namespace``: the pool's namespace, the ``namespace`` label of the in-flight gauges."""
         self.naming = naming
         self._registry = registry
         self.e2e = Twin(by_key("scheduler_e2e"), naming, registry).bind({})
@@ -384,6 +398,39 @@ class SchedulerMetrics:
         self._plugins: dict[tuple[str, str, str], Recorder] = {}
         self._prefix: dict[tuple[str, str], tuple[Recorder, Recorder]] = {}
         self._on_plugin_error = on_plugin_error
+        self.pd = Twin(by_key("pd_decision"), naming, registry)
+        self.disagg = Twin(by_key("disagg_decision"), naming, registry)
+        self._decisions: dict[tuple[str, str, str, str, str], Recorder] = {}
+        self._models = _Bounded(LABEL_CAP)
+        self.inflight = InflightCollector(naming, namespace)
+        registry.register(self.inflight)
+
+    # -- plugin-owned families (scheduler.observer.PluginMetrics)
+
+    def pd_decision(self, plugin_type: str, plugin_name: str, model_name: str, decision_type: str) -> None:
+        self._decision(self.pd, plugin_type, plugin_name, model_name, decision_type)
+
+    def disagg_decision(
+        self, plugin_type: str, plugin_name: str, model_name: str, decision_type: str
+    ) -> None:
+        self._decision(self.disagg, plugin_type, plugin_name, model_name, decision_type)
+
+    def watch_inflight_load(self, source: InflightLoadSource) -> None:
+        self.inflight.watch(source)
+
+    def _decision(
+        self, twin: Twin, plugin_type: str, plugin_name: str, model_name: str, decision_type: str
+    ) -> None:
+        key = (twin.family.key, plugin_type, plugin_name, model_name, decision_type)
+        child = self._decisions.get(key)
+        if child is None:
+            model = self._models(model_name) or "unknown"
+            values = {"plugin_type": plugin_type, "plugin_name": plugin_name, "model_name": model,
+                      "decision_type": decision_type}  # fmt: skip
+            child = twin.bind(values)
+            if len(self._decisions) < CHILD_CACHE_BUDGET:
+                self._decisions[key] = child
+        child.inc()
 
     def observe_plugin(
         self, extension_point: str, plugin_type: str, plugin_name: str, seconds: float
@@ -420,6 +467,54 @@ class SchedulerMetrics:
         ).inc()
         if self._on_plugin_error is not None:
             self._on_plugin_error(extension_point, plugin_type, plugin_name, error)
+
+
+class InflightCollector(Collector):
+    """``llm_d_epp_inflight_requests`` / ``llm_d_epp_inflight_tokens{endpoint_name, namespace,
+    producer_name, fairness_id, priority}``, read from the watched sources at every scrape.
+
+    llm-d names only (no deprecated twin). As upstream's gauges, a series stays at 0 once its last
+    request ends; at most :data:`INFLIGHT_SERIES_BUDGET` series are remembered that way (beyond it the
+    ones idle longest are dropped; series with requests in flight are always exported).
+    """
+
+    def __init__(self, naming: Naming = Naming.BOTH, namespace: str = "") -> None:
+        self._namespace = namespace
+        self._sources: dict[str, InflightLoadSource] = {}  # one per producer of the configuration
+        self._seen: dict[tuple[str, str, str, str], None] = {}
+        self._names = [
+            (name, by_key(key).help, by_key(key).labels(Scheme.LLM_D))
+            for key in ("inflight_requests", "inflight_tokens")
+            if naming.exports(Scheme.LLM_D) and (name := by_key(key).name(Scheme.LLM_D)) is not None
+        ]
+
+    def watch(self, source: InflightLoadSource) -> None:
+        """Export ``source`` (replacing an earlier source of the same producer name)."""
+        self._sources[source.name] = source
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if not self._names:
+            return
+        live: dict[tuple[str, str, str, str], tuple[int, int]] = {}
+        for producer, source in self._sources.items():
+            for s in source.inflight_samples():
+                live[(s.endpoint_name, producer, s.fairness_id, str(s.priority))] = (s.requests, s.tokens)
+        seen = self._seen
+        for key in live:  # most recently live last
+            seen.pop(key, None)
+            seen[key] = None
+        excess = len(seen) - INFLIGHT_SERIES_BUDGET
+        if excess > 0:
+            for key in [k for k in seen if k not in live][:excess]:
+                del seen[key]
+        families = [GaugeMetricFamily(name, doc, labels=labels) for name, doc, labels in self._names]
+        for key in seen:
+            endpoint, producer, fairness_id, priority = key
+            values = [endpoint, self._namespace, producer, fairness_id, priority]
+            counts = live.get(key, (0, 0))
+            for family, value in zip(families, counts, strict=True):
+                family.add_metric(values, float(value))
+        yield from families
 
 
 _PLUGIN_ERRORS = Family(

@@ -2,14 +2,17 @@
 
 * per routed request and ``prefix-cache-scorer`` of the primary profile, read from that profile's
   decision record: matched blocks = the unweighted score the scorer gave the chosen (primary) endpoint
-  x the request's blocks (``min(len(prompt) // block chars, maxPrefixBlocksToMatch)``). Hit bytes =
-  matched blocks x block chars (upstream counts 4 bytes per token, as the scorer cuts blocks of
-  ``blockSizeTokens x 4`` characters); hit ratio = the score, observed only when the prompt has a block
-  (upstream skips the ratio when the total is 0, and observes the bytes always).
-* index size = the number of distinct block hashes held by each ``prefix-cache-scorer``'s index, read
-  at scrape time.
+  x the request's blocks (``min(len(prompt) // block chars, maxPrefixBlocksToMatch)`` of the index the
+  scorer reads). Hit bytes = matched blocks x block chars (upstream counts 4 bytes per token, as the
+  scorer cuts blocks of ``blockSizeTokens x 4`` characters); hit ratio = the score, observed only when
+  the prompt has a block (upstream skips the ratio when the total is 0, and observes the bytes always).
+* index size = the number of distinct block hashes held by each index, read at scrape time.
 
-Both read the scheduler's own records and plugin state, so the scheduler needs no metrics code.
+Labels name the plugin that owns the index, as upstream: a self-contained scorer (GIE's, or one with
+index parameters) is ``prefix-cache-scorer``; a scorer reading llm-d-router's
+``approx-prefix-cache-producer`` reports under that producer's name and type (several scorers of one
+producer: one observation per request). Both read the scheduler's own records and plugin state, so the
+scheduler needs no metrics code.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from typing import Any
 from scheduler.interfaces import Plugin
 from scheduler.types import LLMRequest, SchedulingResult
 
-__all__ = ["PREFIX_SCORER_TYPE", "index_sizes_reader", "prefix_hit_observer"]
+__all__ = ["PREFIX_SCORER_TYPE", "PRODUCER_TYPE", "index_sizes_reader", "prefix_hit_observer"]
 
 PREFIX_SCORER_TYPE = "prefix-cache-scorer"
+PRODUCER_TYPE = "approx-prefix-cache-producer"
 
 Observe = Callable[[str, str, float, float | None], None]  # (name, type, hit bytes, hit ratio or None)
 
@@ -44,25 +48,37 @@ def prefix_hit_observer(
             if profile.profile != result.primary_profile or primary not in profile.candidates:
                 continue
             at = profile.candidates.index(primary)
+            owners: set[str] = set()
             for name, scores in profile.scores.items():
                 scorer = scorers.get(name)
                 if scorer is None:
                     continue
-                chars = scorer.block_chars
-                total = min(len(request.prompt_text) // chars, scorer.params.max_prefix_blocks_to_match)
+                index = _owner(scorer)
+                if index.name in owners:
+                    continue
+                owners.add(index.name)
+                chars = index.block_chars
+                total = min(len(request.prompt_text) // chars, index.max_blocks())
                 score = scores[at]
-                observe(name, PREFIX_SCORER_TYPE, round(score * total) * chars, score if total else None)
+                observe(index.name, index.plugin_type, round(score * total) * chars, score if total else None)
             return
 
     return on_result
 
 
+def _owner(scorer: Any) -> Any:
+    """The plugin whose index ``scorer`` reads: its producer under llm-d.ai/v1alpha1, else itself."""
+    return getattr(scorer, "producer", None) or scorer
+
+
 def index_sizes_reader(plugins: Sequence[Plugin]) -> Callable[[], list[tuple[str, str, int]]]:
-    """``f() -> [(plugin name, plugin type, entries)]`` for every prefix scorer's index."""
+    """``f() -> [(plugin name, plugin type, entries)]`` for every prefix index in use: that of each
+    self-contained ``prefix-cache-scorer`` and of each ``approx-prefix-cache-producer``."""
     sized = [
         (p.name, p.plugin_type, i)
         for p in plugins
-        if p.plugin_type == PREFIX_SCORER_TYPE
+        if p.plugin_type in (PREFIX_SCORER_TYPE, PRODUCER_TYPE)
+        and _owner(p) is p
         and (i := getattr(p, "index", None)) is not None
         and hasattr(i, "__len__")
     ]

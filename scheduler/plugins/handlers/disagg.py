@@ -20,6 +20,12 @@ headers, as llm-d's sidecar expects them: ``x-prefiller-host-port: <prefill ip:p
 found an endpoint, ``x-encoder-hosts-ports: <ip:port>,<ip:port>...`` (every encode target, in order)
 when encode found endpoints.
 
+Metrics (llm-d's ``disagg_decision_total{plugin_name, plugin_type, model_name, decision_type}``, see
+:class:`scheduler.observer.PluginMetrics`): once per request whose decode run found an endpoint, when
+the handler is done: ``encode-prefill-decode``, ``encode-decode``, ``prefill-decode`` or
+``decode-only``, by which of the encode and prefill stages found an endpoint (a stage skipped by its
+decider or whose run failed counts as not used). A failed decode run records nothing.
+
 Data parallelism (``primaryPort``): when set, every decode target is rewritten to that port (the
 rank-0 server of a data-parallel group) and the originally chosen ``ip:port`` goes in header
 ``x-data-parallel-host-port``, as llm-d's pd-profile-handler does.
@@ -39,6 +45,7 @@ from typing import Any, ClassVar
 from scheduler.cycle_state import CycleState, StateKey
 from scheduler.errors import ConfigError, NoEndpointError
 from scheduler.interfaces import Handle, PDDecider, Plugin
+from scheduler.observer import NO_PLUGIN_METRICS, PluginMetrics
 from scheduler.params import parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.handlers.disagg_params import PREFILL_FIRST, DisaggParams
@@ -51,6 +58,7 @@ __all__ = [
     "PEER_ENDPOINT",
     "PREFILLER_HEADER",
     "DisaggProfileHandler",
+    "decision_type",
     "disagg_headers",
     "factory",
     "resolve_decider",
@@ -77,6 +85,18 @@ def with_port(endpoint: EndpointView, port: int) -> EndpointView:
         metrics=endpoint.metrics,
         attributes=endpoint.attributes,
     )
+
+
+def decision_type(encode_used: bool, prefill_used: bool) -> str:
+    """The ``decision_type`` label for the stages that were used (llm-d's DisaggDecisionType)."""
+    if encode_used:
+        return "encode-prefill-decode" if prefill_used else "encode-decode"
+    return "prefill-decode" if prefill_used else "decode-only"
+
+
+def _used(results: Mapping[str, ProfileResult | None], stage: str | None) -> bool:
+    result = results.get(stage) if stage is not None else None
+    return result is not None and bool(result.targets)
 
 
 def disagg_headers(
@@ -113,6 +133,14 @@ class DisaggProfileHandler(PluginBase):
         self._encode = params.encode
         self._primary_port = params.primary_port
         self._prefill_first = params.stage_order == PREFILL_FIRST
+        self._metrics: PluginMetrics = NO_PLUGIN_METRICS
+
+    def bind_metrics(self, metrics: PluginMetrics) -> None:
+        self._metrics = metrics
+
+    def _record(self, request: LLMRequest, results: Mapping[str, ProfileResult | None]) -> None:
+        decision = decision_type(_used(results, self._encode), _used(results, self._prefill))
+        self._metrics.disagg_decision(PLUGIN_TYPE, self.name, request.target_model, decision)
 
     def _stage(
         self,
@@ -165,6 +193,7 @@ class DisaggProfileHandler(PluginBase):
         if prefill is not None:
             cycle.write(PEER_ENDPOINT, picked)
             return {self._prefill: prefill}
+        self._record(request, results)
         return {}
 
     def _pick_prefill_first(
@@ -175,6 +204,8 @@ class DisaggProfileHandler(PluginBase):
         results: Mapping[str, ProfileResult | None],
     ) -> Mapping[str, SchedulerProfile]:
         if self._decode in results:
+            if _used(results, self._decode):
+                self._record(request, results)
             return {}
         first = {n: p for n, p in profiles.items() if p.shadow and n not in results}
         prefill = profiles.get(self._prefill)

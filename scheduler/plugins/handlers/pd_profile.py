@@ -6,6 +6,11 @@ the prefill profile when the decider says so for the chosen decode endpoint. Unl
 is the job of a ``prefill-header-handler`` (or ``disagg-headers-handler``) configured next to it.
 A failed decode run raises NoEndpointError; a failed prefill run drops the prefill result.
 
+Metrics (llm-d's ``pd_decision_total{plugin_name, plugin_type, model_name, decision_type}``, see
+:class:`scheduler.observer.PluginMetrics`): once per request whose decode run found an endpoint while
+a profile is still to run, when the decider is asked: ``prefill-decode`` when it says to disaggregate
+(recorded before the prefill profile runs, whatever that run finds), ``decode-only`` otherwise.
+
 Data parallelism (``primaryPort`` other than 0): decode targets are rewritten to that port and the
 chosen ``ip:port`` goes in ``x-data-parallel-host-port``.
 
@@ -36,6 +41,7 @@ from typing import Any
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError, NoEndpointError
 from scheduler.interfaces import Handle, PDDecider, Plugin
+from scheduler.observer import NO_PLUGIN_METRICS, PluginMetrics
 from scheduler.params import param, parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.handlers.disagg import DATA_PARALLEL_HEADER, PEER_ENDPOINT, resolve_decider, with_port
@@ -44,11 +50,13 @@ from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.profile import SchedulerProfile
 from scheduler.types import LLMRequest, ProfileResult, SchedulingResult
 
-__all__ = ["PdParams", "PdProfileHandler", "factory"]
+__all__ = ["DECODE_ONLY", "PREFILL_DECODE", "PdParams", "PdProfileHandler", "factory"]
 
 _log = logging.getLogger("scheduler.plugins")
 
 PLUGIN_TYPE = "pd-profile-handler"
+DECODE_ONLY = "decode-only"
+PREFILL_DECODE = "prefill-decode"
 
 
 def _port(raw: Any) -> int:
@@ -79,6 +87,10 @@ class PdProfileHandler(PrefixMatchConsumer, PluginBase):
         self._prefill = params.prefill_profile
         self._primary_port = params.primary_port
         self.producer_name = params.prefix_match_info_producer_name
+        self._metrics: PluginMetrics = NO_PLUGIN_METRICS
+
+    def bind_metrics(self, metrics: PluginMetrics) -> None:
+        self._metrics = metrics
 
     def pick_profiles(
         self,
@@ -108,8 +120,10 @@ class PdProfileHandler(PrefixMatchConsumer, PluginBase):
         if self.producer is not None:
             cycle.write(DECIDER_PREFIX_MATCH, self.producer.match(cycle, request))
         if self.decider.should_disaggregate(cycle, request, picked):
+            self._metrics.pd_decision(PLUGIN_TYPE, self.name, request.target_model, PREFILL_DECODE)
             cycle.write(PEER_ENDPOINT, picked)
             return {self._prefill: prefill}
+        self._metrics.pd_decision(PLUGIN_TYPE, self.name, request.target_model, DECODE_ONLY)
         return {}
 
     def process_results(

@@ -18,6 +18,12 @@ Accounting, per dispatched request and per routed profile result (decode and, in
   released;
 * ``on_completed``: everything left is released (idempotent); endpoints leaving the pool are dropped.
 
+Metrics (llm-d-router's ``llm_d_epp_inflight_requests`` / ``llm_d_epp_inflight_tokens``, labelled
+by endpoint, namespace, producer name, fairness id and priority): the producer registers itself with
+the scheduler's :class:`~scheduler.observer.PluginMetrics`, which reads :meth:`inflight_samples` at
+scrape time (the charges still held, summed per endpoint name, fairness id and priority); nothing
+is recorded per request.
+
 Parameters: ``addEstimatedOutputTokens`` (false), ``outputRatio`` (1.5, >= 0),
 ``maxEstimatedOutputTokens`` (none, >= 0), ``prefixMatchInfoProducerName`` (""),
 ``syncCrossReplicaState`` (true; only meaningful with a cross-replica syncer, which pyepp does not
@@ -31,11 +37,12 @@ reports exactly one completion per dispatch) are released on the next dispatch; 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Plugin
+from scheduler.observer import InflightSample, PluginMetrics
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
@@ -72,17 +79,18 @@ class InflightLoadParams:
 
 
 class _Charge:
-    __slots__ = ("address", "profile", "tokens")
+    __slots__ = ("address", "endpoint_name", "profile", "tokens")
 
-    def __init__(self, address: str, profile: str, tokens: int) -> None:
-        self.address, self.profile, self.tokens = address, profile, tokens
+    def __init__(self, address: str, endpoint_name: str, profile: str, tokens: int) -> None:
+        self.address, self.endpoint_name, self.profile, self.tokens = address, endpoint_name, profile, tokens
 
 
 class _Entry:
-    __slots__ = ("charges", "deadline", "started")
+    __slots__ = ("charges", "deadline", "fairness_id", "priority", "started")
 
-    def __init__(self, charges: list[_Charge], deadline: float) -> None:
+    def __init__(self, charges: list[_Charge], deadline: float, fairness_id: str, priority: int) -> None:
         self.charges, self.deadline, self.started = charges, deadline, False
+        self.fairness_id, self.priority = fairness_id, priority
 
 
 class InflightLoadProducer(TokenCountReader, PrefixMatchConsumer, PluginBase):
@@ -122,6 +130,24 @@ class InflightLoadProducer(TokenCountReader, PrefixMatchConsumer, PluginBase):
         """Live per-address token counts (read-only by convention)."""
         return self._tokens
 
+    def inflight_samples(self) -> Iterator[InflightSample]:
+        """The charges held now, summed per (endpoint name, fairness id, priority); for the gauges."""
+        sums: dict[tuple[str, str, int], list[int]] = {}
+        for entry in self._entries.values():
+            for charge in entry.charges:
+                key = (charge.endpoint_name, entry.fairness_id, entry.priority)
+                acc = sums.get(key)
+                if acc is None:
+                    sums[key] = [1, charge.tokens]
+                else:
+                    acc[0] += 1
+                    acc[1] += charge.tokens
+        for (endpoint, fairness_id, priority), (requests, tokens) in sums.items():
+            yield InflightSample(endpoint, fairness_id, priority, requests, tokens)
+
+    def bind_metrics(self, metrics: PluginMetrics) -> None:
+        metrics.watch_inflight_load(self)
+
     def uncached_tokens(self, cycle: CycleState, request: LLMRequest, address: str) -> int:
         """This request's prompt tokens ``address`` does not hold (the prefix discount applied)."""
         return _uncached(self.prompt_length(cycle, request), self.prefix_match_for(cycle, request), address)
@@ -147,12 +173,16 @@ class InflightLoadProducer(TokenCountReader, PrefixMatchConsumer, PluginBase):
         for profile, profile_result in result.profile_results.items():
             if profile_result.shadow or not profile_result.targets:
                 continue
-            address = profile_result.targets[0].endpoint.address
-            charge = _Charge(address, profile, _uncached(prompt, match, address) + output)
+            endpoint = profile_result.targets[0].endpoint
+            address = endpoint.address
+            tokens = _uncached(prompt, match, address) + output
+            charge = _Charge(address, endpoint.name or address, profile, tokens)
             self._add(address, 1, charge.tokens)
             charges.append(charge)
         if charges:
-            self._entries[request.request_id] = _Entry(charges, now + STALE_SECONDS)
+            self._entries[request.request_id] = _Entry(
+                charges, now + STALE_SECONDS, request.fairness_id, request.priority
+            )
 
     def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
         entry = self._entries.get(request.request_id)

@@ -304,3 +304,150 @@ def test_the_metrics_page_lists_every_family() -> None:
             name = _exposed(family, scheme)
             if name is not None:
                 assert f"`{name}`" in page, name
+
+
+# ------------------------------------------------------------------------------ a real P/D picker
+
+PD_PLUGINS = """apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: inflight-load-producer
+- type: prefill-filter
+- type: decode-filter
+- type: prefix-cache-scorer
+- type: active-request-scorer
+- type: prefix-based-pd-decider
+  parameters: {nonCachedTokens: 64}
+- HANDLER
+- type: max-score-picker
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: prefix-cache-scorer}, {pluginRef: max-score-picker}]
+- name: decode
+  plugins:
+  - {pluginRef: decode-filter}
+  - {pluginRef: prefix-cache-scorer, weight: 2}
+  - {pluginRef: active-request-scorer}
+  - {pluginRef: max-score-picker}
+"""
+HANDLERS = {
+    "disagg": "{name: h, type: disagg-profile-handler, parameters: {deciders: {prefill: prefix-based-pd-decider}}}",  # noqa: E501
+    "pd": "{name: h, type: pd-profile-handler, parameters: {deciderPluginName: prefix-based-pd-decider}}",
+}
+
+
+async def _one_request(grpc_port: int, metrics_port: int, rid: str, prompt: str) -> str:
+    """Route one streamed completion, scrape while it is in flight, then finish it."""
+    body = orjson.dumps({"model": "m1", "prompt": prompt, "stream": True})
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
+        call = stub(ch).Process()
+        await call.write(request_headers({"x-request-id": rid, "x-gateway-inference-fairness-id": "t1"}))
+        await call.write(request_body(body))
+        await call.read()  # routed
+        during = await _scrape(metrics_port)
+        await call.write(_sse_headers())
+        await call.read()
+        await call.write(response_body(_sse({"choices": [{"text": "a"}]}) + b"data: [DONE]\n\n"))
+        await call.read()
+        await call.done_writing()
+    return during
+
+
+@pytest.fixture
+async def pd_fleet() -> AsyncIterator[list[str]]:
+    """Two fake vLLM servers: a decode and a prefill endpoint."""
+    runners, addresses = [], []
+    for _ in range(2):
+        app = web.Application()
+
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(body=VLLM_METRICS, content_type="text/plain")
+
+        async def models(_: web.Request) -> web.Response:
+            return web.Response(body=MODELS, content_type="application/json")
+
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/v1/models", models)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runners.append(runner)
+        addresses.append(f"127.0.0.1:{port}")
+    try:
+        yield addresses
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
+@pytest.mark.parametrize("handler", ["disagg", "pd"])
+async def test_a_started_pd_picker_exports_decisions_and_inflight_load(
+    pd_fleet: list[str], tmp_path: Path, handler: str
+) -> None:
+    decode, prefill = pd_fleet
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text(
+        "endpoints:\n"
+        f"- {{address: '{decode}', name: decode-0, labels: {{llm-d.ai/role: decode}}}}\n"
+        f"- {{address: '{prefill}', name: prefill-0, labels: {{llm-d.ai/role: prefill}}}}\n"
+    )
+    grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
+    flags = [
+        "--endpoints-file", str(endpoints), "--host", "127.0.0.1", "--grpc-port", str(grpc_port),
+        "--grpc-health-port", str(health_port), "--metrics-port", str(metrics_port),
+        "--secure-serving=false", "--metrics-endpoint-auth=false", "--refresh-metrics-interval=50ms",
+        "--pool-namespace", "ns1", "--config-text", PD_PLUGINS.replace("HANDLER", HANDLERS[handler]),
+    ]  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "epp", *flags, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        await _until(metrics_port, 'llm_d_epp_ready_endpoints{name="default"} 2.0')
+        during = await _one_request(grpc_port, metrics_port, "long", PROMPT)  # 110 uncached tokens
+        await _one_request(grpc_port, metrics_port, "short", "hi")
+        after = await _scrape(metrics_port)
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 15)
+
+    def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        return {
+            tuple(sorted(s.labels.items())): s.value
+            for s in families[name].samples
+            if s.name in (name, name + "_total")
+        }
+
+    def labels(**values: str) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(values.items()))
+
+    inflight = {
+        "namespace": "ns1",
+        "producer_name": "inflight-load-producer",
+        "fairness_id": "t1",
+        "priority": "0",
+    }
+    routed = samples(during, "llm_d_epp_inflight_requests")
+    assert routed == {
+        labels(endpoint_name="decode-0", **inflight): 1.0,
+        labels(endpoint_name="prefill-0", **inflight): 1.0,
+    }
+    tokens = samples(during, "llm_d_epp_inflight_tokens")
+    assert set(tokens) == set(routed) and all(v > 0 for v in tokens.values())
+    assert set(samples(after, "llm_d_epp_inflight_requests").values()) == {0.0}
+    assert set(samples(after, "llm_d_epp_inflight_tokens").values()) == {0.0}
+    kind = {"disagg": "disagg-profile-handler", "pd": "pd-profile-handler"}[handler]
+    new = samples(after, f"llm_d_epp_{handler}_decision")
+    assert new == {
+        labels(plugin_name="h", plugin_type=kind, model_name="m1", decision_type="prefill-decode"): 1.0,
+        labels(plugin_name="h", plugin_type=kind, model_name="m1", decision_type="decode-only"): 1.0,
+    }
+    old = samples(after, f"llm_d_inference_scheduler_{handler}_decision")
+    assert old == {
+        labels(model_name="m1", decision_type="prefill-decode"): 1.0,
+        labels(model_name="m1", decision_type="decode-only"): 1.0,
+    }
+    other = "pd" if handler == "disagg" else "disagg"
+    assert samples(after, f"llm_d_epp_{other}_decision") == {}  # registered, never observed

@@ -22,7 +22,7 @@ from epp.server.metrics import (
     error_code,
 )
 from epp.server.pool_metrics import PoolCollector, mean_and_stdev
-from epp.server.prefix_stats import prefix_hit_observer
+from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
 from epp.server.routing import Router
 from epp.server.stream import StreamCore
 from scheduler.config import load_config_text
@@ -197,26 +197,52 @@ schedulingProfiles:
 """
 
 
-def test_prefix_hits_are_observed_in_bytes_and_ratio_per_scorer() -> None:
-    config = load_config_text(PREFIX_CONFIG)
+# llm-d-router's producer model: the scorer reads the producer's index (it has no parameters of its own).
+PRODUCER_CONFIG = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+  parameters: {blockSizeTokens: 4, autoTune: false}
+- type: prefix-cache-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+  - pluginRef: max-score-picker
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "block", "owner"),
+    [
+        (PREFIX_CONFIG, 16, "prefix-cache-scorer"),
+        (PRODUCER_CONFIG, 256, "approx-prefix-cache-producer"),  # blocks raised to >= 64 tokens
+    ],
+)
+def test_prefix_hits_are_observed_in_bytes_and_ratio_per_index(text: str, block: int, owner: str) -> None:
+    config = load_config_text(text)
     scheduler = config.build_scheduler()
     registry = CollectorRegistry()
     metrics = SchedulerMetrics(registry)
     observe = prefix_hit_observer([p.plugin for p in config.plugins], metrics.observe_prefix)
     assert observe is not None
     pool = [Endpoint("10.0.0.1:8000", "a", {}, True, Metrics(updated_at=1.0))]
-    prompt = "0123456789abcdef" * 10  # 160 chars = 10 blocks of 16 chars
+    prompt = "0123456789abcdef" * (block // 16) * 10  # 10 blocks
     first = LLMRequest("r1", "m", "m", prompt_text=prompt)
     result = scheduler.schedule(first, pool)
     observe(first, result)
     scheduler.dispatched(first, result)
-    second = LLMRequest("r2", "m", "m", prompt_text=prompt[:128] + "z" * 32)  # 8 of its 10 blocks held
+    second = LLMRequest("r2", "m", "m", prompt_text=prompt[: 8 * block] + "z" * 2 * block)  # 8 of 10 held
     observe(second, scheduler.schedule(second, pool))
-    labels = {"plugin_name": "prefix-cache-scorer", "plugin_type": "prefix-cache-scorer"}
-    assert _value(registry, "llm_d_epp_prefix_indexer_hit_bytes_sum", labels) == 8 * 16
+    labels = {"plugin_name": owner, "plugin_type": owner}  # the index's owner, as upstream
+    assert _value(registry, "llm_d_epp_prefix_indexer_hit_bytes_sum", labels) == 8 * block
     assert _value(registry, "llm_d_epp_prefix_indexer_hit_bytes_count", labels) == 2
     assert _value(registry, "llm_d_epp_prefix_indexer_hit_ratio_sum", labels) == pytest.approx(0.8)
-    assert _value(registry, "inference_extension_prefix_indexer_hit_bytes_sum") == 8 * 16
+    assert _value(registry, "inference_extension_prefix_indexer_hit_bytes_sum") == 8 * block
+    sizes = index_sizes_reader([p.plugin for p in config.plugins])()
+    assert sizes == [(owner, owner, 10)]  # the first prompt's 10 blocks (the consumer scorer holds none)
 
 
 def test_pool_summary_is_upstreams_sample_deviation_rounded() -> None:
