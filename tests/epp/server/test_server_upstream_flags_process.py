@@ -95,7 +95,10 @@ async def test_drain_timeout_lets_in_flight_streams_finish_refuses_new_ones_and_
                 raise AssertionError("still accepting connections after SIGTERM")
             async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as fresh:  # no new streams
                 late = stub(fresh).Process()  # (an accepted stream would never end: code() would time out)
-                assert await asyncio.wait_for(late.code(), 5) == grpc.StatusCode.UNAVAILABLE
+                # refused (connection refused: UNAVAILABLE; on a loaded machine grpc core may instead
+                # cancel a stream that raced the listener's close: CANCELLED); never served
+                code = await asyncio.wait_for(late.code(), 5)
+                assert code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
             assert proc.returncode is None  # still draining the first stream
             await call.write(response_headers(200))
             await call.write(response_body(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 1}}'))
