@@ -3,6 +3,10 @@ real Helm: GIE's own defaults (``upstream/gie-standalone-values.yaml``) render w
 render, mapped onto the picker's flags; every object is valid, the picker's command line parses, the
 plugin config loads, Envoy accepts the proxy config; ``values.schema.json`` rejects unknown keys and
 wrong types, and values this chart cannot honour fail with a message naming the key.
+
+``upstream/gie-standalone-rendered-{envoy,agentgateway}.yaml`` are GIE's own chart rendered by Helm with
+the same values: the proxy container, its ConfigMap, the InferencePool, the Service ports and the
+picker's discovery, TLS and tracing settings must be the same as ours.
 """
 
 from __future__ import annotations
@@ -32,6 +36,14 @@ def gie_defaults() -> dict[str, Any]:
     values: dict[str, Any] = yaml.safe_load(GIE_DEFAULTS.read_text())
     values["inferencePool"]["modelServers"] = {"matchLabels": LABELS}
     return values
+
+
+def merged(values: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    for key, value in override.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merged(out[key], value) if both else value
+    return out
 
 
 def base(**values: Any) -> dict[str, Any]:
@@ -77,17 +89,57 @@ SELECTOR_MODE = base(
         "volumeMounts": [{"name": "extra", "mountPath": "/extra"}],
     }
 )
+SCENARIOS = {
+    "envoy": gie_defaults(),
+    "agentgateway": merged(
+        gie_defaults(),
+        {
+            "inferenceExtension": {
+                "endpointsServer": {
+                    "createInferencePool": False,
+                    "endpointSelector": "app=vllm-llama3-8b-instruct",
+                    "targetPorts": [8000, 8001],
+                    "modelServerType": "vllm",
+                },
+                "sidecar": {"proxyType": "agentgateway"},
+            }
+        },
+    ),
+}
+HTTP_PORT = [{"name": "http", "port": 8081, "targetPort": 8081}]
 OVERRIDDEN_PRESET = gie_defaults()
 OVERRIDDEN_PRESET["inferenceExtension"]["sidecar"]["image"] = "envoyproxy/envoy:v1.40.0"
 
 REJECTED = [
-    (base(inferenceExtension={"endpointsServer": {"createInferencPool": True}}), "createInferencPool"),
+    (base(inferenceExtension={"endpointsServer": {"createInferencPool": True}}), "createInferencPool'"),
     (base(inferenceExtension={"sidecar": {"presets": {"envoy": {"imag": "x"}}}}), "imag"),
     (base(inferenceExtension={"sidecar": {"enabled": "yes"}}), "/inferenceExtension/sidecar/enabled"),
     (base(inferenceExtension={"monitoring": {"interval": 10}}), "/inferenceExtension/monitoring/interval"),
     (base(provider={"gke": {"autoPilot": True}}), "autoPilot"),
     (base(inferencePool={"apiVersion": "v1"}), "/inferencePool/apiVersion"),
-    (base(inferenceExtension={"sidecar": {"proxyType": "agentgateway"}}), "agentgateway is not supported"),
+    (base(inferenceExtension={"sidecar": {"proxyType": "agentgateway"}}), "exactly one port named .http."),
+    (
+        merged(
+            SCENARIOS["agentgateway"],
+            {"inferenceExtension": {"endpointsServer": {"createInferencePool": True}}},
+        ),
+        "createInferencePool=false is required",
+    ),
+    (
+        merged(SCENARIOS["agentgateway"], {"inferenceExtension": {"flags": {"secure-serving": True}}}),
+        "flags.secure-serving must be false",
+    ),
+    (
+        merged(SCENARIOS["agentgateway"], {"inferenceExtension": {"sidecar": {"agentgateway": {}}}}),
+        "sidecar.agentgateway is not read",
+    ),
+    (
+        merged(
+            SCENARIOS["agentgateway"],
+            {"inferenceExtension": {"extraServicePorts": [HTTP_PORT[0] | {"port": "x"}]}},
+        ),
+        "port must be a port 1-65535",
+    ),
     (base(inferenceExtension={"latencyPredictor": {"enabled": True}}), "latency predictor .* not available"),
     (
         base(provider={"name": "gke"}, inferenceExtension={"monitoring": {"prometheus": {"enabled": True}}}),
@@ -108,6 +160,7 @@ REJECTED = [
 @pytest.fixture(scope="module", autouse=True)
 def _render_up_front(render: Renderer) -> None:
     jobs = [(STANDALONE, values, "pool") for values in (gie_defaults(), SELECTOR_MODE, OVERRIDDEN_PRESET)]
+    jobs += [(STANDALONE, values, "pool") for values in SCENARIOS.values()]
     jobs += [(STANDALONE, values, "pool") for values, _ in REJECTED]
     render.prefetch(jobs)
 
@@ -183,6 +236,59 @@ def test_gie_standalone_defaults_render_as_gie(render: Renderer, tmp_path: Path)
     assert not by_kind(objects, "ServiceMonitor")
 
 
+def gie_rendered(scenario: str) -> list[dict[str, Any]]:
+    path = GIE_DEFAULTS.with_name(f"gie-standalone-rendered-{scenario}.yaml")
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+PICKER_SETTINGS = (
+    "discovery_mode",
+    "pool_name",
+    "pool_namespace",
+    "pool_group",
+    "endpoint_selector",
+    "endpoint_target_ports",
+    "secure_serving",
+    "tracing",
+    "config_file",
+    "grpc_port",
+)
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_renders_what_gie_chart_renders(scenario: str, render: Renderer, tmp_path: Path) -> None:
+    ours, gie = render(STANDALONE, SCENARIOS[scenario]), gie_rendered(scenario)
+    for obj in ours:
+        validate_object(obj)
+    # the proxy sidecar: the same container and the same ConfigMap data
+    (gie_proxy,) = [c for c in pod_spec(gie)["containers"] if c["name"] != "epp"]
+    assert container(ours, gie_proxy["name"]) == gie_proxy
+    name = gie_proxy["name"].removesuffix("-sidecar")
+    assert config_map(ours, name)["data"] == config_map(gie, name)["data"]
+    for volume in pod_spec(gie)["volumes"]:
+        if volume["name"] != "plugins-config-volume":
+            assert volume in pod_spec(ours)["volumes"]
+    # the InferencePool (pool mode only)
+    assert [p["spec"] for p in by_kind(ours, "InferencePool")] == [
+        p["spec"] for p in by_kind(gie, "InferencePool")
+    ]
+    # every Service port of GIE's, by name and port
+    our_ports = {p["name"]: p["port"] for p in one(ours, "Service")["spec"]["ports"]}
+    assert {p["name"]: p["port"] for p in one(gie, "Service")["spec"]["ports"]}.items() <= our_ports.items()
+    # the picker: discovery, TLS, tracing and config file as GIE's command line sets them
+    env = {"NAMESPACE": NAMESPACE}
+    our_options = parse_options(container(ours, "epp")["args"], env=env)
+    gie_options = parse_options(container(gie, "epp")["args"], env=env)
+    for setting in PICKER_SETTINGS:
+        assert getattr(our_options, setting) == getattr(gie_options, setting), setting
+    # both default plugin configs load with the picker's loader
+    for objects, label in ((ours, "ours"), (gie, "gie")):
+        (tmp_path / f"{label}.yaml").write_text(
+            config_map(objects, "pool-epp")["data"]["default-plugins.yaml"]
+        )
+        assert epp_main(["check-config", str(tmp_path / f"{label}.yaml")]) == 0, label
+
+
 def test_sidecar_overrides_win_over_the_preset(render: Renderer) -> None:
     proxy = container(render(STANDALONE, OVERRIDDEN_PRESET), "envoy-sidecar")
     assert proxy["image"] == "envoyproxy/envoy:v1.40.0"
@@ -218,7 +324,7 @@ def test_selector_mode_metrics_tracing_and_monitoring(render: Renderer) -> None:
     assert monitor["authorization"]["credentials"]["name"] == secret["metadata"]["name"]
     # extraServicePorts, metricsPort, volumes / volumeMounts; the built-in Envoy sidecar stays
     ports = {p["name"]: p["port"] for p in one(objects, "Service")["spec"]["ports"]}
-    assert ports == {"http": 80, "http-metrics": 9091, "admin": 19000}
+    assert ports == {"http": 80, "http-metrics": 9091, "grpc-ext-proc": 9002, "admin": 19000}
     assert {"name": "extra", "mountPath": "/extra"} in epp["volumeMounts"]
     assert {"name": "extra", "emptyDir": {}} in pod_spec(objects)["volumes"]
     assert container(objects, "envoy")["image"].startswith("envoyproxy/envoy:")

@@ -78,19 +78,103 @@ inferencePool.targetPorts; fails when a port is invalid. */}}
 {{- (split "/" (.Values.inferencePool.apiVersion | default "inference.networking.k8s.io/v1"))._0 -}}
 {{- end -}}
 
-{{/* The proxy sidecar as GIE resolves it: the preset of proxyType merged with the sidecar.* overrides.
-Without an image it is pyepp's own Envoy sidecar (envoy.*). Rendered as YAML; read with fromYaml. */}}
-{{- define "standalone.sidecar" -}}
-{{- $sidecar := deepCopy (.Values.inferenceExtension.sidecar | default dict) -}}
-{{- $proxyType := lower ($sidecar.proxyType | default "envoy") -}}
-{{- $preset := deepCopy ((index ($sidecar.presets | default dict) $proxyType) | default dict) -}}
-{{- toYaml (mergeOverwrite $preset (omit $sidecar "presets" "proxyType" "agentgateway")) -}}
+{{/* The proxy type of the sidecar: envoy (default) or agentgateway. */}}
+{{- define "standalone.proxyType" -}}
+{{- lower ((.Values.inferenceExtension.sidecar | default dict).proxyType | default "envoy") -}}
 {{- end -}}
 
-{{/* "true" when pyepp's built-in Envoy sidecar runs (sidecar enabled, no custom container). */}}
+{{/* The proxy sidecar as GIE resolves it: the preset of proxyType merged with the sidecar.* overrides;
+for agentgateway, the first port becomes {containerPort: <listener port>, name: http}. Without an image
+(envoy) it is pyepp's own Envoy sidecar (envoy.*). Rendered as YAML; read with fromYaml. */}}
+{{- define "standalone.sidecar" -}}
+{{- $sidecar := deepCopy (.Values.inferenceExtension.sidecar | default dict) -}}
+{{- $proxyType := include "standalone.proxyType" . -}}
+{{- $preset := deepCopy ((index ($sidecar.presets | default dict) $proxyType) | default dict) -}}
+{{- $resolved := mergeOverwrite $preset (omit $sidecar "presets" "proxyType" "agentgateway") -}}
+{{- if and (eq $proxyType "agentgateway") $resolved.enabled -}}
+{{- $ports := list (dict "containerPort" (include "standalone.proxyListenerPort" . | int) "name" "http") -}}
+{{- range $index, $port := ($resolved.ports | default list) }}{{ if gt $index 0 }}{{ $ports = append $ports $port }}{{ end }}{{ end -}}
+{{- $_ := set $resolved "ports" $ports -}}
+{{- end -}}
+{{- toYaml $resolved -}}
+{{- end -}}
+
+{{/* "true" when pyepp's built-in Envoy sidecar runs (sidecar enabled, envoy, no preset container). */}}
 {{- define "standalone.builtinEnvoy" -}}
-{{- $sidecar := include "standalone.sidecar" . | fromYaml -}}
-{{- if and $sidecar.enabled (not $sidecar.image) }}true{{ end -}}
+{{- $sidecar := .Values.inferenceExtension.sidecar | default dict -}}
+{{- $preset := (index ($sidecar.presets | default dict) "envoy") | default dict -}}
+{{- if and $sidecar.enabled (eq (include "standalone.proxyType" .) "envoy") (not $sidecar.image) (not $preset.image) }}true{{ end -}}
+{{- end -}}
+
+{{/* agentgateway: the proxy's listener port, the Service port named http of extraServicePorts (as GIE). */}}
+{{- define "standalone.proxyListenerPort" -}}
+{{- $found := list -}}
+{{- range $index, $port := (.Values.inferenceExtension.extraServicePorts | default list) -}}
+{{- if eq (toString (index $port "name")) "http" }}{{ $found = append $found (dict "index" $index "port" $port) }}{{ end -}}
+{{- end -}}
+{{- if ne (len $found) 1 -}}
+{{- fail "inferenceExtension.extraServicePorts must contain exactly one port named \"http\" when sidecar.proxyType=agentgateway (the proxy's listener port)" -}}
+{{- end -}}
+{{- $entry := first $found -}}
+{{- $text := trim (toString (index $entry.port "port" | default "")) -}}
+{{- if or (not (regexMatch "^[0-9]+$" $text)) (lt (int $text) 1) (gt (int $text) 65535) -}}
+{{- fail (printf "inferenceExtension.extraServicePorts[name=http].port must be a port 1-65535 when sidecar.proxyType=agentgateway, got %q" $text) -}}
+{{- end -}}
+{{- if hasKey $entry.port "targetPort" -}}
+{{- $target := trim (toString $entry.port.targetPort) -}}
+{{- if and (ne $target $text) (ne $target "http") -}}
+{{- fail (printf "inferenceExtension.extraServicePorts[name=http].targetPort must be omitted, %q or \"http\" when sidecar.proxyType=agentgateway, got %q" $text $target) -}}
+{{- end -}}
+{{- end -}}
+{{- $text -}}
+{{- end -}}
+
+{{/* agentgateway: the logical backend, the app=... value of the endpoint selector, else the release. */}}
+{{- define "standalone.agentgatewayBackend" -}}
+{{- $app := "" -}}
+{{- range $raw := splitList "," (include "standalone.endpointSelector" .) -}}
+{{- $kv := splitList "=" (trim $raw) -}}
+{{- if and (eq (len $kv) 2) (eq (trim (index $kv 0)) "app") }}{{ $app = trim (index $kv 1) }}{{ end -}}
+{{- end -}}
+{{- $app | default .Release.Name -}}
+{{- end -}}
+
+{{/* agentgateway's config.yaml, as GIE's chart generates it: one HTTP listener routing every path to the
+logical backend through the picker (plaintext gRPC on 127.0.0.1:extProcPort, destination passthrough). */}}
+{{- define "standalone.agentgatewayConfig" -}}
+{{- $name := include "standalone.agentgatewayBackend" . -}}
+{{- $ports := splitList "," (include "standalone.targetPorts" .) -}}
+config:
+  statsAddr: "0.0.0.0:15020"
+  readinessAddr: "0.0.0.0:15021"
+binds:
+- port: {{ include "standalone.proxyListenerPort" . }}
+  listeners:
+  - name: default
+    protocol: HTTP
+    routes:
+    - name: standalone-epp
+      matches:
+      - path:
+          pathPrefix: /
+      backends:
+      - service:
+          name: {{ printf "%s/%s" .Release.Namespace $name | quote }}
+          port: {{ first $ports }}
+        policies:
+          inferenceRouting:
+            endpointPicker:
+              host: {{ printf "127.0.0.1:%v" .Values.inferenceExtension.extProcPort | quote }}
+            destinationMode: passthrough
+services:
+- name: {{ $name | quote }}
+  namespace: {{ .Release.Namespace | quote }}
+  hostname: {{ $name | quote }}
+  vips: []
+  ports:
+    {{- range $ports }}
+    {{ . }}: {{ . }}
+    {{- end }}
 {{- end -}}
 
 {{- define "standalone.metricsAuth" -}}
@@ -133,8 +217,20 @@ Without an image it is pyepp's own Envoy sidecar (envoy.*). Rendered as YAML; re
 {{- if and (not (hasKey ($ie.pluginsCustomConfig | default dict) $ie.pluginsConfigFile)) (ne $ie.pluginsConfigFile "default-plugins.yaml") -}}
 {{- fail (printf "inferenceExtension.pluginsConfigFile: %q is neither default-plugins.yaml nor a key of inferenceExtension.pluginsCustomConfig" $ie.pluginsConfigFile) -}}
 {{- end -}}
-{{- if and $sidecarValues.enabled (eq (lower ($sidecarValues.proxyType | default "envoy")) "agentgateway") -}}
-{{- fail "inferenceExtension.sidecar.proxyType: agentgateway is not supported by this chart (its inferenceRouting policy and generated agentgateway config are not rendered); use envoy" -}}
+{{- if and $sidecarValues.enabled (eq (include "standalone.proxyType" .) "agentgateway") -}}
+{{- if include "standalone.poolMode" . -}}
+{{- fail "inferenceExtension.endpointsServer.createInferencePool=false is required when sidecar.proxyType=agentgateway: agentgateway routes to the picker's endpoints by a logical service, not an InferencePool" -}}
+{{- end -}}
+{{- if hasKey $sidecarValues "agentgateway" -}}
+{{- fail "inferenceExtension.sidecar.agentgateway is not read (as in GIE's chart): the agentgateway backend comes from the endpointsServer settings" -}}
+{{- end -}}
+{{- if not $sidecar.image -}}
+{{- fail "inferenceExtension.sidecar.proxyType agentgateway needs a container: sidecar.presets.agentgateway (or sidecar.image and sidecar.name)" -}}
+{{- end -}}
+{{- $flags := $ie.flags | default dict -}}
+{{- if and (hasKey $flags "secure-serving") (ne (toString (index $flags "secure-serving")) "false") -}}
+{{- fail "inferenceExtension.flags.secure-serving must be false when sidecar.proxyType=agentgateway: agentgateway calls the picker in plaintext gRPC over localhost" -}}
+{{- end -}}
 {{- end -}}
 {{- if and $sidecar.enabled $sidecar.image (not $sidecar.name) -}}
 {{- fail "inferenceExtension.sidecar: a sidecar with an image needs a name (sidecar.name or the preset's)" -}}
