@@ -330,6 +330,42 @@ def test_selector_mode_metrics_tracing_and_monitoring(render: Renderer) -> None:
     assert container(objects, "envoy")["image"].startswith("envoyproxy/envoy:")
 
 
+ENGINE_FLAGS = {
+    "sglang": {
+        "--total-queued-requests-metric=sglang:num_queue_reqs",
+        "--total-running-requests-metric=sglang:num_running_reqs",
+        "--kv-cache-usage-percentage-metric=sglang:token_usage",
+        "--cache-info-metric=sglang:cache_config_info",
+    },
+    "trtllm-serve": {
+        "--total-queued-requests-metric=trtllm_num_requests_waiting",
+        "--total-running-requests-metric=trtllm_num_requests_running",
+        "--kv-cache-usage-percentage-metric=trtllm_kv_cache_utilization",
+        "--cache-info-metric=trtllm_cache_config_info",
+        "--lora-info-metric=",
+        "--model-server-metrics-path=/prometheus/metrics",
+    },
+}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_FLAGS))
+@pytest.mark.parametrize("mode", ["selector", "pool"])
+def test_model_server_type_sets_gie_metric_flags(engine: str, mode: str, render: Renderer) -> None:
+    if mode == "pool":
+        values = base(
+            inferencePool={"modelServerType": engine},
+            inferenceExtension={"endpointsServer": {"createInferencePool": True}},
+        )
+    else:
+        values = base(inferenceExtension={"endpointsServer": {"modelServerType": engine}})
+    args = container(render(STANDALONE, values), "epp")["args"]
+    assert ENGINE_FLAGS[engine] <= set(args)
+    options = parse_options(args, env={"NAMESPACE": NAMESPACE})
+    assert options.model_server_metrics_path == (
+        "/prometheus/metrics" if engine == "trtllm-serve" else "/metrics"
+    )
+
+
 @pytest.mark.parametrize(("values", "message"), REJECTED)
 def test_misspelled_keys_wrong_types_and_unsupported_values_fail(
     values: dict[str, Any], message: str, render: Renderer
