@@ -106,6 +106,13 @@ SCENARIOS = {
         },
     ),
 }
+GKE = merged(
+    gie_defaults(),
+    {
+        "provider": {"name": "gke", "gke": {"autopilot": True}},
+        "inferenceExtension": {"monitoring": {"prometheus": {"enabled": True}}},
+    },
+)
 HTTP_PORT = [{"name": "http", "port": 8081, "targetPort": 8081}]
 OVERRIDDEN_PRESET = gie_defaults()
 OVERRIDDEN_PRESET["inferenceExtension"]["sidecar"]["image"] = "envoyproxy/envoy:v1.40.0"
@@ -141,10 +148,6 @@ REJECTED = [
         "port must be a port 1-65535",
     ),
     (base(inferenceExtension={"latencyPredictor": {"enabled": True}}), "latency predictor .* not available"),
-    (
-        base(provider={"name": "gke"}, inferenceExtension={"monitoring": {"prometheus": {"enabled": True}}}),
-        "provider.name gke with inferenceExtension.monitoring.prometheus",
-    ),
     (base(inferenceExtension={"sidecar": {"image": "envoy:1"}}), "an image needs a name"),
     (
         base(inferenceExtension={"endpointsServer": {"targetPorts": "80x"}}),
@@ -160,7 +163,7 @@ REJECTED = [
 @pytest.fixture(scope="module", autouse=True)
 def _render_up_front(render: Renderer) -> None:
     jobs = [(STANDALONE, values, "pool") for values in (gie_defaults(), SELECTOR_MODE, OVERRIDDEN_PRESET)]
-    jobs += [(STANDALONE, values, "pool") for values in SCENARIOS.values()]
+    jobs += [(STANDALONE, values, "pool") for values in (*SCENARIOS.values(), GKE)]
     jobs += [(STANDALONE, values, "pool") for values, _ in REJECTED]
     render.prefetch(jobs)
 
@@ -287,6 +290,44 @@ def test_renders_what_gie_chart_renders(scenario: str, render: Renderer, tmp_pat
             config_map(objects, "pool-epp")["data"]["default-plugins.yaml"]
         )
         assert epp_main(["check-config", str(tmp_path / f"{label}.yaml")]) == 0, label
+
+
+GMP_FIELDS = ("spec", "rules", "subjects", "roleRef", "type")
+
+
+def test_gke_monitoring_renders_gie_gmp_objects(render: Renderer) -> None:
+    ours = {(o["kind"], o["metadata"]["name"]): o for o in render(STANDALONE, GKE)}
+    for obj in validate_all(ours.values()):
+        assert obj["metadata"].get("namespace", NAMESPACE) == NAMESPACE or obj["kind"].startswith("Cluster")
+    gie = {(o["kind"], o["metadata"]["name"]): o for o in gie_rendered("gke")}
+    gmp = [key for key in gie if "metrics-reader" in key[1] or key[0] == "PodMonitoring"]
+    assert len(gmp) == 7, gmp
+    for key in gmp:
+        assert key in ours, key
+        for field in GMP_FIELDS:
+            if field == "spec":  # the pod selector labels are the chart's own
+                assert ours[key].get(field, {}).get("endpoints") == gie[key].get(field, {}).get("endpoints")
+            else:
+                assert ours[key].get(field) == gie[key].get(field), (key, field)
+        assert ours[key]["metadata"].get("annotations") == gie[key]["metadata"].get("annotations"), key
+    # the picker requires the reader's token on /metrics (GIE's EPP checks it by TokenReview)
+    epp = container(list(ours.values()), "epp")
+    assert "--metrics-bearer-token-file=/var/run/epp-metrics-auth/token" in epp["args"]
+    (auth,) = [v for v in pod_spec(list(ours.values()))["volumes"] if v["name"] == "metrics-auth"]
+    assert auth["secret"]["secretName"] == "pool-metrics-reader-secret"
+    assert ("ServiceMonitor", "pool-epp") not in ours  # gke scrapes with GMP, as GIE
+    selector = ours[("PodMonitoring", "pool")]["spec"]["selector"]["matchLabels"]
+    assert (
+        selector.items()
+        <= one(list(ours.values()), "Deployment")["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+def validate_all(objects: Any) -> list[dict[str, Any]]:
+    out = list(objects)
+    for obj in out:
+        validate_object(obj)
+    return out
 
 
 def test_sidecar_overrides_win_over_the_preset(render: Renderer) -> None:

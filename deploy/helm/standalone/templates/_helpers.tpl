@@ -177,6 +177,15 @@ services:
     {{- end }}
 {{- end -}}
 
+{{/* The Secret whose token the picker requires on /metrics (gke: the GMP reader's, as GIE). */}}
+{{- define "standalone.metricsSecretName" -}}
+{{- if eq (lower .Values.provider.name) "gke" -}}
+{{- printf "%s-metrics-reader-secret" .Release.Name -}}
+{{- else -}}
+{{- .Values.inferenceExtension.monitoring.prometheus.auth.secretName -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "standalone.metricsAuth" -}}
 {{- $p := .Values.inferenceExtension.monitoring.prometheus -}}
 {{- if and $p.enabled $p.auth.enabled }}true{{ end -}}
@@ -237,8 +246,5 @@ services:
 {{- end -}}
 {{- if ($ie.latencyPredictor | default dict).enabled -}}
 {{- fail "inferenceExtension.latencyPredictor.enabled: GIE's latency predictor (its training and prediction servers and predicted-latency plugins) is not available in pyepp" -}}
-{{- end -}}
-{{- if and (eq (lower .Values.provider.name) "gke") (include "standalone.metricsAuth" .) -}}
-{{- fail "provider.name gke with inferenceExtension.monitoring.prometheus enabled and auth: GIE's Google Managed Prometheus objects are not rendered by this chart (the inferencepool chart renders them); disable monitoring.prometheus.auth or use provider none" -}}
 {{- end -}}
 {{- end -}}
