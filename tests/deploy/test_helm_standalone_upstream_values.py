@@ -163,7 +163,7 @@ REJECTED = [
 @pytest.fixture(scope="module", autouse=True)
 def _render_up_front(render: Renderer) -> None:
     jobs = [(STANDALONE, values, "pool") for values in (gie_defaults(), SELECTOR_MODE, OVERRIDDEN_PRESET)]
-    jobs += [(STANDALONE, values, "pool") for values in (*SCENARIOS.values(), GKE)]
+    jobs += [(STANDALONE, values, "pool") for values in (*SCENARIOS.values(), GKE, NO_SIDECAR)]
     jobs += [(STANDALONE, values, "pool") for values, _ in REJECTED]
     render.prefetch(jobs)
 
@@ -328,6 +328,17 @@ def validate_all(objects: Any) -> list[dict[str, Any]]:
     for obj in out:
         validate_object(obj)
     return out
+
+
+NO_SIDECAR = base(inferenceExtension={"sidecar": {"enabled": False}})
+
+
+def test_sidecar_disabled_runs_the_picker_alone(render: Renderer) -> None:
+    objects = validate_all(render(STANDALONE, NO_SIDECAR))
+    assert [c["name"] for c in pod_spec(objects)["containers"]] == ["epp"]
+    assert [c["metadata"]["name"] for c in by_kind(objects, "ConfigMap")] == ["pool-epp"]
+    assert {p["name"] for p in one(objects, "Service")["spec"]["ports"]} == {"http-metrics", "grpc-ext-proc"}
+    assert "--secure-serving=false" not in container(objects, "epp")["args"]
 
 
 def test_sidecar_overrides_win_over_the_preset(render: Renderer) -> None:
