@@ -92,7 +92,7 @@ def _render_up_front(render: Renderer) -> None:
 STANDALONE_REJECTED = [
     (base(envoy={"logLevl": "info"}), "logLevl"),
     (base(service={"port": "eighty"}), "/service/port"),
-    (base(inferenceExtension={"sidecar": {"enabled": True}}), "sidecar"),  # not a key of this chart
+    (base(inferenceExtension={"sidecar": {"presets": {"envoy": {"imag": "e"}}}}), "imag"),
 ]
 
 

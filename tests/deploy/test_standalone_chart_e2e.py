@@ -10,7 +10,8 @@ Envoy to fake model servers:
 * routed by the picker (ext_proc over TLS, ORIGINAL_DST on ``x-gateway-destination-endpoint``), and a
   client-sent destination header is ignored;
 * FailClose: with the picker stopped, Envoy answers 5xx;
-* FailOpen: with the picker stopped, the request goes to ``envoy.fallbackService``.
+* FailOpen: with the picker stopped, the request goes to ``envoy.fallbackService``;
+* GIE's default values: GIE's own Envoy preset (its envoy.yaml and arguments) routes through the picker.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+import yaml
 from _deploy_helm import Renderer
 from _deploy_manifests import by_kind
 from _deploy_tools import ModelServer, free_port, model_server, stop
@@ -165,3 +167,55 @@ def test_fail_open_pod_falls_back_when_the_picker_is_down(render: Renderer, tmp_
             assert reply.status_code == 200, reply.text
             assert reply.json()["choices"][0]["text"] == "fallback"
             assert (picked.completions, fallback.completions) == (1, 1)
+
+
+GIE_DEFAULTS = Path(__file__).with_name("upstream") / "gie-standalone-values.yaml"
+GIE_PORTS = {"envoy": 8081, "ready": 19001, "admin": 19000, "grpc": 9002}
+
+
+def test_gie_envoy_preset_pod_routes_through_the_picker(render: Renderer, tmp_path: Path) -> None:
+    """GIE's default values (its Envoy preset, selector mode): GIE's envoy.yaml with the preset's own
+    arguments in front of the picker. Its fixed ports (8081, 19000, 19001, 9002) are moved to free ones."""
+    ports = {name: free_port() for name in (*GIE_PORTS, "health", "metrics")}
+    values = yaml.safe_load(GIE_DEFAULTS.read_text())
+    values["inferencePool"]["modelServers"] = {"matchLabels": LABELS}
+    values["inferenceExtension"]["endpointsServer"]["createInferencePool"] = False
+    values["inferenceExtension"]["extProcPort"] = ports["grpc"]
+    objects = render(STANDALONE, values, release="e2e")
+    files = tmp_path / "config"
+    files.mkdir()
+    for config_map in by_kind(objects, "ConfigMap"):
+        for name, text in config_map["data"].items():
+            (files / name).write_text(text)
+    envoy_yaml = (files / "envoy.yaml").read_text()
+    for name, port in GIE_PORTS.items():
+        assert f"port_value: {port}" in envoy_yaml, name
+        envoy_yaml = envoy_yaml.replace(f"port_value: {port}", f"port_value: {ports[name]}")
+    (files / "envoy.yaml").write_text(envoy_yaml.replace("localhost:9002", f"localhost:{ports['grpc']}"))
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    envoy_args = list(containers["envoy-sidecar"]["args"])
+    envoy_args[envoy_args.index("-c") + 1] = str(files / "envoy.yaml")
+    envoy_args[envoy_args.index("--log-level") + 1] = "info"
+    with model_server("picked") as picked, ExitStack() as stack:
+        picker_args = _local_args(containers["epp"]["args"], files, ports, f"127.0.0.1:{picked.port}")
+        picker_log = stack.enter_context((tmp_path / "picker.log").open("wb"))
+        envoy_log = stack.enter_context((tmp_path / "envoy.log").open("wb"))
+        out = subprocess.STDOUT
+        picker = subprocess.Popen([str(BIN / "epp"), *picker_args], stdout=picker_log, stderr=out)
+        stack.callback(stop, picker)
+        envoy = subprocess.Popen([str(BIN / "envoy"), *envoy_args], stdout=envoy_log, stderr=out)
+        stack.callback(stop, envoy)
+        _wait(lambda: _serving(ports["health"]), "the picker", [picker, envoy], tmp_path)
+
+        def ready() -> bool:  # the preset's readiness probe: GET /ready on 19001
+            try:
+                return httpx.get(f"http://127.0.0.1:{ports['ready']}/ready", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        _wait(ready, "Envoy", [picker, envoy], tmp_path)
+        reply = complete(Pod(ports["envoy"], picker, tmp_path))
+        assert reply.status_code == 200, reply.text + (tmp_path / "envoy.log").read_text()[-3000:]
+        assert reply.json()["choices"][0]["text"] == "picked"
+        assert picked.completions == 1
