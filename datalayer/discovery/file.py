@@ -98,6 +98,15 @@ def load_endpoints_file(path: str) -> list[EndpointSpec]:
     return parse_endpoints_document(text, path)
 
 
+def file_stamp(path: str) -> tuple[int, int, int] | None:
+    """(mtime ns, size, inode) of ``path``, None when it cannot be read: a change means re-read it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 class FileDiscovery:
     def __init__(
         self,
@@ -113,11 +122,7 @@ class FileDiscovery:
         self._last_problem: str | None = None
 
     def _stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        return file_stamp(self.path)
 
     def check(self, tracker: SpecTracker, sink: DiscoverySink) -> None:
         """Re-read the file if it changed; apply a valid new set; log a new problem once."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -33,7 +32,7 @@ import structlog
 import yaml
 
 from datalayer.discovery.base import DiscoverySink, SpecTracker, make_spec
-from datalayer.discovery.file import EndpointsFileError
+from datalayer.discovery.file import EndpointsFileError, file_stamp
 from datalayer.records import EndpointSpec
 
 __all__ = ["MAX_FILE_BYTES", "FileDiscoveryPlugin", "check_endpoints_file", "parse_upstream_endpoints"]
@@ -141,11 +140,7 @@ class FileDiscoveryPlugin:
         self._content: str | None = None
 
     def _stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        return file_stamp(self.path)
 
     def load(self, tracker: SpecTracker, sink: DiscoverySink) -> None:
         """Read the file and apply it; a file error keeps the last endpoints (logged)."""
