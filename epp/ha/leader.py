@@ -182,9 +182,11 @@ class LeaderElector:
                         break
         finally:
             if self.is_leader:
+                # stop leading before the release is written: once the Lease is free another replica
+                # may lead, and this one must not still be acting as leader then
+                self._set_leader(False)
                 with contextlib.suppress(BaseException):
                     await asyncio.shield(self._release())
-                self._set_leader(False)
 
     async def _release(self) -> None:
         current = await self._api.get()

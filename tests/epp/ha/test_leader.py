@@ -103,8 +103,8 @@ def test_invalid_timings_rejected(bad: dict[str, float]) -> None:
 async def test_run_failover_on_release_and_on_api_failure() -> None:
     api = MemoryLeaseApi()
     events: list[str] = []
-    # a lease long enough that a stalled event loop on a loaded machine cannot let b take over by
-    # expiry before a releases it (the order asserted below is the graceful-release path)
+    # the order asserted below is the graceful hand-over: a stops leading, then frees the Lease, then b
+    # acquires it (a lease long enough that b cannot take over by expiry first on a stalled loop)
     timing = {"lease_duration_s": 3.0, "renew_deadline_s": 0.6, "retry_period_s": 0.05}
     a = LeaderElector(api, "a", on_started_leading=lambda: events.append("a+"),
                       on_stopped_leading=lambda: events.append("a-"), **timing)  # fmt: skip
