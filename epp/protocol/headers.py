@@ -48,7 +48,15 @@ REQUEST_ID_HEADER = "x-request-id"
 CONTENT_LENGTH = "content-length"
 CONTENT_TYPE = "content-type"
 
-CONTROL_HEADERS = (OBJECTIVE_HEADER, FAIRNESS_HEADER, MODEL_REWRITE_HEADER, SUBSET_HEADER)
+CONTROL_HEADERS = (
+    "x-llm-d-inference-objective",
+    OBJECTIVE_HEADER,
+    "x-llm-d-inference-fairness-id",
+    FAIRNESS_HEADER,
+    "x-llm-d-model-name-rewrite",
+    MODEL_REWRITE_HEADER,
+    SUBSET_HEADER,
+)
 """Headers that steer the picker and are removed before the request reaches the model server."""
 
 

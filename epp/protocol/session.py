@@ -64,10 +64,7 @@ from epp.protocol.headers import (
     CONTROL_HEADERS,
     DESTINATION_HEADER,
     DESTINATION_SERVED_KEY,
-    FAIRNESS_HEADER,
     LB_NAMESPACE,
-    MODEL_REWRITE_HEADER,
-    OBJECTIVE_HEADER,
     REQUEST_ID_HEADER,
     metadata_value,
     read_headers,
@@ -75,7 +72,13 @@ from epp.protocol.headers import (
 from epp.protocol.replies import response_body_replies, routing_replies
 from epp.protocol.response import ResponseState
 from epp.protocol.subset import subset_hint
-from epp.request.build import build_request
+from epp.request.build import (
+    FAIRNESS_HEADERS,
+    MODEL_REWRITE_HEADERS,
+    OBJECTIVE_HEADERS,
+    build_request,
+    header_value,
+)
 from epp.request.chain import path_of
 from epp.request.errors import INTERNAL_ERROR, UNAVAILABLE, BodyTooLargeError, RequestError
 from epp.request.parser import ParsedBody, UsageReader, api_kind_of
@@ -304,7 +307,7 @@ class Session:
             raise BodyTooLargeError(int(length), self._config.max_body_bytes)
         if msg.request_headers.end_of_stream or self._request_mode == _NONE:
             self._header_only = True
-            model = headers.get(MODEL_REWRITE_HEADER, "")
+            model = header_value(headers, MODEL_REWRITE_HEADERS) or ""
             return self._schedule(ParsedBody(api=api_kind_of(headers.get(":path", "")), model=model))
         self.state = _BODY
         if self._request_mode == _BUFFERED:
@@ -340,7 +343,7 @@ class Session:
         self._body = body
         parsed = self._config.parser.parse(path_of(self._headers), body)
         self._usage_reader = parsed.usage_reader
-        target = self._headers.get(MODEL_REWRITE_HEADER)
+        target = header_value(self._headers, MODEL_REWRITE_HEADERS)
         if target and parsed.model and target != parsed.model:
             new_body = self._config.parser.rewrite_model(parsed, body, target)
             if new_body is not body:
@@ -358,8 +361,10 @@ class Session:
             request_id=headers.get(REQUEST_ID_HEADER) or self._generated_id or "",
             headers=headers,
             parsed=parsed,
-            priority=self._config.priority_of(headers.get(OBJECTIVE_HEADER)),
-            fairness_id=headers.get(FAIRNESS_HEADER) or self._agent_identity(headers) or DEFAULT_FAIRNESS_ID,
+            priority=self._config.priority_of(header_value(headers, OBJECTIVE_HEADERS)),
+            fairness_id=header_value(headers, FAIRNESS_HEADERS)
+            or self._agent_identity(headers)
+            or DEFAULT_FAIRNESS_ID,
             body_size=self._body_size,
         )
         self.state = _SCHEDULING

@@ -1,8 +1,11 @@
 """Assemble the :class:`~scheduler.types.LLMRequest` from request headers and a parsed body.
 
-``target_model`` is the ``x-gateway-model-name-rewrite`` header when present and non-empty, else the
-body's model. ``token_estimate = len(prompt_text) // 4``. Priority and fairness id are resolved by the
-caller (admission) and passed in.
+``target_model`` is the model-rewrite header when present and non-empty, else the body's model.
+Control headers have llm-d-router's names with GIE's as deprecated aliases (the first present wins, as
+upstream's ``GetLowerCaseHeaderValue``): ``x-llm-d-model-name-rewrite`` / ``x-gateway-model-name-rewrite``,
+``x-llm-d-inference-objective`` / ``x-gateway-inference-objective``, ``x-llm-d-inference-fairness-id`` /
+``x-gateway-inference-fairness-id``. ``token_estimate = len(prompt_text) // 4``. Priority and fairness
+id are resolved by the caller (admission) and passed in.
 """
 
 from __future__ import annotations
@@ -12,9 +15,28 @@ from collections.abc import Mapping
 from epp.request.parser import ParsedBody
 from scheduler.types import LLMRequest
 
-__all__ = ["MODEL_REWRITE_HEADER", "build_request"]
+__all__ = [
+    "FAIRNESS_HEADERS",
+    "MODEL_REWRITE_HEADER",
+    "MODEL_REWRITE_HEADERS",
+    "OBJECTIVE_HEADERS",
+    "build_request",
+    "header_value",
+]
 
-MODEL_REWRITE_HEADER = "x-gateway-model-name-rewrite"
+MODEL_REWRITE_HEADER = "x-gateway-model-name-rewrite"  # GIE's name (llm-d-router: a deprecated alias)
+MODEL_REWRITE_HEADERS = ("x-llm-d-model-name-rewrite", MODEL_REWRITE_HEADER)
+OBJECTIVE_HEADERS = ("x-llm-d-inference-objective", "x-gateway-inference-objective")
+FAIRNESS_HEADERS = ("x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id")
+
+
+def header_value(headers: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    """The value of the first of ``names`` present in ``headers`` (current name, then aliases)."""
+    for name in names:
+        value = headers.get(name)
+        if value is not None:
+            return value
+    return None
 
 
 def build_request(
@@ -27,7 +49,7 @@ def build_request(
     body_size: int,
 ) -> LLMRequest:
     """The request the scheduler decides on (pure)."""
-    target = headers.get(MODEL_REWRITE_HEADER) or parsed.model
+    target = header_value(headers, MODEL_REWRITE_HEADERS) or parsed.model
     return LLMRequest(
         request_id=request_id,
         model=parsed.model,

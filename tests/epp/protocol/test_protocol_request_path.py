@@ -119,6 +119,37 @@ def test_control_headers_are_read_and_removed() -> None:
     assert sorted(removed_headers(out[0], "request_headers")) == sorted(hdrs)
 
 
+def test_llm_d_router_control_header_names_win_over_gies_aliases_and_all_are_removed() -> None:
+    """llm-d-router's metadata/consts.go: x-llm-d-* names first, GIE's x-gateway-* as deprecated aliases."""
+    priorities = {"critical": 5, "batch": -1}
+    s = Session(SessionConfig(priority_of=lambda n: priorities.get(n or "", 0)))
+    hdrs = {
+        "x-llm-d-inference-objective": "critical",
+        "x-gateway-inference-objective": "batch",
+        "x-llm-d-inference-fairness-id": "tenant-new",
+        "x-gateway-inference-fairness-id": "tenant-old",
+        "x-llm-d-model-name-rewrite": "m-new",
+        "x-gateway-model-name-rewrite": "m-old",
+    }
+    sched = start(s, CHAT, hdrs, path="/v1/chat/completions")
+    assert sched.request.priority == 5
+    assert sched.request.fairness_id == "tenant-new"
+    assert sched.request.target_model == "m-new"
+    out = sends(s.scheduled(result("10.0.0.1:8000")))
+    assert sorted(removed_headers(out[0], "request_headers")) == sorted(hdrs)
+
+
+def test_llm_d_router_control_header_names_alone() -> None:
+    s = Session(SessionConfig(priority_of=lambda n: {"batch": -1}.get(n or "", 0)))
+    hdrs = {
+        "x-llm-d-inference-objective": "batch",
+        "x-llm-d-inference-fairness-id": "t",
+        "x-llm-d-model-name-rewrite": "m2",
+    }
+    sched = start(s, CHAT, hdrs, path="/v1/chat/completions")
+    assert (sched.request.priority, sched.request.fairness_id, sched.request.target_model) == (-1, "t", "m2")
+
+
 @pytest.mark.parametrize(
     ("headers", "fairness"),
     [  # llm-d-router director_test.go: the explicit header wins, then agent-identity, then the default
