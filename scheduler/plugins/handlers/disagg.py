@@ -48,7 +48,9 @@ from scheduler.interfaces import Handle, PDDecider, Plugin
 from scheduler.observer import NO_PLUGIN_METRICS, PluginMetrics
 from scheduler.params import parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
+from scheduler.plugins.handlers.disagg_deciders import DECIDER_PREFIX_MATCH
 from scheduler.plugins.handlers.disagg_params import PREFILL_FIRST, DisaggParams
+from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.profile import SchedulerProfile
 from scheduler.types import Endpoint, EndpointView, LLMRequest, ProfileResult, SchedulingResult
 
@@ -113,7 +115,13 @@ def disagg_headers(
     return headers
 
 
-class DisaggProfileHandler(PluginBase):
+class DisaggProfileHandler(PrefixMatchConsumer, PluginBase):
+    """Consumes the default prefix producer's match (llm-d-router's handler ``Consumes``
+    PrefixCacheMatchInfo): under ``llm-d.ai/v1alpha1`` an ``approx-prefix-cache-producer`` is added
+    when none is configured, and its match is what the prefill decider judges
+    (:data:`~scheduler.plugins.handlers.disagg_deciders.DECIDER_PREFIX_MATCH`); under the legacy
+    apiVersion the decider reads the cycle's published match."""
+
     plugin_type = PLUGIN_TYPE
     owned_request_headers: ClassVar[frozenset[str]] = frozenset({PREFILLER_HEADER, ENCODER_HEADER})
 
@@ -159,6 +167,8 @@ class DisaggProfileHandler(PluginBase):
         skipped = cycle.read(_SKIPPED)
         if skipped is not None and stage in skipped:
             return None
+        if self.producer is not None and decode is not None:
+            cycle.write(DECIDER_PREFIX_MATCH, self.producer.match(cycle, request))
         if decider.should_disaggregate(cycle, request, decode):
             return profile
         if skipped is None:

@@ -407,3 +407,46 @@ def test_scheduler_reports_the_request_headers_its_plugins_own() -> None:
         Scheduler(bare.profiles, bare.handler, [r.plugin for r in bare.plugins]).owned_request_headers
         == set()
     )
+
+
+DISAGG = """
+plugins:
+- type: prefix-based-pd-decider
+  parameters: {nonCachedTokens: 256}
+- type: disagg-profile-handler
+  parameters: {deciders: {prefill: prefix-based-pd-decider}}
+- type: prefill-filter
+- type: decode-filter
+- type: max-score-picker
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: max-score-picker}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: max-score-picker}]
+"""
+
+
+def test_disagg_profile_handler_consumes_the_default_prefix_producer() -> None:
+    """llm-d-router's disagg Handler consumes PrefixCacheMatchInfo: under llm-d.ai the producer is
+    added when absent and its match is what the prefill decider judges; legacy: the published match."""
+    from scheduler.plugins.handlers.disagg import DisaggProfileHandler
+    from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
+
+    handler = load_config_text(ROUTER_HEAD + DISAGG).handler
+    assert isinstance(handler, DisaggProfileHandler)
+    producer = handler.producer
+    assert producer is not None and producer.name == "approx-prefix-cache-producer"
+    legacy = load_config_text(HEAD + DISAGG).handler
+    assert isinstance(legacy, DisaggProfileHandler) and legacy.producer is None
+
+    def held(blocks: int) -> PrefixMatch:  # 64 blocks of 16 tokens: the whole prompt
+        return PrefixMatch(tuple(range(64)), {"10.0.0.1:8000": blocks}, 16, "p")
+
+    request = LLMRequest(request_id="r", model="m", target_model="m", token_estimate=1024)
+    profiles = {"decode": Mock(), "prefill": Mock()}
+    for cached, want in ((64, []), (0, ["prefill"])):
+        producer.match = lambda cycle, request, blocks=cached: held(blocks)  # type: ignore[method-assign]
+        cycle = CycleState()
+        cycle.write(PREFIX_MATCH, held(64 - cached))  # the published match says the opposite
+        picked = handler.pick_profiles(cycle, request, profiles, {"decode": target("10.0.0.1:8000")})  # type: ignore[arg-type]
+        assert sorted(picked) == want
