@@ -31,15 +31,14 @@ returns without recording one).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from epp.server.fastmetrics import FastCounter, FastGauge, FastHistogram
 from epp.server.metric_catalog import Family, Naming, Scheme, by_key
+from epp.server.metric_twin import Recorder, Twin
 from scheduler.observer import InflightLoadSource
 from scheduler.types import Completion, Outcome, SchedulingResult, Usage
 
@@ -74,90 +73,6 @@ _CODES = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFou
 def error_code(status: int) -> str:
     """Upstream's ``error_code`` for an error the picker answered with HTTP ``status``."""
     return _CODES.get(status, "Unknown")
-
-
-class Recorder(Protocol):
-    def inc(self, amount: float = 1.0) -> None: ...
-    def dec(self, amount: float = 1.0) -> None: ...
-    def set(self, value: float) -> None: ...
-    def observe(self, amount: float) -> None: ...
-
-
-class _Null:
-    """The recording object of a family the chosen scheme does not export."""
-
-    __slots__ = ()
-
-    def inc(self, amount: float = 1.0) -> None:
-        pass
-
-    def dec(self, amount: float = 1.0) -> None:
-        pass
-
-    def set(self, value: float) -> None:
-        pass
-
-    def observe(self, amount: float) -> None:
-        pass
-
-
-class _Both:
-    """Records into the children of both schemes."""
-
-    __slots__ = ("a", "b")
-
-    def __init__(self, a: Any, b: Any) -> None:
-        self.a, self.b = a, b
-
-    def inc(self, amount: float = 1.0) -> None:
-        self.a.inc(amount)
-        self.b.inc(amount)
-
-    def dec(self, amount: float = 1.0) -> None:
-        self.a.dec(amount)
-        self.b.dec(amount)
-
-    def set(self, value: float) -> None:
-        self.a.set(value)
-        self.b.set(value)
-
-    def observe(self, amount: float) -> None:
-        self.a.observe(amount)
-        self.b.observe(amount)
-
-
-_NULL = _Null()
-
-
-class Twin:
-    """A catalog family's collectors for the exported schemes, registered in ``registry``."""
-
-    def __init__(self, family: Family, naming: Naming, registry: CollectorRegistry | None) -> None:
-        self.family = family
-        self.parts: list[tuple[Any, tuple[str, ...]]] = []
-        for scheme in (Scheme.LLM_D, Scheme.INFERENCE):
-            name = family.name(scheme)
-            if name is None or not naming.exports(scheme):
-                continue
-            labels = family.labels(scheme)
-            doc = family.help if scheme is Scheme.LLM_D or family.llmd is None else (
-                f"Deprecated twin of {family.llmd}: {family.help}"
-            )  # fmt: skip
-            collector: Any
-            if family.kind == "counter":
-                collector = FastCounter(name, doc, labels, registry=registry)
-            elif family.kind == "gauge":
-                collector = FastGauge(name, doc, labels, registry=registry)
-            else:
-                collector = FastHistogram(name, doc, labels, buckets=family.buckets, registry=registry)
-            self.parts.append((collector, labels))
-
-    def bind(self, values: Mapping[str, str]) -> Recorder:
-        """One recording object for ``values`` (a value for every label name of either scheme)."""
-        children = [c.labels(*(values[n] for n in names)) for c, names in self.parts]
-        if not children:
-            return _NULL
-        return children[0] if len(children) == 1 else _Both(children[0], children[1])
 
 
 class _Bounded:
