@@ -43,10 +43,14 @@ def request_path(path: str) -> str:
     return path.rstrip("/")
 
 
+_RESOLVED_LIMIT = 256
+"""Distinct request paths whose parser is remembered (the per-request suffix scan is skipped)."""
+
+
 class ParserChain:
     """Resolves a request path to one of the configured parsers (see the module docstring)."""
 
-    __slots__ = ("_entries", "_fallback", "parsers")
+    __slots__ = ("_entries", "_fallback", "_resolved", "parsers")
 
     def __init__(self, parsers: Sequence[ParserPlugin]) -> None:
         """``parsers`` in configuration order; ValueError when empty."""
@@ -81,6 +85,7 @@ class ParserChain:
             kept.append(parser)
             entries.extend((claim.strip().strip("/"), parser) for claim in parser.claims)
         self._entries = tuple(entries)
+        self._resolved: dict[str, ParserPlugin] = {}  # request path -> parser, at most _RESOLVED_LIMIT
         self.parsers: tuple[ParserPlugin, ...] = tuple(kept)
 
     @property
@@ -89,6 +94,9 @@ class ParserChain:
 
     def resolve(self, path: str) -> ParserPlugin:
         """The parser for ``path``; InvalidRequestError (400) when none claims it and there is no fallback."""
+        found = self._resolved.get(path)
+        if found is not None:
+            return found
         clean = request_path(path)
         best: ParserPlugin | None = None
         best_len = 0
@@ -96,6 +104,9 @@ class ParserChain:
             if len(suffix) > best_len and clean.endswith(suffix):
                 best, best_len = parser, len(suffix)
         if best is not None:
+            if len(self._resolved) >= _RESOLVED_LIMIT:  # clients choose paths: keep the map bounded
+                self._resolved.clear()
+            self._resolved[path] = best
             return best
         if self._fallback is not None:
             return self._fallback

@@ -124,3 +124,16 @@ def test_build_chain_uses_declared_instances() -> None:
     )
     assert chain.resolve("/v1/messages") is declared
     assert chain.resolve("/v1/chat/completions").plugin_type == "passthrough-parser"
+
+
+def test_resolved_paths_are_remembered_within_a_bound() -> None:
+    from epp.request import chain as chain_module
+
+    chain = build_chain((), lambda name: None)
+    first = chain.resolve("/v1/chat/completions")
+    assert chain.resolve("/v1/chat/completions") is first  # remembered answer = the scanned one
+    for i in range(3 * chain_module._RESOLVED_LIMIT):  # a client inventing paths cannot grow it
+        assert chain.resolve(f"/x{i}/v1/completions").plugin_type == "openai-parser"
+    assert len(chain._resolved) <= chain_module._RESOLVED_LIMIT
+    assert chain.resolve("/v1/messages").plugin_type == "anthropic-parser"
+    assert chain.resolve("/v1/models").plugin_type == "passthrough-parser"  # fallback, not remembered
