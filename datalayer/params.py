@@ -31,13 +31,13 @@ Unknown keys are rejected (llm-d-router decodes plugin parameters strictly). TLS
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from datalayer.connection import Connection, SourceConnection, TlsSettingsError
 from datalayer.engines import BUILTIN_ENGINES, DEFAULT_ENGINE, EngineConfigError, parse_engine_configs
 from datalayer.sources import ENGINE_LABEL_KEY
+from scheduler.plugins.saturation.duration import parse_duration
 
 __all__ = ["ParamError", "go_duration", "validate_plugin_params"]
 
@@ -62,27 +62,17 @@ _KEYS = {
 }
 
 
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
 def go_duration(text: str) -> float:
-    """Seconds from a Go ``time.ParseDuration`` string (``1s``, ``1m30s``, ``-2ms``, ``0``); ValueError."""
-    sign, body = (-1.0 if text[:1] == "-" else 1.0), text.lstrip("+-")
-    if len(text) - len(body) > 1:
+    """Seconds from a Go ``time.ParseDuration`` string (``1s``, ``1m30s``, ``-2ms``, ``0``); ValueError.
+
+    The scheduler's parser (:func:`scheduler.plugins.saturation.duration.parse_duration`), for strings
+    only and without surrounding whitespace, as Go's."""
+    if not isinstance(text, str) or text != text.strip():
         raise ValueError(text)
-    if body == "0":
-        return 0.0
-    total, pos = 0.0, 0
-    while pos < len(body):
-        match = _PART.match(body, pos)
-        if match is None:
-            raise ValueError(text)
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos == 0:
-        raise ValueError(text)
-    return sign * total
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise ValueError(text) from None
 
 
 class ParamError(ValueError):
