@@ -46,7 +46,6 @@ __all__ = [
     "header_name",
     "picked_address",
     "render_encoded_header_config",
-    "render_session_id_config",
     "session_id_config",
 ]
 
@@ -164,16 +163,6 @@ def session_id_config(raw: Any) -> SessionIdConfig | None:
     ttl = _seconds(raw.get("evictionTtlSeconds"), "evictionTtlSeconds", 300.0)
     sweep = _seconds(raw.get("evictionSweepSeconds"), "evictionSweepSeconds", 10.0)
     return SessionIdConfig(tuple(headers) or (SESSION_ID_HEADER,), ttl, sweep)
-
-
-def render_session_id_config(config: SessionIdConfig) -> dict[str, Any]:
-    """The YAML form of :func:`session_id_config`'s value."""
-    headers, ttl, sweep = config
-    return {
-        "sources": [{"header": h} for h in headers],
-        "evictionTtlSeconds": ttl,
-        "evictionSweepSeconds": sweep,
-    }
 
 
 def picked_address(result: SchedulingResult, profile: str | None, served: str | None = None) -> str | None:

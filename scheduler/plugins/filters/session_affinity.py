@@ -73,8 +73,7 @@ class SessionStrategyParams:
         key="sessionIdConfig",
         convert=_session.session_id_config,
         expect="{sources, evictionTtlSeconds, ...}",
-        render=_session.render_session_id_config,
-    )
+    )  # rendered by SessionIdConfig.as_yaml
     profile_name: str | None = None
 
     def __post_init__(self) -> None:
