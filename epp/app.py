@@ -52,6 +52,8 @@ from epp.admission import (
     ObjectivesFileError,
     load_objectives_file,
 )
+from epp.admission.rewrites import ModelRewriter, RewriteStore
+from epp.admission.rewrites_file import RewritesFileError, load_rewrites_file
 from epp.config_sections import load_picker_config
 from epp.discovery import DiscoveryError, build_config_discovery, build_discovery
 from epp.feature_gates import (
@@ -78,6 +80,7 @@ from epp.server.metrics import (
 )
 from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
+from epp.server.rewrite_metrics import RewriteMetrics
 from epp.server.server import EppServer, ServerSettings
 from epp.server.tls import TlsError, apply_tls_overrides, load_certificate, server_credentials
 from epp.stability import experimental_plugin_error
@@ -131,6 +134,22 @@ def _objectives(options: Options) -> tuple[InMemoryObjectiveStore, ObjectivePrio
         for objective in objectives:
             store.upsert(objective)
     return store, ObjectivePriorities(store)
+
+
+def _rewrites(options: Options) -> RewriteStore:
+    """The InferenceModelRewrite store: ``--model-rewrites-file`` in standalone modes, fed by a watch in
+    InferencePool mode (a file there is contradictory, as for objectives)."""
+    if options.model_rewrites_file is None:
+        return RewriteStore()
+    if options.discovery_mode == "pool":
+        raise StartupError(
+            "--model-rewrites-file cannot be combined with --pool-name: in InferencePool mode the picker "
+            "watches the cluster's InferenceModelRewrite objects"
+        )
+    try:
+        return RewriteStore(load_rewrites_file(options.model_rewrites_file, pool_name=options.pool_name))
+    except RewritesFileError as exc:
+        raise StartupError(f"--model-rewrites-file: {exc}") from None
 
 
 def _config_view(options: Options, config: ResolvedConfig) -> Callable[[], Mapping[str, Any]]:
@@ -221,8 +240,10 @@ class PickerApp:
         kube_client: Any = None,
         objectives: InMemoryObjectiveStore | None = None,
         gates: FeatureGates | None = None,
+        rewrites: RewriteStore | None = None,
     ) -> None:
         self.options = options
+        self.rewrites = rewrites
         self.gates = gates or FeatureGates()
         self.config = config
         self.layer = layer
@@ -251,6 +272,11 @@ class PickerApp:
 
             watch = ObjectiveWatch(self._kube, o.pool_namespace, o.pool_name, self.objectives)
             self._tasks.append(asyncio.create_task(watch.run(), name="epp-objectives-watch"))
+        if self._kube is not None and self.rewrites is not None and o.pool_name:
+            from epp.rewrites_watch import RewriteWatch
+
+            rewrites = RewriteWatch(self._kube, o.pool_namespace, o.pool_name, self.rewrites, o.pool_group)
+            self._tasks.append(asyncio.create_task(rewrites.run(), name="epp-rewrites-watch"))
         _log.info(
             "endpoint picker started",
             grpc_port=self.server.grpc_port,
@@ -335,6 +361,7 @@ async def build_app(options: Options) -> PickerApp:
     if gate is not None:
         raise StartupError(gate)
     objectives, priorities = _objectives(options)
+    rewrites = _rewrites(options)
     settings = _server_settings(options)
     try:
         engines = apply_metric_overrides(
@@ -408,6 +435,7 @@ async def build_app(options: Options) -> PickerApp:
         emit_endpoint_scores=options.emit_endpoint_scores,
         agent_identity=next((p.attribute for p in plugins if isinstance(p, AgentIdentity)), None),
         response_metadata=response_metadata_of(plugins),
+        model_rewrite=ModelRewriter(rewrites, on_decision=RewriteMetrics(registry, naming)),
     )
     server = EppServer(
         settings,
@@ -422,7 +450,9 @@ async def build_app(options: Options) -> PickerApp:
         stream_metrics=StreamMetrics(registry, naming) if options.enable_grpc_stream_metrics else None,
     )
     _log_gates(loaded.feature_gates)
-    return PickerApp(options, config, layer, http, server, built.api_client, objectives, loaded.feature_gates)
+    return PickerApp(
+        options, config, layer, http, server, built.api_client, objectives, loaded.feature_gates, rewrites
+    )
 
 
 def response_metadata_of(plugins: Sequence[object]) -> ResponseMetadataFn | None:

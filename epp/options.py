@@ -82,6 +82,7 @@ class Options:
     config_file: str | None = None
     config_text: str | None = None
     objectives_file: str | None = None
+    model_rewrites_file: str | None = None
     # scraping
     refresh_metrics_interval: float = 0.05
     refresh_prometheus_metrics_interval: float = 5.0
@@ -230,6 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--config-text", help="EndpointPickerConfig YAML text (instead of --config-file)")
     c.add_argument("--objectives-file", help=f"{_OURS} InferenceObjective names -> priorities (YAML)")
     c.add_argument(
+        "--model-rewrites-file",
+        help=f"{_OURS} InferenceModelRewrite objects: model aliasing and weighted splits (YAML)",
+    )
+    c.add_argument(
         "--allow-experimental-plugins", action=b,
         help="allow plugin types llm-d-router marks Alpha in llm-d.ai configurations",
     )  # fmt: skip
@@ -359,6 +364,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         config_file=ns.config_file,
         config_text=ns.config_text,
         objectives_file=ns.objectives_file,
+        model_rewrites_file=ns.model_rewrites_file,
         refresh_metrics_interval=ns.refresh_metrics_interval,
         refresh_prometheus_metrics_interval=ns.refresh_prometheus_metrics_interval,
         metrics_staleness_threshold=ns.metrics_staleness_threshold,

@@ -67,6 +67,9 @@ class SessionConfig:
     ``response_metadata(request, result, usage) -> {namespace: {key: number}}`` (optional; the
     ``request-attribute-reporter`` plugins) is added as dynamic metadata to the last ext_proc response
     for the response body when it ends (pure; an exception is logged and adds nothing).
+    ``model_rewrite(model, request_id) -> target or None`` (optional; the InferenceModelRewrite rules,
+    :class:`epp.admission.rewrites.ModelRewriter`) picks the model a JSON body is rewritten to before
+    scheduling; a match takes precedence over the ``x-gateway-model-name-rewrite`` header, as in GIE.
     """
 
     parser: RequestParser = field(default_factory=OpenAIParser)
@@ -83,6 +86,7 @@ class SessionConfig:
     emit_endpoint_scores: bool = False  # --emit-endpoint-scores
     agent_identity: Callable[[Mapping[str, str]], str] | None = None
     response_metadata: ResponseMetadataFn | None = None
+    model_rewrite: Callable[[str, str], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0:

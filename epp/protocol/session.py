@@ -344,20 +344,28 @@ class Session:
         parsed = self._config.parser.parse(path_of(self._headers), body)
         self._usage_reader = parsed.usage_reader
         target = header_value(self._headers, MODEL_REWRITE_HEADERS)
+        by_rule = None
+        rewriter = self._config.model_rewrite
+        if rewriter is not None and parsed.model:
+            by_rule = rewriter(parsed.model, self._headers.get(REQUEST_ID_HEADER) or self._generated_id or "")
+            target = by_rule or target
         if target and parsed.model and target != parsed.model:
             new_body = self._config.parser.rewrite_model(parsed, body, target)
             if new_body is not body:
                 self._changed_body = new_body
                 self._rewrite = (target, parsed.model)
-        return self._schedule(parsed)
+            else:  # this API's body does not carry the model: nothing was rewritten
+                by_rule = None
+        return self._schedule(parsed, by_rule)
 
     def _agent_identity(self, headers: Mapping[str, str]) -> str:
         reader = self._config.agent_identity
         return reader(headers) if reader is not None else ""
 
-    def _schedule(self, parsed: ParsedBody) -> list[Action]:
+    def _schedule(self, parsed: ParsedBody, target_model: str | None = None) -> list[Action]:
         headers = self._headers
         self._request = request = build_request(
+            target_model=target_model,
             request_id=headers.get(REQUEST_ID_HEADER) or self._generated_id or "",
             headers=headers,
             parsed=parsed,

@@ -1,6 +1,7 @@
 """Assemble the :class:`~scheduler.types.LLMRequest` from request headers and a parsed body.
 
-``target_model`` is the model-rewrite header when present and non-empty, else the body's model.
+``target_model`` is the one given (an InferenceModelRewrite decision), else the model-rewrite header
+when present and non-empty, else the body's model.
 Control headers have llm-d-router's names with GIE's as deprecated aliases (the first present wins, as
 upstream's ``GetLowerCaseHeaderValue``): ``x-llm-d-model-name-rewrite`` / ``x-gateway-model-name-rewrite``,
 ``x-llm-d-inference-objective`` / ``x-gateway-inference-objective``, ``x-llm-d-inference-fairness-id`` /
@@ -47,9 +48,10 @@ def build_request(
     priority: int,
     fairness_id: str,
     body_size: int,
+    target_model: str | None = None,
 ) -> LLMRequest:
     """The request the scheduler decides on (pure)."""
-    target = header_value(headers, MODEL_REWRITE_HEADERS) or parsed.model
+    target = target_model or header_value(headers, MODEL_REWRITE_HEADERS) or parsed.model
     return LLMRequest(
         request_id=request_id,
         model=parsed.model,

@@ -252,7 +252,6 @@ CATALOG: tuple[Family, ...] = (
 # Families the picker does not register, and why (each a feature upstream gates or this picker lacks).
 NOT_EXPOSED: dict[str, str] = {
     "plugin_data_scope_violations": "no plugin here declares data keys, so no access can be rejected",
-    "model_rewrite_decisions": "InferenceModelRewrite objects are not read by this picker",
 }
 
 # Families registered only with a flag, as upstream.
