@@ -435,7 +435,9 @@ async def build_app(options: Options) -> PickerApp:
         emit_endpoint_scores=options.emit_endpoint_scores,
         agent_identity=next((p.attribute for p in plugins if isinstance(p, AgentIdentity)), None),
         response_metadata=response_metadata_of(plugins),
-        model_rewrite=ModelRewriter(rewrites, on_decision=RewriteMetrics(registry, naming)),
+        model_rewrite=ModelRewriter(
+            rewrites, on_decision=RewriteMetrics(registry, naming), log_decisions=options.verbosity >= 2
+        ),
     )
     server = EppServer(
         settings,

@@ -152,21 +152,25 @@ class ModelRewriter:
 
     None when no rule matches (or ``model`` is empty). Otherwise every call is a decision: it draws a
     target (which may equal ``model``), calls ``on_decision`` (the metric; its exceptions propagate, it
-    must not raise) and logs one ``model rewrite`` line (info: verbosity 2, GIE's per-request level).
-    ``rng`` defaults to a :class:`random.Random` seeded from the OS.
+    must not raise) and, with ``log_decisions`` (the picker sets it from verbosity >= 2, the per-request
+    level, as the request line), logs one info line ``model rewrite`` with the request id, the object's
+    name, the model and the target. ``rng`` defaults to a :class:`random.Random` seeded from the OS.
     """
 
-    __slots__ = ("_on_decision", "_rng", "store")
+    __slots__ = ("_log", "_on_decision", "_rng", "store")
 
     def __init__(
         self,
         store: RewriteStore,
         rng: random.Random | None = None,
         on_decision: Callable[[RewriteDecision], None] | None = None,
+        *,
+        log_decisions: bool = True,
     ) -> None:
         self.store = store
         self._rng = rng or random.Random()
         self._on_decision = on_decision
+        self._log = log_decisions
 
     def decide(self, model: str) -> RewriteDecision | None:
         """The decision for ``model`` (no reporting)."""
@@ -184,11 +188,12 @@ class ModelRewriter:
             return None
         if self._on_decision is not None:
             self._on_decision(decision)
-        log.info(
-            "model rewrite",
-            request_id=request_id,
-            model_rewrite_name=decision.rewrite_name,
-            model=decision.model,
-            target_model=decision.target,
-        )
+        if self._log:
+            log.info(
+                "model rewrite",
+                request_id=request_id,
+                model_rewrite_name=decision.rewrite_name,
+                model=decision.model,
+                target_model=decision.target,
+            )
         return decision.target

@@ -161,6 +161,14 @@ def test_rewriter_reports_each_decision_and_logs_it() -> None:
     assert all(e["log_level"] == "info" for e in lines)
 
 
+def test_rewriter_without_log_lines_still_reports() -> None:
+    seen: list[RewriteDecision] = []
+    store = RewriteStore([ModelRewrite("x", (to("t", "m"),))])
+    with structlog.testing.capture_logs() as logs:
+        assert ModelRewriter(store, random.Random(0), seen.append, log_decisions=False)("m") == "t"
+    assert logs == [] and seen == [RewriteDecision("x", "m", "t")]
+
+
 def test_rewriter_sees_store_replacements() -> None:
     store = RewriteStore()
     rewriter = ModelRewriter(store, random.Random(0))
