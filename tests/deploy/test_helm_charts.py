@@ -135,6 +135,7 @@ def test_pool_defaults(render: Renderer) -> None:
         "/pods": {"get", "list", "watch"},
         "inference.networking.k8s.io/inferencepools": {"get", "list", "watch"},
         "inference.networking.x-k8s.io/inferenceobjectives": {"get", "list", "watch"},
+        "inference.networking.x-k8s.io/inferencemodelrewrites": {"get", "list", "watch"},
     }
     pool = one(objects, "InferencePool")
     assert pool["metadata"]["name"] == "pool"
@@ -264,6 +265,17 @@ def test_standalone_multi_label_selector_and_objectives(render: Renderer, tmp_pa
     assert {(o.name, o.priority) for o in objectives} == {("interactive", 10), ("batch", -1)}
     default = render(STANDALONE, load(STANDALONE / "ci" / "default-values.yaml"))
     assert parse_options(container(default, "epp")["args"], env={}).objectives_file is None
+
+
+def test_standalone_pool_mode_may_watch_objectives_and_model_rewrites(render: Renderer) -> None:
+    values = load(STANDALONE / "ci" / "default-values.yaml")
+    server = values.setdefault("inferenceExtension", {}).setdefault("endpointsServer", {})
+    server["createInferencePool"] = True
+    objects = render(STANDALONE, values)
+    assert parse_options(container(objects, "epp")["args"], env={}).discovery_mode == "pool"
+    rules = role_rules(objects)
+    assert rules["inference.networking.x-k8s.io/inferenceobjectives"] == {"get", "list", "watch"}
+    assert rules["inference.networking.x-k8s.io/inferencemodelrewrites"] == {"get", "list", "watch"}
 
 
 def test_standalone_ha_is_active_active(render: Renderer) -> None:
