@@ -14,9 +14,9 @@ GIE's fail-closed Envoy with a subset-hint header and served-endpoint reporting)
 
 Where we deliberately differ from GIE (README, "Where we chose differently") the assertions are ours:
 errors carry a JSON body ``{"error": {"type", "message"}}`` instead of GIE's plain-text ``inference
-error: BadRequest - ...``. GIE's "rewrite request model" case uses an InferenceModelRewrite object,
-which this picker does not read: the rewrite here is the ``x-gateway-model-name-rewrite`` header (as in
-GIE's "split body across chunks" case).
+error: BadRequest - ...``. GIE's "rewrite request model" case uses an InferenceModelRewrite object:
+it is ported with that object in ``test_e2e_model_rewrite.py``; here the same rewrite path is driven by
+the ``x-gateway-model-name-rewrite`` header (as in GIE's "split body across chunks" case).
 
 Covered elsewhere, not repeated here: subset routing through ``envoy.lb.subset_hint`` (GIE's
 "subsetting: select best from subset" / "partial match") in
