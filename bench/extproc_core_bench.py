@@ -7,7 +7,9 @@ Measures CPU time (``time.process_time``, best of several rounds, single thread)
 * one request through the core: RequestHeaders + RequestBody chunks -> Schedule -> ``scheduled()``
   with a fixed fake result -> all response messages built, for a 1 KB chat body (one chunk) and a
   200 KB chat body (arriving in 16 KiB chunks, returned in 62,000-byte chunks), with and without the
-  model-name rewrite (which re-serialises the body);
+  model-name rewrite (which re-serialises the body); the 1 KB body also with the picker's
+  InferenceModelRewrite hook installed and no rules (every request pays its lookup) and with a rule
+  splitting the model 3:1 between two targets (lookup, draw, decision counter, body rewrite);
 * one streamed response chunk (a ~200-byte vLLM SSE event) through ``receive()``: plain, with the
   model-name rewrite back, and the final chunk carrying usage;
 
@@ -36,8 +38,11 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
     ProcessingRequest,
     ProtocolConfiguration,
 )
+from prometheus_client import CollectorRegistry
 
+from epp.admission.rewrites import ModelRewrite, ModelRewriter, RewriteRule, RewriteStore, RewriteTarget
 from epp.protocol import Schedule, Send, Session, SessionConfig
+from epp.server.rewrite_metrics import RewriteMetrics
 from scheduler.types import Endpoint, SchedulingResult
 
 __all__ = ["main"]
@@ -49,6 +54,15 @@ RESULT = SchedulingResult(
     profile_results={},
 )
 ENVOY_CHUNK = 16 * 1024
+
+
+def _rewrite_config(rules: bool) -> SessionConfig:
+    split = RewriteRule(
+        ("llama-3-8b",), (RewriteTarget("llama-3-8b-v1", 3), RewriteTarget("llama-3-8b-v2", 1))
+    )
+    store = RewriteStore([ModelRewrite("canary", (split,))] if rules else [])
+    metrics = RewriteMetrics(CollectorRegistry())
+    return SessionConfig(model_rewrite=ModelRewriter(store, on_decision=metrics, log_decisions=False))
 
 
 def _headers(length: int, rewrite: bool) -> ProcessingRequest:
@@ -97,13 +111,13 @@ def _body_messages(body: bytes) -> list[ProcessingRequest]:
     ]
 
 
-def request_case(size: int, rewrite: bool, wire: bool) -> Callable[[], None]:
+def request_case(size: int, rewrite: bool, wire: bool, config: SessionConfig = CONFIG) -> Callable[[], None]:
     body = chat_body(size)
     incoming = [_headers(len(body), rewrite), *_body_messages(body)]
     raw = [m.SerializeToString() for m in incoming]
 
     def one() -> None:
-        session = Session(CONFIG)
+        session = Session(config)
         msgs = [ProcessingRequest.FromString(r) for r in raw] if wire else incoming
         actions = []
         for m in msgs:
@@ -179,6 +193,13 @@ def main(argv: list[str] | None = None) -> int:
             core = best_us(request_case(size, rewrite, False), iters, rounds)
             wire = best_us(request_case(size, rewrite, True), iters, rounds)
             print(f"{label:58s} {core:8.1f}us {wire:12.1f}us")
+    for rules in (False, True):
+        config = _rewrite_config(rules)
+        label = f"request 1 KB chat body, InferenceModelRewrite {'3:1 split' if rules else 'hook, no rules'}"
+        iters = max(5, int(4000 * scale))
+        core = best_us(request_case(1024, False, False, config), iters, rounds)
+        wire = best_us(request_case(1024, False, True, config), iters, rounds)
+        print(f"{label:58s} {core:8.1f}us {wire:12.1f}us")
     for kind in ("plain", "rewrite", "usage"):
         iters = max(200, int(50_000 * scale))
         core_fn, _ = chunk_case(kind, False)
