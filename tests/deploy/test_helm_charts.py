@@ -21,6 +21,7 @@ from _deploy_helm import NAMESPACE, HelmRenderError, Renderer
 from _deploy_manifests import by_kind, one, validate_object
 
 from epp.admission.objectives_file import load_objectives_file
+from epp.admission.rewrites_file import load_rewrites_file
 from epp.cli import main as epp_main
 from epp.options import parse_options
 
@@ -89,7 +90,7 @@ def test_every_rendered_object_is_valid(values_file: Path, render: Renderer, tmp
     # Every plugin config file loads; --config-file names one of them.
     config_map = next(c for c in by_kind(objects, "ConfigMap") if "default-plugins.yaml" in c["data"])
     for name, text in config_map["data"].items():
-        if name == "objectives.yaml":
+        if name in ("objectives.yaml", "model-rewrites.yaml"):
             continue  # checked in test_standalone_multi_label_selector_and_objectives
         assert check_plugin_config(text, tmp_path / name) == 0, f"{name} does not load:\n{text}"
     config_file = next(a for a in epp["args"] if a.startswith("--config-file="))
@@ -263,8 +264,17 @@ def test_standalone_multi_label_selector_and_objectives(render: Renderer, tmp_pa
     (tmp_path / "objectives.yaml").write_text(config_map["data"]["objectives.yaml"])
     objectives = load_objectives_file(tmp_path / "objectives.yaml")
     assert {(o.name, o.priority) for o in objectives} == {("interactive", 10), ("batch", -1)}
+    assert options.model_rewrites_file == "/config/model-rewrites.yaml"
+    (tmp_path / "model-rewrites.yaml").write_text(config_map["data"]["model-rewrites.yaml"])
+    (canary,) = load_rewrites_file(tmp_path / "model-rewrites.yaml")
+    assert canary.name == "food-review-canary" and canary.created > 0
+    assert [(t.model, t.weight) for t in canary.rules[0].targets] == [
+        ("food-review-v1", 90),
+        ("food-review-v2", 10),
+    ]
     default = render(STANDALONE, load(STANDALONE / "ci" / "default-values.yaml"))
-    assert parse_options(container(default, "epp")["args"], env={}).objectives_file is None
+    default_options = parse_options(container(default, "epp")["args"], env={})
+    assert default_options.objectives_file is None and default_options.model_rewrites_file is None
 
 
 def test_standalone_pool_mode_may_watch_objectives_and_model_rewrites(render: Renderer) -> None:
@@ -307,6 +317,15 @@ def with_pool(pool: dict[str, Any] | None = None, **others: Any) -> dict[str, An
 
 EIGHT_PLUS_ONE = [{"number": p} for p in range(8000, 8009)]
 BAD_VALUES = [
+    (
+        STANDALONE,
+        with_pool(
+            inferenceExtension={"endpointsServer": {"createInferencePool": True}},
+            inferenceModelRewrites=[{"name": "x", "rules": []}],
+        ),
+        "inferenceModelRewrites is for selector mode",
+    ),
+    (STANDALONE, with_pool(inferenceModelRewrites=[{"rules": []}]), "inferenceModelRewrites/0"),
     (POOL, {}, "inferencePool.modelServers.matchLabels is required"),
     (POOL, with_pool({"targetPorts": EIGHT_PLUS_ONE}), "/inferencePool/targetPorts': maxItems"),
     (POOL, with_pool({"targetPorts": [{"number": 70000}]}), "inferencePool.targetPorts"),
