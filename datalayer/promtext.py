@@ -10,8 +10,9 @@ Grammar handled (the same as ``prometheus_client.parser`` for the text format):
 
 * lines are separated by ``\\n``; empty lines and lines starting with ``#`` (HELP, TYPE, comments) are
   skipped;
-* ``name [{label="value", ...}] value [timestamp]``, tokens separated by spaces or tabs; a trailing
-  comma inside the braces is allowed;
+* ``name [{label="value", ...}] value [timestamp]``, tokens separated by spaces or tabs (only: other
+  whitespace such as ``\r`` inside a value makes it invalid, e.g. ``8.\r0``; at a token's ends it is
+  ignored, so CRLF line ends work); a trailing comma inside the braces is allowed;
 * label values may contain ``\\\\``, ``\\"`` and ``\\n`` escapes (any other escaped character is kept
   with its backslash, as Prometheus does);
 * values are Go-style floats, including ``NaN``, ``+Inf``, ``-Inf``; histogram and summary samples
@@ -164,7 +165,10 @@ def _parse_sample(line: str, end: int, lineno: int) -> tuple[dict[str, str], flo
         brace += 1
     if brace < len(line) and line[brace] == "{":
         labels, end = _parse_labels(line, brace + 1, lineno)
-    tokens = line[end:].split()
+    rest = line[end:]
+    tokens = rest.split()
+    if not rest.isprintable():  # only spaces and tabs separate: "8.\r0" is one (invalid) token
+        tokens = [t.strip() for t in rest.replace("\t", " ").split(" ") if t.strip()]
     if not tokens or len(tokens) > 2:
         raise ExpositionError(f"{line[:end]}: expected 'value [timestamp]'", lineno)
     value = _parse_float(tokens[0], lineno)

@@ -10,6 +10,10 @@ the measured difference). This client does only what scraping needs, correctly:
   without ``Connection: close``; a reused connection that the server had already closed is retried
   once on a fresh connection (nothing was received, so the GET is safely repeated);
 * interim ``1xx`` responses are skipped; ``204`` / ``304`` have no body;
+* responses parsed by ``httptools`` (llhttp, Node's parser) in its strict mode: a malformed response
+  (duplicate ``Content-Length``, a chunk size that is not plain hex, chunk data without its CRLF, a
+  space before a header's colon, ...) fails at once as ``malformed HTTP response: <llhttp's reason>``;
+  a ``Transfer-Encoding`` other than ``chunked`` alone is refused;
 * bodies delimited by ``Content-Length``, ``Transfer-Encoding: chunked`` (trailers skipped) or by
   connection close (HTTP/1.0 style); a body that ends early is an error (truncation is detected);
 * ``max_bytes`` caps the body: a larger ``Content-Length`` fails before reading, a larger chunked or
@@ -23,6 +27,8 @@ import asyncio
 from typing import cast
 from urllib.parse import urlsplit
 
+import httptools
+
 from datalayer.http import FetchError, HttpResponse
 
 __all__ = ["RawHttpClient"]
@@ -31,61 +37,127 @@ _MAX_HEAD = 64 * 1024
 
 
 class _Conn(asyncio.Protocol):
+    """One keep-alive connection; each response is parsed by a fresh ``httptools`` (llhttp) parser.
+
+    llhttp is strict: conflicting or malformed ``Content-Length``, chunk sizes that are not plain hex,
+    chunk data without its CRLF, header names with spaces and the like fail the response at once with
+    llhttp's reason. A ``Transfer-Encoding`` other than ``chunked`` alone is refused too (nothing else is
+    requested, and a response with one would otherwise be read until the server closes).
+    """
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reusable = False
         self.received_any = False
-        self._buf = bytearray()
         self._waiter: asyncio.Future[HttpResponse] | None = None
+        self._parser: httptools.HttpResponseParser | None = None
         self._max = 0
+        self._head_bytes = 0
         self._status = 0
-        self._body_start = -1
-        self._length: int | None = None  # Content-Length; None with chunked / close-delimited
-        self._chunked = False
-        self._keep_alive = True
+        self._in_body = False  # the final response's head is complete
+        self._delimited = False  # Content-Length or chunked seen (else: close-delimited)
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._keep_alive = False
+        self._result: HttpResponse | None = None
+        self._error: FetchError | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
 
     def request(self, data: bytes, max_bytes: int) -> asyncio.Future[HttpResponse]:
         assert self.transport is not None
-        self._buf.clear()
+        self._parser = httptools.HttpResponseParser(self)
         self._max = max_bytes
-        self._body_start = -1
+        self._head_bytes = 0
+        self._in_body = self._delimited = self._keep_alive = False
+        self._parts, self._size = [], 0
+        self._result = self._error = None
         self.received_any = False
         self.reusable = False
         self._waiter = asyncio.get_running_loop().create_future()
         self.transport.write(data)
         return self._waiter
 
+    # -- httptools callbacks (an exception raised here stops the parser) --
+
+    def on_message_begin(self) -> None:
+        if self._result is not None:
+            raise self._stop(FetchError("unsolicited bytes after the response"))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.lower()
+        if key == b"content-length":  # llhttp has checked the digits and refuses duplicates
+            self._delimited = True
+            if int(value) > self._max:
+                raise self._stop(FetchError(f"response body larger than {self._max} bytes"))
+        elif key == b"transfer-encoding":
+            if value.strip().lower() != b"chunked":
+                text = value.decode("latin-1")[:40]
+                raise self._stop(FetchError(f"unsupported Transfer-Encoding {text!r} (only chunked)"))
+            self._delimited = True
+
+    def on_headers_complete(self) -> None:
+        assert self._parser is not None
+        self._status = self._parser.get_status_code()
+        if not 100 <= self._status < 200:
+            self._in_body = True
+            self._keep_alive = self._parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._size > self._max:
+            raise self._stop(FetchError(f"response body larger than {self._max} bytes"))
+        self._parts.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._in_body:
+            self._result = HttpResponse(self._status, b"".join(self._parts))
+        else:  # an interim 1xx response: the final one follows
+            self._delimited = False
+            self._parts, self._size = [], 0
+
+    def _stop(self, error: FetchError) -> FetchError:
+        self._error = error
+        return error
+
+    # -- asyncio.Protocol --
+
     def data_received(self, data: bytes) -> None:
-        if self._waiter is None or self._waiter.done():
+        waiter, parser = self._waiter, self._parser
+        if waiter is None or waiter.done() or parser is None:
             self._abort()  # unsolicited bytes: the connection is out of sync
             return
         self.received_any = True
-        self._buf += data
+        if not self._in_body:
+            self._head_bytes += len(data)
         try:
-            result = self._parse()
-        except FetchError as exc:
-            self._fail(exc)
+            parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            if self._result is None:
+                self._fail(self._error or FetchError(f"malformed HTTP response: {exc}"))
+                return
+            self._keep_alive = False  # a complete response followed by bytes nobody asked for
+        result = self._result
+        if result is None:
+            if not self._in_body and self._head_bytes > _MAX_HEAD:
+                self._fail(FetchError("response head too large"))
             return
-        if result is not None:
-            self.reusable = self._keep_alive
-            self._waiter.set_result(result)
-            if not self._keep_alive:
-                self._abort()
+        self.reusable = self._keep_alive
+        waiter.set_result(result)
+        if not self._keep_alive:
+            self._abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
-        if self._body_start >= 0 and self._length is None and not self._chunked:
-            body = bytes(self._buf[self._body_start :])
-            waiter.set_result(HttpResponse(self._status, body))  # close-delimited body, complete
+        if self._in_body and not self._delimited and self._error is None:
+            waiter.set_result(HttpResponse(self._status, b"".join(self._parts)))  # close-delimited body
             return
-        what = "response body truncated" if self._body_start >= 0 else "connection closed before a response"
+        what = "response body truncated" if self._in_body else "connection closed before a response"
         waiter.set_exception(FetchError(what if exc is None else f"{what} ({exc})"))
 
     def _abort(self) -> None:
@@ -98,86 +170,6 @@ class _Conn(asyncio.Protocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(exc)
         self._abort()
-
-    def _parse_head(self) -> bool:
-        end = self._buf.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self._buf) > _MAX_HEAD:
-                raise FetchError("response head too large")
-            return False
-        lines = bytes(self._buf[:end]).split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise FetchError(f"not an HTTP/1.x response: {lines[0][:60]!r}")
-        self._status = int(parts[1])
-        self._keep_alive = parts[0] == b"HTTP/1.1"
-        self._length, self._chunked = None, False
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            key = name.strip().lower()
-            if key == b"content-length":
-                if not value.strip().isdigit():
-                    raise FetchError("invalid Content-Length")
-                self._length = int(value)
-                if self._length > self._max:
-                    raise FetchError(f"response body larger than {self._max} bytes")
-            elif key == b"transfer-encoding":
-                self._chunked = b"chunked" in value.lower()
-            elif key == b"connection":
-                token = value.strip().lower()
-                self._keep_alive = token != b"close" and (self._keep_alive or token == b"keep-alive")
-        if self._chunked:
-            self._length = None
-        elif self._length is None and self._status not in (204, 304) and not 100 <= self._status < 200:
-            self._keep_alive = False  # close-delimited body
-        self._body_start = end + 4
-        return True
-
-    def _parse(self) -> HttpResponse | None:
-        while self._body_start < 0:
-            if not self._parse_head():
-                return None
-            if 100 <= self._status < 200:  # interim response: drop it, read the final one
-                del self._buf[: self._body_start]
-                self._body_start = -1
-        start = self._body_start
-        if self._status in (204, 304):  # never carry a body
-            return HttpResponse(self._status, b"")
-        if self._length is not None:
-            if len(self._buf) - start < self._length:
-                return None
-            return HttpResponse(self._status, bytes(self._buf[start : start + self._length]))
-        if len(self._buf) - start > self._max + (64 * 1024 if self._chunked else 0):
-            raise FetchError(f"response body larger than {self._max} bytes")
-        if not self._chunked:
-            return None  # close-delimited: completed in connection_lost
-        return self._dechunk(start)
-
-    def _dechunk(self, pos: int) -> HttpResponse | None:
-        buf = self._buf
-        parts: list[bytes] = []
-        size_total = 0
-        while True:
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                return None
-            size_text = bytes(buf[pos:eol]).split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise FetchError(f"invalid chunk size {size_text[:20]!r}") from None
-            if size == 0:
-                trailer_end = buf.find(b"\r\n\r\n", eol)
-                if buf[eol : eol + 4] == b"\r\n\r\n" or trailer_end >= 0:
-                    return HttpResponse(self._status, b"".join(parts))
-                return None
-            if len(buf) < eol + 2 + size + 2:
-                return None
-            size_total += size
-            if size_total > self._max:
-                raise FetchError(f"response body larger than {self._max} bytes")
-            parts.append(bytes(buf[eol + 2 : eol + 2 + size]))
-            pos = eol + 2 + size + 2
 
 
 class RawHttpClient:

@@ -12,6 +12,15 @@ expectations of Kubernetes operators:
 * On shutdown the leader releases the Lease (empty holder) so a standby takes over at once instead of
   after ``lease_duration``.
 
+Deadlines (stricter than client-go, which trusts its HTTP client's timeout): leadership is proven from
+the *start* of the last round that renewed the Lease (a standby cannot take over before
+``lease_duration`` after that). Every round of Lease calls runs under an ``asyncio`` timeout of the
+renew deadline that is left (a candidate's round: the whole ``renew_deadline``), so an API that hangs or
+answers slowly cannot hold the elector; a renewal answered after the deadline (the monotonic clock
+jumped: a suspended process) proves nothing. The leader steps down the moment the deadline passes,
+also while a call is in flight, before ``lease_duration`` can run out. One cancel stops :meth:`run`:
+the release it then attempts is bounded by the same deadline.
+
 Only the leader reports ready (the server wires ``on_started_leading`` / ``on_stopped_leading`` to the
 gRPC health service). I/O goes through :class:`LeaseApi`; :class:`KubernetesLeaseApi` adapts
 ``kubernetes_asyncio``. Clocks are injected.
@@ -102,6 +111,7 @@ class LeaderElector:
         self._wall = wall
         self._observed: LeaseRecord | None = None
         self._observed_at = 0.0
+        self._proven_at = 0.0
         self.is_leader = False
 
     def _observe(self, record: LeaseRecord) -> None:
@@ -152,30 +162,49 @@ class LeaderElector:
         log.info("leader election", identity=self.identity, leader=leader)
         (self._started if leader else self._stopped)()
 
-    async def _attempt(self) -> bool:
+    async def _attempt(self, budget: float) -> bool:
+        """One round under a ``budget``-second timeout; True only when it won within the budget.
+
+        On success the proof of leadership restarts at the round's start."""
+        if budget <= 0:
+            return False
+        start = self._mono()
         try:
-            return await self.try_acquire_or_renew()
+            async with asyncio.timeout(budget):
+                won = await self.try_acquire_or_renew()
         except LeaseConflict:
+            return False
+        except TimeoutError:
+            log.warning("leader election round timed out", identity=self.identity, budget_s=round(budget, 3))
             return False
         except Exception as exc:  # API unreachable, bad answers: keep trying, never crash the server
             log.warning("leader election round failed", error=str(exc))
             return False
+        if won and self._mono() - start >= budget:  # the clock jumped during the round (suspended)
+            log.warning("leader election round answered past its deadline", identity=self.identity)
+            return False
+        if won:
+            self._proven_at = start
+        return won
+
+    def _left(self) -> float:
+        """Seconds left before the renew deadline (measured from the start of the last won round)."""
+        return self._proven_at + self._renew_deadline - self._mono()
 
     async def run(self) -> None:
         """Campaign and lead until cancelled; releases the Lease when cancelled while leading."""
         try:
             while True:
                 # Candidate: retry until acquired.
-                while not await self._attempt():
+                while not await self._attempt(self._renew_deadline):
                     await asyncio.sleep(self._retry)
                 self._set_leader(True)
-                last_renew = self._mono()
-                # Leader: renew; step down when renewals fail for renew_deadline.
+                # Leader: renew; step down when the renew deadline passes without a renewal.
                 while True:
-                    await asyncio.sleep(self._retry)
-                    if await self._attempt():
-                        last_renew = self._mono()
-                    elif self._mono() - last_renew >= self._renew_deadline or (
+                    await asyncio.sleep(max(0.0, min(self._retry, self._left())))
+                    if await self._attempt(self._left()):
+                        continue
+                    if self._left() <= 0 or (
                         self._observed is not None and self._observed.holder not in ("", self.identity)
                     ):
                         self._set_leader(False)
@@ -186,7 +215,12 @@ class LeaderElector:
                 # may lead, and this one must not still be acting as leader then
                 self._set_leader(False)
                 with contextlib.suppress(BaseException):
-                    await asyncio.shield(self._release())
+                    await asyncio.shield(self._bounded_release(self._left()))
+
+    async def _bounded_release(self, budget: float) -> None:
+        if budget > 0:
+            async with asyncio.timeout(budget):
+                await self._release()
 
     async def _release(self) -> None:
         current = await self._api.get()

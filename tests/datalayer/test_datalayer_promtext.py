@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -47,6 +48,7 @@ def _same(a: list[tuple[str, dict[str, str], float]], b: list[tuple[str, dict[st
             {"vllm:x_bucket": [({"le": "0.1"}, 4.0), ({"le": "+Inf"}, 5.0)]},
         ),
         ("a 1\r\n", {"a": [({}, 1.0)]}),
+        ("a 1\r 17\r\n", {"a": [({}, 1.0)]}),
     ],
 )
 def test_valid(text: str, expected: dict[str, list[tuple[dict[str, str], float]]]) -> None:
@@ -69,6 +71,8 @@ def test_valid(text: str, expected: dict[str, list[tuple[dict[str, str], float]]
         ("{} 1", 1, "expected a metric name"),
         ('a{b="c\\"} 1', 1, "unterminated"),
         ("<html><body>oops</body></html>", 1, "invalid metric name"),
+        ("a 8.\r0", 1, "invalid value"),
+        ('a{b="c"} 8\x0b5 17', 1, "invalid value"),
     ],
 )
 def test_invalid(text: str, line: int, message: str) -> None:
@@ -139,6 +143,38 @@ def _expositions(draw: st.DrawFn) -> str:
 @given(_expositions())
 def test_matches_prometheus_client(text: str) -> None:
     assert _same(_ours(text), _reference(text))
+
+
+_ODD_SPACE = st.sampled_from(["\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u2028"])
+
+
+@st.composite
+def _odd_whitespace_line(draw: st.DrawFn) -> str:
+    """One sample whose value and timestamp carry whitespace other than spaces and tabs."""
+    value = _fmt(draw(_values))
+    at = draw(st.integers(0, len(value)))
+    value = value[:at] + draw(_ODD_SPACE) + value[at:]
+    ts = draw(st.sampled_from(["", " 1700000000000", "\t17"]))
+    trailing = draw(st.sampled_from(["", "\r", "\x0c"]))
+    labels = draw(st.sampled_from(["", '{a="x"}']))
+    sep = draw(st.sampled_from([" ", "\t"]))
+    return f"m{labels}{sep}{value}{ts}{trailing}\n"
+
+
+def _outcome(parse: Callable[[str], list[tuple[str, dict[str, str], float]]], text: str) -> object:
+    try:
+        samples = parse(text)
+    except ValueError:
+        return "rejected"
+    return sorted(
+        (n, tuple(sorted(ls.items())), "nan" if math.isnan(v) else repr(float(v))) for n, ls, v in samples
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(_odd_whitespace_line())
+def test_accepts_and_rejects_odd_whitespace_as_prometheus_client(text: str) -> None:
+    assert _outcome(_ours, text) == _outcome(_reference, text)
 
 
 def test_matches_prometheus_client_on_realistic_vllm_body() -> None:

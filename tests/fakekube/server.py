@@ -15,6 +15,11 @@ Routes (namespaced resources only)::
 * ``GET``/``PUT``/``DELETE`` one object, ``POST`` to a collection: 404 NotFound, 409 AlreadyExists,
   409 Conflict (stale ``metadata.resourceVersion`` on PUT) as ``Status`` objects.
 
+Failure injection for clients that must bound their calls: :meth:`FakeKubeServer.stall` makes every
+request wait (unanswered, connection open) until :meth:`FakeKubeServer.resume` or :meth:`stop`;
+``latency`` (seconds) delays every answer. ``answered`` lists ``(time.monotonic(), method, path,
+status)`` for each request the server finished handling (in order).
+
 Use :func:`running_fake_kube` (async context manager) to get a started server and a kubernetes-asyncio
 ``ApiClient`` pointing at it.
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -55,14 +61,34 @@ class FakeKubeServer:
         self.store = store or FakeKubeStore()
         self._runner: web.AppRunner | None = None
         self._streams: set[web.StreamResponse] = set()
+        self._resume = asyncio.Event()
+        self._resume.set()
+        self.latency = 0.0
+        self.answered: list[tuple[float, str, str, int]] = []
         self.port = 0
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def stall(self) -> None:
+        """From now on, requests wait unanswered until :meth:`resume` (or :meth:`stop`)."""
+        self._resume.clear()
+
+    def resume(self) -> None:
+        self._resume.set()
+
+    @web.middleware
+    async def _inject(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        await self._resume.wait()
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        resp: web.StreamResponse = await handler(request)
+        self.answered.append((time.monotonic(), request.method, request.path, resp.status))
+        return resp
+
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self._inject])
         app.router.add_route("*", "/api/{version}/namespaces/{ns}/{plural}", self._collection)
         app.router.add_route("*", "/api/{version}/namespaces/{ns}/{plural}/{name}", self._item)
         app.router.add_route("*", "/apis/{group}/{version}/namespaces/{ns}/{plural}", self._collection)
@@ -74,6 +100,7 @@ class FakeKubeServer:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def stop(self) -> None:
+        self._resume.set()
         self.store.drop_watches()
         if self._runner is not None:
             await self._runner.cleanup()
