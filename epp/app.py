@@ -82,7 +82,13 @@ from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
 from epp.server.rewrite_metrics import RewriteMetrics
 from epp.server.server import EppServer, ServerSettings
-from epp.server.tls import TlsError, apply_tls_overrides, load_certificate, server_credentials
+from epp.server.tls import (
+    TlsError,
+    apply_tls_overrides,
+    load_certificate,
+    read_client_ca,
+    server_credentials,
+)
 from epp.stability import experimental_plugin_error
 from scheduler.config.document import API_VERSION, LEGACY_API_VERSION
 from scheduler.config.resolved import ResolvedConfig
@@ -161,9 +167,14 @@ def _config_view(options: Options, config: ResolvedConfig) -> Callable[[], Mappi
 
 def _server_settings(options: Options) -> ServerSettings:
     """Ports, TLS material (generated or read now), token, diagnostics. Raises StartupError."""
-    credentials, certificate, reload_from = None, None, None
+    credentials, certificate, reload_from, client_ca = None, None, None, None
     if options.secure_serving:
         hosts = [socket.gethostname()]
+        if options.grpc_client_ca_file is not None:
+            try:
+                client_ca = read_client_ca(options.grpc_client_ca_file)
+            except TlsError as exc:
+                raise StartupError(f"--grpc-client-ca-file: {exc}") from None
         try:
             if options.grpc_engine == "h2":
                 certificate, reload_from = load_certificate(
@@ -171,7 +182,10 @@ def _server_settings(options: Options) -> ServerSettings:
                 )
             else:
                 credentials, certificate = server_credentials(
-                    cert_path=options.cert_path, reload=options.enable_cert_reload, hosts=hosts
+                    cert_path=options.cert_path,
+                    reload=options.enable_cert_reload,
+                    hosts=hosts,
+                    client_ca=client_ca,
                 )
         except TlsError as exc:
             raise StartupError(f"--cert-path: {exc}") from None
@@ -195,6 +209,7 @@ def _server_settings(options: Options) -> ServerSettings:
         credentials=credentials,
         certificate=certificate,
         reload_from=reload_from,
+        client_ca=client_ca,
         engine=options.grpc_engine,
         max_body_bytes=options.max_body_bytes,
         health_on_ext_proc_port=options.health_checking,

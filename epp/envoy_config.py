@@ -6,6 +6,9 @@ cannot express are applied to the parsed document:
 
 * ``picker_tls=False`` removes the TLS ``transport_socket`` of the ``endpoint_picker`` cluster
   (plaintext gRPC to a picker started with ``--secure-serving=false``);
+* ``picker_client_cert`` / ``picker_client_key`` (file paths, both or neither) add a client certificate to
+  that ``transport_socket`` (``common_tls_context.tls_certificates``), which Envoy presents to a picker
+  started with ``--grpc-client-ca-file`` (mutual TLS); they need ``picker_tls``;
 * ``endpoints`` replaces the ``lb_endpoints`` of the ``model_servers`` cluster (fail-open fallback,
   override-host retries, plain round-robin) with one entry per ``host:port``;
 * ``subset_hint_header`` inserts a ``header_to_metadata`` filter in front of the first ext_proc filter
@@ -82,7 +85,8 @@ class EnvoyParams:
 
     ``endpoints`` are ``host:port`` strings (IPv4 or a DNS name); ``subset_hint_header`` is a request
     header name or ``""`` for none; ``report_served_endpoint`` passes the served endpoint to the
-    picker in ``envoy.lb`` metadata (see the module docstring).
+    picker in ``envoy.lb`` metadata; ``picker_client_cert`` / ``picker_client_key`` are PEM files of the
+    client certificate Envoy presents to the picker (``""``: none; see the module docstring).
     """
 
     listen_port: int
@@ -95,6 +99,8 @@ class EnvoyParams:
     admin_address: str = "127.0.0.1"
     subset_hint_header: str = ""
     report_served_endpoint: bool = False
+    picker_client_cert: str = ""
+    picker_client_key: str = ""
 
     def substitutions(self) -> dict[str, str]:
         return {
@@ -187,6 +193,26 @@ def _report_served_endpoint(doc: dict[str, Any], variant: str) -> None:
     )
 
 
+def _picker_client_certificate(picker: dict[str, Any] | None, params: EnvoyParams, variant: str) -> None:
+    if bool(params.picker_client_cert) != bool(params.picker_client_key):
+        raise EnvoyConfigError("picker_client_cert and picker_client_key must be given together")
+    if not params.picker_client_cert:
+        return
+    if not params.picker_tls:
+        raise EnvoyConfigError("a picker client certificate needs TLS to the picker (picker_tls=True)")
+    if picker is None or "transport_socket" not in picker:
+        raise EnvoyConfigError(
+            f"variant {variant!r} has no TLS endpoint_picker cluster for a client certificate"
+        )
+    common = picker["transport_socket"]["typed_config"].setdefault("common_tls_context", {})
+    common["tls_certificates"] = [
+        {
+            "certificate_chain": {"filename": params.picker_client_cert},
+            "private_key": {"filename": params.picker_client_key},
+        }
+    ]
+
+
 def render(variant: str, params: EnvoyParams) -> dict[str, Any]:
     """The parsed configuration of ``variant`` filled with ``params`` (a fresh dict each call)."""
     path = _template_path(variant)
@@ -199,6 +225,7 @@ def render(variant: str, params: EnvoyParams) -> dict[str, Any]:
     picker = clusters.get("endpoint_picker")
     if picker is not None and not params.picker_tls:
         picker.pop("transport_socket", None)
+    _picker_client_certificate(picker, params, variant)
     servers = clusters.get("model_servers")
     if servers is not None:
         _set_endpoints(servers, params.endpoints, variant)
@@ -255,6 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--picker-host", default="127.0.0.1")
     p.add_argument("--picker-port", type=int, default=9002)
     p.add_argument("--picker-plaintext", action="store_true", help="no TLS to the picker")
+    p.add_argument(
+        "--picker-client-cert", default="", help="PEM client certificate Envoy presents to the picker"
+    )
+    p.add_argument("--picker-client-key", default="", help="PEM key of --picker-client-cert")
     p.add_argument("--endpoints", default="", help="model servers host:port,host:port")
     p.add_argument("-o", "--output", type=Path, help="file to write (default stdout)")
     p.add_argument("--validate", action="store_true", help="run envoy --mode validate on the output")
@@ -266,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         picker_host=ns.picker_host,
         picker_port=ns.picker_port,
         picker_tls=not ns.picker_plaintext,
+        picker_client_cert=ns.picker_client_cert,
+        picker_client_key=ns.picker_client_key,
         endpoints=tuple(e for e in ns.endpoints.split(",") if e.strip()),
     )
     try:

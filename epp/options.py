@@ -53,6 +53,7 @@ class Options:
     secure_serving: bool = True
     cert_path: str | None = None
     enable_cert_reload: bool = False
+    grpc_client_ca_file: str | None = None  # ours: mutual TLS on the ext_proc port
     health_checking: bool = False
     grpc_engine: str = "h2"
     drain_timeout: float = 30.0
@@ -154,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--secure-serving", action=b, default=True, help="serve ext_proc over TLS (default true)")
     s.add_argument("--cert-path", help="directory holding tls.crt and tls.key (default: self-signed)")
     s.add_argument("--enable-cert-reload", action=b, help="reload --cert-path files when they change")
+    s.add_argument(
+        "--grpc-client-ca-file",
+        help=f"{_OURS} PEM CA bundle: the ext_proc port requires a client certificate it signed "
+        "(mutual TLS; needs --secure-serving; default: no client certificate asked)",
+    )
     s.add_argument("--health-checking", action=b, help="also serve grpc.health.v1 on the ext_proc port")
     s.add_argument(
         "--ready-requires-endpoint",
@@ -335,6 +341,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         secure_serving=ns.secure_serving,
         cert_path=ns.cert_path,
         enable_cert_reload=ns.enable_cert_reload,
+        grpc_client_ca_file=ns.grpc_client_ca_file,
         health_checking=ns.health_checking,
         grpc_engine=engine,
         drain_timeout=_drain_timeout(ns),
@@ -476,6 +483,11 @@ def _check(ns: argparse.Namespace) -> None:
         raise UsageError("--enable-cert-reload needs --cert-path (a generated certificate never changes)")
     if ns.cert_path and not ns.secure_serving:
         raise UsageError("--cert-path was given but --secure-serving=false turns TLS off")
+    if ns.grpc_client_ca_file is not None:
+        if not ns.secure_serving:
+            raise UsageError("--grpc-client-ca-file was given but --secure-serving=false turns TLS off")
+        if not os.path.isfile(ns.grpc_client_ca_file):
+            raise UsageError(f"--grpc-client-ca-file: not a readable file: {ns.grpc_client_ca_file}")
     if ns.grpc_engine == "h2" and ns.health_checking:
         raise UsageError("--health-checking needs --grpc-engine=grpcio (the h2 engine serves only ext_proc)")
     _check_serving(ns)

@@ -134,6 +134,7 @@ class StackSpec:
     sim_args: tuple[str, ...] = ("--profile", "8b-h100", "--time-scale", "20")
     picker: bool = True
     picker_tls: bool = False
+    picker_client_cert: tuple[str, str] = ("", "")  # (cert, key) PEM files Envoy presents to the picker
     picker_args: tuple[str, ...] = ()
     picker_hosts: tuple[str, ...] = ()
     envoy_variant: str | None = "gie-fail-closed"
@@ -323,6 +324,8 @@ class Stack:
             admin_port=self.ports.admin,
             picker_port=self.ports.grpc,
             picker_tls=self.spec.picker_tls,
+            picker_client_cert=self.spec.picker_client_cert[0],
+            picker_client_key=self.spec.picker_client_cert[1],
             endpoints=tuple(self.endpoints),
             subset_hint_header=self.spec.subset_hint_header,
             report_served_endpoint=self.spec.report_served_endpoint,

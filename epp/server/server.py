@@ -56,6 +56,7 @@ class ServerSettings:
     credentials: grpc.ServerCredentials | None = None  # grpcio engine: None = plaintext
     certificate: CertPair | None = None  # h2 engine: None = plaintext (grpcio: for information)
     reload_from: CertDir | None = None  # h2 engine: re-read on change (grpcio reloads via credentials)
+    client_ca: bytes | None = None  # h2 engine: PEM CA clients must present a cert of (grpcio: credentials)
     engine: str = "grpcio"  # "grpcio" (grpc.aio) or "h2" (epp.server.h2); the CLI defaults to h2
     max_body_bytes: int = 16 * 1024 * 1024
     health_on_ext_proc_port: bool = False
@@ -146,6 +147,7 @@ class EppServer:
                     max_send_bytes=s.max_send_bytes,
                     tls_min_version=s.tls_min_version,
                     tls_cipher_suites=s.tls_cipher_suites,
+                    client_ca=s.client_ca,
                 )
                 self._ext_proc = h2
                 self.grpc_port = await h2.start(s.host, s.grpc_port)

@@ -9,6 +9,11 @@
   rotated Kubernetes secret is picked up by the next connection without a restart. A half-written pair
   (the key does not match the certificate) is ignored until it is complete, keeping the old one.
 
+With ``--grpc-client-ca-file`` (ours; GIE has no client authentication on this port) the port also
+requires a client certificate signed by one of the CAs in that PEM bundle (mutual TLS): a client
+without one, or with one from another CA, is refused during the TLS handshake. The bundle is read once
+at start (:func:`read_client_ca`); a reloaded server certificate keeps the requirement.
+
 ALPN ``h2`` is negotiated by gRPC itself. Errors name the file and what is wrong (:class:`TlsError`).
 """
 
@@ -37,6 +42,8 @@ __all__ = [
     "apply_tls_overrides",
     "load_certificate",
     "openssl_ciphers",
+    "read_client_ca",
+    "require_client_certificates",
     "self_signed",
     "server_credentials",
 ]
@@ -225,8 +232,33 @@ class CertDir:
         return pair
 
 
-def _config(pair: CertPair) -> grpc.ServerCertificateConfiguration:
-    return grpc.ssl_server_certificate_configuration([(pair.key_pem, pair.cert_pem)])
+def read_client_ca(path: str) -> bytes:
+    """The PEM CA bundle clients' certificates must chain to (raises TlsError naming ``path`` when it
+    cannot be read or holds no certificate)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise TlsError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        certificates = x509.load_pem_x509_certificates(data)
+    except ValueError as exc:
+        raise TlsError(f"{path}: not a PEM certificate bundle ({exc})") from None
+    if not certificates:
+        raise TlsError(f"{path}: no certificate in the file")
+    return data
+
+
+def require_client_certificates(context: ssl.SSLContext, client_ca: bytes) -> None:
+    """Make ``context`` (a server context) demand a client certificate signed by ``client_ca``."""
+    context.load_verify_locations(cadata=client_ca.decode("ascii"))
+    context.verify_mode = ssl.CERT_REQUIRED
+
+
+def _config(pair: CertPair, client_ca: bytes | None = None) -> grpc.ServerCertificateConfiguration:
+    return grpc.ssl_server_certificate_configuration(
+        [(pair.key_pem, pair.cert_pem)], root_certificates=client_ca
+    )
 
 
 def load_certificate(
@@ -240,15 +272,23 @@ def load_certificate(
 
 
 def server_credentials(
-    *, cert_path: str | None, reload: bool, hosts: Sequence[str] = ()
+    *, cert_path: str | None, reload: bool, hosts: Sequence[str] = (), client_ca: bytes | None = None
 ) -> tuple[grpc.ServerCredentials, CertPair]:
-    """grpc.aio credentials for the ext_proc port and the initial pair (tests trust its certificate)."""
+    """grpc.aio credentials for the ext_proc port and the initial pair (tests trust its certificate);
+    with ``client_ca`` (PEM) clients must present a certificate it signed."""
     pair, source = load_certificate(cert_path=cert_path, reload=reload, hosts=hosts)
+    required = client_ca is not None
     if source is None:
-        return grpc.ssl_server_credentials([(pair.key_pem, pair.cert_pem)]), pair
+        credentials = grpc.ssl_server_credentials(
+            [(pair.key_pem, pair.cert_pem)], root_certificates=client_ca, require_client_auth=required
+        )
+        return credentials, pair
 
     def fetch() -> grpc.ServerCertificateConfiguration | None:
         new = source.changed()
-        return None if new is None else _config(new)
+        return None if new is None else _config(new, client_ca)
 
-    return grpc.dynamic_ssl_server_credentials(_config(pair), fetch), pair
+    credentials = grpc.dynamic_ssl_server_credentials(
+        _config(pair, client_ca), fetch, require_client_authentication=required
+    )
+    return credentials, pair

@@ -51,6 +51,7 @@ RESOURCES: dict[str, list[tuple[str, str, bool]]] = {
         ("clusterrolebindings", "ClusterRoleBinding", False),
     ],
     "coordination.k8s.io/v1": [("leases", "Lease", True)],
+    "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy", True)],
     "inference.networking.k8s.io/v1": [("inferencepools", "InferencePool", True)],
     "inference.networking.x-k8s.io/v1alpha2": [("inferenceobjectives", "InferenceObjective", True)],
     "monitoring.coreos.com/v1": [("servicemonitors", "ServiceMonitor", True)],

@@ -18,6 +18,7 @@ from epp.envoy_config import (
     validate,
     write_config,
 )
+from epp.server.tls import self_signed
 
 PARAMS = EnvoyParams(
     listen_port=18081, admin_port=19001, picker_port=19002, endpoints=("127.0.0.1:8000", "10.0.0.2:8001")
@@ -113,6 +114,30 @@ def test_plaintext_removes_only_the_picker_tls() -> None:
     assert "transport_socket" not in clusters(doc)["endpoint_picker"]
 
 
+@pytest.mark.parametrize("variant", sorted(set(VARIANTS) - {"round-robin"}))
+def test_picker_client_certificate_passes_envoy_validate(variant: str, tmp_path: Path) -> None:
+    pair = self_signed()
+    (tmp_path / "c.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "c.key").write_bytes(pair.key_pem)
+    params = EnvoyParams(
+        **{
+            **_fields(PARAMS),
+            "picker_client_cert": str(tmp_path / "c.crt"),
+            "picker_client_key": str(tmp_path / "c.key"),
+        }
+    )
+    doc = render(variant, params)
+    common = clusters(doc)["endpoint_picker"]["transport_socket"]["typed_config"]["common_tls_context"]
+    assert common["tls_certificates"] == [
+        {
+            "certificate_chain": {"filename": str(tmp_path / "c.crt")},
+            "private_key": {"filename": str(tmp_path / "c.key")},
+        }
+    ]
+    assert common["alpn_protocols"] == ["h2"]
+    validate(write_config(variant, params, tmp_path / f"{variant}.yaml"))
+
+
 def test_fail_open_buffers_the_request_body_and_falls_back_to_all_servers() -> None:
     doc = render("gie-fail-open", PARAMS)
     (ext,) = ext_procs(doc)
@@ -191,6 +216,17 @@ def test_subset_hint_header_goes_into_envoy_lb_subset_hint_before_ext_proc() -> 
             EnvoyParams(listen_port=1, admin_port=2, endpoints=("h:1",), subset_hint_header="x"),
             "round-robin",
             "no ext_proc filter",
+        ),
+        (EnvoyParams(1, 2, picker_client_cert="c.crt"), "gie-fail-closed", "must be given together"),
+        (
+            EnvoyParams(1, 2, picker_tls=False, picker_client_cert="c", picker_client_key="k"),
+            "gie-fail-closed",
+            "needs TLS to the picker",
+        ),
+        (
+            EnvoyParams(1, 2, endpoints=("h:1",), picker_client_cert="c", picker_client_key="k"),
+            "round-robin",
+            "no TLS endpoint_picker cluster",
         ),
     ],
 )

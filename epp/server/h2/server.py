@@ -4,7 +4,8 @@ TLS uses an :class:`ssl.SSLContext` with ALPN ``h2`` built from the same :class:
 the grpc.aio engine uses (a generated pair is written to a private temporary directory, removed at
 stop, because OpenSSL loads certificates from files). With a reloading :class:`~epp.server.tls.CertDir`
 a task checks the files every ``reload_interval`` seconds and loads a changed, valid pair into the
-context, which applies to the next TLS handshake.
+context, which applies to the next TLS handshake. With ``client_ca`` (PEM) every handshake also requires a
+client certificate that CA signed (``--grpc-client-ca-file``).
 
 ``stop(grace)``: stop accepting, send GOAWAY on every connection, wait up to ``grace`` seconds for their
 streams to finish, then end the rest with outcome SHUTDOWN and close the connections.
@@ -25,7 +26,7 @@ import structlog
 
 from epp.server.h2.connection import H2Connection
 from epp.server.stream import StreamCore
-from epp.server.tls import CertDir, CertPair, apply_tls_overrides
+from epp.server.tls import CertDir, CertPair, apply_tls_overrides, require_client_certificates
 
 __all__ = ["H2Server", "tls_context"]
 
@@ -64,12 +65,14 @@ class H2Server:
         max_send_bytes: int = 0,
         tls_min_version: str | None = None,
         tls_cipher_suites: Sequence[str] = (),
+        client_ca: bytes | None = None,
     ) -> None:
         self._core = core
         self._max_message = max_message_bytes
         self._max_send = max_send_bytes
         self._tls = (tls_min_version, tuple(tls_cipher_suites))
         self._certificate = certificate
+        self._client_ca = client_ca
         self._reload_from = reload_from
         self._reload_interval = reload_interval
         self._connections: set[H2Connection] = set()
@@ -94,6 +97,8 @@ class H2Server:
         if self._certificate is not None:
             self._tmpdir = tempfile.mkdtemp(prefix="epp-tls-")
             self._context = tls_context(self._certificate, self._tmpdir, *self._tls)
+            if self._client_ca is not None:
+                require_client_certificates(self._context, self._client_ca)
             if self._reload_from is not None:
                 self._reloader = asyncio.create_task(self._reload_forever(), name="epp-h2-cert-reload")
         loop = asyncio.get_running_loop()
