@@ -13,7 +13,7 @@ layer (static discovery, the real HTTP client) and, after a warm-up, measures fo
 * the scrape rate achieved and the number of endpoints that were not ready at the end.
 
 It also times the parsers on one body: our ``datalayer.promtext`` (all samples and the filtered fast
-path) against ``prometheus_client.parser``.
+path) against ``prometheus_client.parser``, and the HTTP client's response parsing (``httptools``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,15 @@ from typing import Any, cast
 
 import structlog
 
-__all__ = ["PointResult", "main", "parser_timings", "run_point", "serve_fleet", "vllm_metrics_text"]
+__all__ = [
+    "PointResult",
+    "http_parse_timings",
+    "main",
+    "parser_timings",
+    "run_point",
+    "serve_fleet",
+    "vllm_metrics_text",
+]
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 _BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -282,6 +290,40 @@ def parser_timings(repeat: int = 200) -> dict[str, float]:
     return {name: round(timeit.timeit(fn, number=repeat) / repeat * 1e6, 1) for name, fn in cases.items()}
 
 
+def http_parse_timings(repeat: int = 2000) -> dict[str, float]:
+    """Microseconds of CPU for :class:`~datalayer.rawhttp.RawHttpClient`'s connection protocol to parse
+    one ~30 KB ``/metrics`` response (fed in 16 KiB reads, no sockets): Content-Length and chunked."""
+    from datalayer.rawhttp import _Conn
+
+    body = vllm_metrics_text(3, 5, 0.4, seed=1).encode()
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+    sized = head + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    chunked = head + b"Transfer-Encoding: chunked\r\n\r\n"
+    for i in range(0, len(body), 8192):
+        chunked += b"%x\r\n" % len(body[i : i + 8192]) + body[i : i + 8192] + b"\r\n"
+    chunked += b"0\r\n\r\n"
+
+    class _Sink:
+        def write(self, data: bytes) -> None: ...
+
+        def abort(self) -> None: ...
+
+    async def measure(reply: bytes) -> float:
+        conn = _Conn()
+        conn.connection_made(_Sink())  # type: ignore[arg-type]
+        reads = [reply[i : i + 16384] for i in range(0, len(reply), 16384)]
+        start = time.process_time()
+        for _ in range(repeat):
+            done = conn.request(b"GET /metrics HTTP/1.1\r\n\r\n", 1 << 20)
+            for data in reads:
+                conn.data_received(data)
+            assert len(done.result().body) == len(body)
+        return round((time.process_time() - start) / repeat * 1e6, 1)
+
+    cases = {"Content-Length": sized, "chunked (8 KiB chunks)": chunked}
+    return {name: asyncio.run(measure(reply)) for name, reply in cases.items()}
+
+
 def _start_fleet(count: int) -> tuple[subprocess.Popen[bytes], list[int]]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.datalayer_bench", "serve", str(count)],
@@ -326,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     if not args.json:
         print("parser, us per ~30 KB vLLM body:", parser_timings())
+        print("HTTP response parse (RawHttpClient), us CPU per ~30 KB response:", http_parse_timings())
     for size in sizes:
         for client in args.client.split(","):
             proc, ports = _start_fleet(size)

@@ -22,8 +22,10 @@ to 5 s here (upstream: every base tick; a /v1/models poll every 50 ms is wasted 
 engine; default ``vllm``), ``engineLabelKey`` (the endpoint label naming the engine; default
 ``llm-d.ai/engine-type``, GIE's ``inference.networking.k8s.io/engine-type`` is always the fallback).
 
-Unknown keys are rejected (llm-d-router decodes plugin parameters strictly). TLS files are read when
-``scheme: https`` is set here, so a missing CA file fails at load; otherwise when the data layer starts.
+Durations (``interval``) are Go duration strings in the picker's one grammar (:mod:`scheduler.duration`,
+documented in docs/scheduler.md, "Durations"). Unknown keys are rejected (llm-d-router decodes plugin
+parameters strictly). TLS files are read when ``scheme: https`` is set here, so a missing CA file fails
+at load; otherwise when the data layer starts.
 :func:`validate_plugin_params` returns the validated values: ``path``, ``interval`` (seconds or None),
 ``connection`` (:class:`~datalayer.connection.SourceConnection`) for sources; ``engines`` (only when
 ``engineConfigs`` is set), ``default_engine``, ``engine_label_key`` for the extractor.
@@ -37,7 +39,7 @@ from typing import Any
 from datalayer.connection import Connection, SourceConnection, TlsSettingsError
 from datalayer.engines import BUILTIN_ENGINES, DEFAULT_ENGINE, EngineConfigError, parse_engine_configs
 from datalayer.sources import ENGINE_LABEL_KEY
-from scheduler.plugins.saturation.duration import parse_duration
+from scheduler.duration import go_duration
 
 __all__ = ["ParamError", "go_duration", "validate_plugin_params"]
 
@@ -60,19 +62,6 @@ _KEYS = {
     "endpoint-notification-source": set(),
     "file-discovery": {"path", "watchFile"},
 }
-
-
-def go_duration(text: str) -> float:
-    """Seconds from a Go ``time.ParseDuration`` string (``1s``, ``1m30s``, ``-2ms``, ``0``); ValueError.
-
-    The scheduler's parser (:func:`scheduler.plugins.saturation.duration.parse_duration`), for strings
-    only and without surrounding whitespace, as Go's."""
-    if not isinstance(text, str) or text != text.strip():
-        raise ValueError(text)
-    try:
-        return parse_duration(text)
-    except ValueError:
-        raise ValueError(text) from None
 
 
 class ParamError(ValueError):

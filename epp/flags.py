@@ -8,8 +8,9 @@ argparse understands, and parses Go value syntax:
   ``--v 3`` -> ``-v 3``.
 * Booleans: ``--flag`` (true), ``--flag=false``, and ``--flag false`` (the next argument is consumed only
   when it is a Go boolean literal: ``1 t T TRUE true True 0 f F FALSE false False``).
-* Durations: Go's ``time.ParseDuration`` syntax, a sequence of decimal numbers with units ``ns us µs ms
-  s m h`` (``50ms``, ``1.5s``, ``1m30s``); ``0`` alone is accepted. Results are seconds as float.
+* Durations: Go's ``time.ParseDuration`` grammar, the one of :mod:`scheduler.duration` (``50ms``,
+  ``1.5s``, ``1m30s``, ``0``; see docs/scheduler.md, "Durations"); flags take no negative ones.
+  Results are seconds as float.
 
 Every parse function raises :class:`argparse.ArgumentTypeError` with a message saying what was expected,
 which argparse reports as ``error: argument --flag: ...`` with exit status 2.
@@ -21,6 +22,8 @@ import argparse
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from scheduler.duration import go_duration
 
 __all__ = [
     "BoolAction",
@@ -34,8 +37,6 @@ __all__ = [
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 
 
 def parse_bool(text: str) -> bool:
@@ -48,19 +49,16 @@ def parse_bool(text: str) -> bool:
 
 
 def parse_duration(text: str) -> float:
-    """Go's ``time.ParseDuration`` (non-negative), in seconds."""
-    if text == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    while pos < len(text):
-        match = _DURATION_PART.match(text, pos)
-        if match is None:
-            raise argparse.ArgumentTypeError(f"expected a duration such as 50ms, 2s or 1m30s, got {text!r}")
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos == 0:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 50ms, 2s or 1m30s, got {text!r}")
-    return total
+    """Go's ``time.ParseDuration`` (:func:`scheduler.duration.go_duration`), non-negative, in seconds."""
+    try:
+        seconds = go_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 50ms, 2s or 1m30s, got {text!r}"
+        ) from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"expected a duration that is not negative, got {text!r}")
+    return seconds
 
 
 _QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[kMGTPE]|m|)")

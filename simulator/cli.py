@@ -23,6 +23,7 @@ from typing import Any
 
 import structlog
 
+from scheduler.duration import go_duration
 from simulator.config import (
     FAILURE_TYPES,
     PROFILES,
@@ -46,17 +47,23 @@ __all__ = [
     "serve",
 ]
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(us|µs|ms|s|m)?\s*$")
-_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+_NUMBER = re.compile(r"[0-9]*\.?[0-9]+")
+_UNITS = {"ms": 1e-3, "s": 1.0}
 _D = SimConfig()
 
 
 def parse_duration(text: str, default_unit: str = "ms") -> float:
-    """``"12ms"`` -> 0.012 seconds; a bare number is in ``default_unit``."""
-    m = _DURATION.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"expected a duration like 12ms, 250us or 1.5s, got {text!r}")
-    return float(m.group(1)) * _UNITS[m.group(2) or default_unit]
+    """Seconds from a Go duration (``"12ms"`` -> 0.012; the picker's grammar, :mod:`scheduler.duration`)
+    or a bare non-negative number in ``default_unit`` (``ms`` or ``s``); negative durations are refused."""
+    try:
+        seconds = float(text) * _UNITS[default_unit] if _NUMBER.fullmatch(text) else go_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration like 12ms, 250us or 1.5s, got {text!r}"
+        ) from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"expected a duration that is not negative, got {text!r}")
+    return seconds
 
 
 def _seconds(text: str) -> float:

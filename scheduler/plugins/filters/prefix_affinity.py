@@ -40,13 +40,13 @@ from typing import Any
 import xxhash
 
 from scheduler.cycle_state import CycleState
+from scheduler.duration import DURATION_EXPECT, parse_duration
 from scheduler.interfaces import Handle, Plugin
 from scheduler.params import param, parse_params
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
 from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.plugins.prefix.match import PrefixMatch
-from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
 from scheduler.plugins.scorers.inflight import InflightTracker
 from scheduler.plugins.scorers.inflight_consumer import InflightLoadConsumer, check_own_tracking
 from scheduler.plugins.scorers.inflight_hooks import InflightHooks

@@ -51,12 +51,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState
+from scheduler.duration import DURATION_EXPECT, parse_duration
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable
-from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
 from scheduler.plugins.scorers.inflight import InflightTracker
 from scheduler.plugins.scorers.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult

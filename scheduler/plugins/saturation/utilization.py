@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduler.cycle_state import CycleState
+from scheduler.duration import DURATION_EXPECT, parse_duration
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["UtilizationDetector", "UtilizationParams", "factory"]

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.cycle_state import CycleState
+from scheduler.duration import DURATION_EXPECT, parse_duration
 from scheduler.interfaces import Handle
 from scheduler.params import param, parse_params
 from scheduler.plugins.base import PluginBase
-from scheduler.plugins.saturation.duration import DURATION_EXPECT, parse_duration
 from scheduler.plugins.scorers.inflight import InflightTracker
 from scheduler.plugins.scorers.inflight_consumer import InflightLoadConsumer, check_own_tracking
 from scheduler.plugins.scorers.inflight_hooks import InflightHooks

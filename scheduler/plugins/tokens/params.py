@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.duration import parse_duration
 from scheduler.errors import ConfigError
 from scheduler.params import plugin_location
-from scheduler.plugins.saturation.duration import parse_duration
 
 __all__ = ["DEFAULT_URL", "RenderBackend", "TokenProducerParams", "parse_token_producer_params"]
 

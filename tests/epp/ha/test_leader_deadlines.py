@@ -9,6 +9,7 @@ tests add a jump to the monotonic clock the elector is given (a suspended proces
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import itertools
 import time
 from dataclasses import replace
@@ -200,6 +201,25 @@ async def test_renewal_answered_after_a_clock_jump_is_not_a_proof() -> None:
         assert events.kinds()[:3] == ["+", "-", "+"]
     finally:
         await stop(task, api)
+
+
+async def test_wall_clock_jumps_change_nothing() -> None:
+    """Only renewTime carries the wall clock; nobody decides by it (other nodes' clocks are not trusted)."""
+    api, events = FlakyLeases(), Events()
+    jumps = itertools.cycle([dt.timedelta(days=-400), dt.timedelta(days=3), dt.timedelta(0)])
+    a = LeaderElector(
+        api, "a", **TIMING, **events.callbacks(), wall=lambda: dt.datetime.now(dt.UTC) + next(jumps)
+    )  # type: ignore[arg-type]
+    b = LeaderElector(api, "b", **TIMING)  # type: ignore[arg-type]
+    tasks = [asyncio.create_task(a.run())]
+    try:
+        await until(lambda: a.is_leader)
+        tasks.append(asyncio.create_task(b.run()))
+        await asyncio.sleep(2 * LEASE)
+        assert events.kinds() == ["+"] and not b.is_leader
+    finally:
+        for task in tasks:
+            await stop(task, api)
 
 
 async def test_one_cancel_stops_the_leader_during_a_hanging_call() -> None:
