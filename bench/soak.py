@@ -11,8 +11,9 @@ Every request is a 1 KB completion streamed back as SSE with ``--tokens`` tokens
    ``--max-in-flight``; a request that would exceed the cap is not sent and counted as ``shed``), sampled
    every ``--window`` seconds: completed requests, errors (a status other than 200, a transport error,
    or a stream without its final ``data: [DONE]``), latency p50/p99, the picker's CPU per request (its
-   utime+stime delta minus its idle rate, measured first with no traffic, over the window), and its RSS
-   (``VmRSS``) at the end of the window.
+   utime+stime delta minus its idle rate, measured first with no traffic, over the window), its RSS
+   (``VmRSS``) at the end of the window, and the most requests in flight at once during it (a backlog
+   holds picker memory: read RSS growth next to it).
 
 Targets, printed as PASS or MISS and written with the windows to ``report.md``: 0 errors; RSS growth
 ≤ 5% (the largest RSS of the windows after ``--warmup`` over the RSS at the end of the warm-up); CPU per
@@ -69,6 +70,7 @@ class Window:
     p99_ms: float
     picker_us_per_req: float
     rss_mb: float
+    in_flight: int = 0  # most requests in flight at once during the window (a backlog holds picker memory)
 
 
 @dataclass(slots=True)
@@ -78,6 +80,7 @@ class _Tally:
     latencies: list[float] = field(default_factory=list)
     errors: int = 0
     shed: int = 0
+    peak_in_flight: int = 0
 
 
 @dataclass(slots=True)
@@ -141,6 +144,7 @@ async def soak(
                 task = asyncio.create_task(_one(session, url, body, counts))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
+                counts.window.peak_in_flight = max(counts.window.peak_in_flight, len(in_flight))
             if now >= next_sample:
                 cpu, tally = picker_cpu_seconds(pid), counts.window
                 n, elapsed = len(tally.latencies), now - last
@@ -156,6 +160,7 @@ async def soak(
                         p99_ms=percentile(tally.latencies, 99),
                         picker_us_per_req=used / max(n, 1) * 1e6,
                         rss_mb=rss_bytes(pid) / 2**20,
+                        in_flight=tally.peak_in_flight,
                     )
                 )
                 _print_window(windows[-1])
@@ -174,7 +179,8 @@ async def soak(
 def _print_window(w: Window) -> None:
     print(
         f"[soak] t={w.end_s:6.0f}s {w.rps:7.1f} req/s p50 {w.p50_ms:7.2f} ms p99 {w.p99_ms:7.2f} ms "
-        f"picker {w.picker_us_per_req:6.0f} us/req RSS {w.rss_mb:6.1f} MB errors {w.errors} shed {w.shed}",
+        f"picker {w.picker_us_per_req:6.0f} us/req RSS {w.rss_mb:6.1f} MB errors {w.errors} shed {w.shed} "
+        f"peak in flight {w.in_flight}",
         flush=True,
     )
 
@@ -217,12 +223,12 @@ def report(windows: Sequence[Window], checks: Sequence[str], header: Sequence[st
     lines = [
         *header,
         "",
-        "| t (s) | req/s | errors | shed | p50 ms | p99 ms | picker µs/req | picker RSS MB |",
+        "| t (s) | req/s | errors | shed | max in flight | p50 ms | p99 ms | picker µs/req | picker RSS MB |",
     ]
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     lines.extend(
-        f"| {w.end_s:.0f} | {w.rps:.1f} | {w.errors} | {w.shed} | {w.p50_ms:.2f} | {w.p99_ms:.2f} "
-        f"| {w.picker_us_per_req:.0f} | {w.rss_mb:.1f} |"
+        f"| {w.end_s:.0f} | {w.rps:.1f} | {w.errors} | {w.shed} | {w.in_flight} "
+        f"| {w.p50_ms:.2f} | {w.p99_ms:.2f} | {w.picker_us_per_req:.0f} | {w.rss_mb:.1f} |"
         for w in windows
     )
     return "\n".join([*lines, "", *(f"- {c}" for c in checks), ""])

@@ -67,7 +67,7 @@ def test_short_soak_through_envoy_writes_its_report(tmp_path: Path) -> None:
     windows = json.loads((tmp_path / "windows.json").read_text())
     assert len(windows) == 6
     assert sum(w["requests"] for w in windows) > 0 and not any(w["errors"] for w in windows)
-    assert all(w["rss_mb"] > 10 and w["picker_us_per_req"] > 0 for w in windows)
+    assert all(w["rss_mb"] > 10 and w["picker_us_per_req"] > 0 and w["in_flight"] >= 0 for w in windows)
     report = (tmp_path / "report.md").read_text()
     assert "PASS errors: 0 of" in report and "picker RSS growth after warm-up" in report
     assert "picker CPU per request flat" in report
