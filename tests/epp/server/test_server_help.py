@@ -154,11 +154,18 @@ def test_a_malformed_config_file_is_reported_once(tmp_path: Path) -> None:
     assert output.count("invalid YAML") == 1, output
 
 
-def test_epp_sim_console_logs_to_a_file_carry_no_colour_codes(tmp_path: Path) -> None:
-    log = tmp_path / "sim.log"
-    exe = Path(sys.executable).parent / "epp-sim"
+@pytest.mark.parametrize(
+    "argv",
+    [["epp-sim", "--port", "0", "--log-format", "console"],
+     ["epp", *BASE, "--log-format", "console", "--secure-serving=false", "-v", "1",
+      "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0"]],
+    ids=["epp-sim", "epp"],
+)  # fmt: skip
+def test_console_logs_to_a_file_carry_no_colour_codes(tmp_path: Path, argv: list[str]) -> None:
+    log = tmp_path / "out.log"
+    exe = Path(sys.executable).parent / argv[0]
     with log.open("wb") as out:
-        proc = subprocess.Popen([str(exe), "--port", "0", "--log-format", "console"], stdout=out, stderr=out)
+        proc = subprocess.Popen([str(exe), *argv[1:]], stdout=out, stderr=out)
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and not log.read_bytes().strip():
@@ -167,5 +174,5 @@ def test_epp_sim_console_logs_to_a_file_carry_no_colour_codes(tmp_path: Path) ->
             proc.terminate()
             proc.wait(10)
     text = log.read_bytes()
-    assert text.strip(), "epp-sim logged nothing"
+    assert text.strip(), f"{argv[0]} logged nothing"
     assert b"\x1b[" not in text, text[:300]
