@@ -139,9 +139,11 @@ class H2Server:
         tls = self._context is not None
         try:
             first = await _peek(loop, sock, len(HTTP2_PREFACE), self.first_bytes_timeout_s)
-        except (TimeoutError, OSError):
+        except BaseException as exc:  # silent client, reset, or stop(): the socket is not handed over
             sock.close()
-            return
+            if isinstance(exc, TimeoutError | OSError):
+                return
+            raise
         kind = classify(first, tls=tls)
         if kind is not None or not first:
             if kind is not None:
@@ -153,9 +155,11 @@ class H2Server:
             await loop.connect_accepted_socket(
                 lambda: connection, sock, ssl=self._context, ssl_handshake_timeout=10.0 if tls else None
             )
-        except (TimeoutError, OSError, ConnectionError) as exc:
+        except BaseException as exc:  # a failed handshake, or stop() during it
             self._connections.discard(connection)
             sock.close()
+            if not isinstance(exc, TimeoutError | OSError):
+                raise
             if tls:
                 self.mismatches.report("handshake-failed", peer, _reason(exc))
 
