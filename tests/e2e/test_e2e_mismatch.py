@@ -92,3 +92,10 @@ def test_http1_on_the_ext_proc_port_is_explained(plaintext_picker_tls_envoy: Sta
         httpx.post(f"http://127.0.0.1:{stack.ports.grpc}/v1/completions", json={}, timeout=5.0)
     assert eventually(lambda: "does not speak HTTP/2 gRPC" in _log(stack)), _log(stack)
     assert "Envoy's listener" in _log(stack)
+
+
+def test_envoy_answers_an_empty_500_when_the_picker_is_unreachable() -> None:
+    """The README's troubleshooting row: gie-fail-closed with no picker listening, nothing to log."""
+    with running(StackSpec(servers=1, sim_args=SIM_ARGS, picker=False)) as stack:
+        response = _post(stack)
+        assert (response.status_code, response.content) == (500, b"")
