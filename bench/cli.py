@@ -30,7 +30,12 @@ class Benchmark:
 
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("scheduler", "bench.scheduler_bench", ("--quick",), "decision latency, prefix index memory"),
-    Benchmark("simulator", "bench.simulator_bench", ("--seconds", "2", "--scenario", "realtime"), "vLLM sim"),
+    Benchmark(
+        "simulator",
+        "bench.simulator_bench",
+        ("--seconds", "2", "--scenario", "realtime"),
+        "epp-sim throughput: servers x streams in one process, real time",
+    ),
     Benchmark("datalayer", "bench.datalayer_bench", ("--seconds", "2"), "metrics polling and parsing"),
     Benchmark("extproc", "bench.extproc_core_bench", ("--quick",), "ext_proc protocol core"),
     Benchmark("extproc-envoy", "bench.extproc_bench", ("--quick",), "picker cost behind the real Envoy"),
@@ -60,9 +65,19 @@ def _entry(bench: Benchmark) -> Callable[[list[str]], Any]:
 
 
 def _usage() -> str:
-    lines = ["usage: epp-bench {all [--full] | BENCHMARK [args...]}", "", "benchmarks:"]
-    lines += [f"  {b.name:<10} {b.summary}" for b in BENCHMARKS]
-    lines.append("  all        the benchmarks above but inference-perf, quick form (--full: defaults)")
+    rows = [(b.name, b.summary + ("" if b.in_all else "; not part of all")) for b in BENCHMARKS]
+    rows.append(("all [--full]", "every benchmark above in its quick form (--full: their default sizes)"))
+    width = max(len(name) for name, _ in rows)
+    lines = [
+        "usage: epp-bench {all [--full] | BENCHMARK [args...]}",
+        "",
+        "Benchmarks of the picker and its parts; each prints its figures and its targets as PASS/MISS",
+        "lines. 'epp-bench BENCHMARK --help' lists a benchmark's own flags.",
+        "",
+        "benchmarks:",
+    ]
+    lines += [f"  {name:<{width}}  {summary}" for name, summary in rows]
+    lines += ["", "exit status: 0 when every benchmark ran, 1 when one failed, 2 for a bad command line"]
     return "\n".join(lines)
 
 

@@ -192,4 +192,4 @@ def running_router(
     finally:
         for proc in extra:
             proc.stop()
-        stack.stop()
+        stack.close()

@@ -544,6 +544,5 @@ def serve(options: Options) -> int:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             return runner.run(run(options))
     except StartupError as exc:
-        _log.error("startup failed", error=str(exc))
-        print(f"epp: {exc}", file=sys.stderr)
+        print(f"epp: {exc}", file=sys.stderr)  # once, as plain text (no log line repeating it)
         return 1

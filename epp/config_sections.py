@@ -209,6 +209,9 @@ def check_config(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: T
     """
     out, err = stdout or sys.stdout, stderr or sys.stderr
     args = list(argv)
+    if any(a in ("-h", "--help") for a in args):
+        out.write(_HELP)
+        return 0
     to: str | None = None
     if args and args[0] == "--to":
         if len(args) < 2 or args[1].startswith("-"):
@@ -236,10 +239,26 @@ def check_config(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: T
         if difference is not None:
             raise ConfigError(f"the converted document does not mean the same: {difference}", location="--to")
     except (ConfigError, PluginRegistrationError) as exc:
-        print(f"error: {exc}", file=err)
+        for line in str(exc).splitlines():  # every error of the file, one per line
+            print(f"error: {line}", file=err)
         return 2
     out.write(f"# converted from {loaded.config.api_version} by epp check-config --to {to}\n{text}")
     return 0
 
 
 _USAGE = "epp check-config [--to APIVERSION] [FILE | -]"
+_HELP = f"""usage: {_USAGE}
+
+Validate an EndpointPickerConfig exactly as the server does and print it resolved (every plugin with
+its parameters and defaults filled in, every profile).
+
+arguments:
+  FILE              the YAML file to check; - reads standard input; none: the built-in default
+                    configuration
+  --to APIVERSION   print the document converted to this apiVersion (llm-d.ai/v1alpha1 or
+                    inference.networking.x-k8s.io/v1alpha1) instead, once it is shown to mean the same
+  -h, --help        show this help and exit
+
+exit status: 0 valid (the resolved or converted configuration on stdout); 2 invalid, with every
+error of the file on stderr, one per line: error: FILE: LOCATION: MESSAGE
+"""

@@ -11,7 +11,14 @@ What it does, printing progress as it goes:
    (``deploy/envoy/round-robin.yaml``);
 4. prints a side-by-side table: requests per server, prefix-cache hit rate measured at the servers
    (``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total``), TTFT p50/p90, output
-   tokens/s and requests/s; then stops everything it started (also on Ctrl-C or SIGTERM).
+   tokens/s and requests/s; then stops everything it started (also on Ctrl-C or SIGTERM) and removes
+   its temporary folder (``/tmp/epp-stack-*``, the process logs).
+
+Ctrl-C works at any moment, whatever the caller did with SIGINT (a shell's background job ignores it,
+and children inherit that): the demo installs Python's default handler first. Starting and stopping
+processes defer the interrupt until the step is done (:class:`epp.stack.SigintDeferred`); during a
+workload it cancels the load cleanly. The exit status is then 130, with one line on stderr and no
+traceback.
 
 ``--quick`` runs a smaller workload faster (used by the tests). Exit status 0 on success, 1 when a
 run had errors or a process failed to start.
@@ -24,20 +31,22 @@ import asyncio
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any, TypeVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from epp.stack import Stack, StackError, StackSpec
+from epp.stack import SigintDeferred, Stack, StackError, StackSpec
 from simulator.loadgen import LoadOptions, RequestResult, run_load
 from simulator.workloads import Workload, WorkloadParams, build_workload, percentile
 
 __all__ = ["FULL", "QUICK", "DemoSettings", "RunSummary", "format_table", "main", "run_demo", "summarize"]
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +170,50 @@ def _drive(stack: Stack, router: str, workload: Workload) -> RunSummary:
     print(f"[demo] {router}: sending {len(workload.requests)} streamed requests through Envoy", flush=True)
     opts = LoadOptions(base_url=stack.base_url, mode="arrival", time_limit_s=300.0, request_timeout_s=60.0)
     start = time.perf_counter()
-    results = asyncio.run(run_load(workload, opts))
+    results = run_interruptibly(lambda: run_load(workload, opts))
     summary = summarize(router, stack, results, time.perf_counter() - start)
     print(f"[demo] {router}: done, hit rate {summary.hit_rate:.1%}, {summary.errors} errors", flush=True)
     return summary
+
+
+def run_interruptibly(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``asyncio.run(factory())`` where Ctrl-C cancels the coroutine and then raises KeyboardInterrupt.
+
+    The event loop is created and closed, and the coroutine created, with SIGINT deferred, so an
+    interrupt never lands half-way through them (which would leave a half-made loop or a coroutine
+    never awaited); inside, SIGINT cancels the coroutine's task."""
+    with SigintDeferred() as deferred:
+        interrupted, result = asyncio.run(_cancel_on_sigint(factory, deferred))
+    if interrupted:
+        raise KeyboardInterrupt
+    assert result is not None
+    return result
+
+
+async def _cancel_on_sigint(
+    factory: Callable[[], Coroutine[Any, Any, T]], deferred: SigintDeferred
+) -> tuple[bool, T | None]:
+    if deferred.take():
+        return True, None
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    hits: list[int] = []
+
+    def on_sigint(signum: int, _frame: FrameType | None) -> None:
+        hits.append(signum)
+        loop.call_soon_threadsafe(task.cancel)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        return False, await factory()
+    except asyncio.CancelledError:
+        if not hits:
+            raise
+        return True, None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        deferred.pending = deferred.pending or bool(hits)
 
 
 def run_demo(settings: DemoSettings) -> list[RunSummary]:
@@ -182,7 +231,8 @@ def run_demo(settings: DemoSettings) -> list[RunSummary]:
         print(f"[demo] {msg}", flush=True)
 
     with Stack(spec, progress=progress) as stack:
-        progress(f"Envoy on {stack.base_url}, picker metrics on {stack.metrics_url}, logs in {stack.workdir}")
+        progress(f"Envoy on {stack.base_url}, picker metrics on {stack.metrics_url}")
+        progress(f"process logs in {stack.workdir} (removed when the demo ends)")
         picker = _drive(stack, "Envoy + picker", workload)
         progress("restarting the model servers (cold caches) and switching Envoy to round-robin")
         stack.stop_picker()
@@ -201,9 +251,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m epp.demo", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller, faster workload (for tests)")
     ns = p.parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
-    settings = QUICK if ns.quick else FULL
     try:
+        # Ctrl-C must work even when the caller ignores SIGINT (a background job: `(make demo &)`)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _sigterm)
+        settings = QUICK if ns.quick else FULL
         runs = run_demo(settings)
     except KeyboardInterrupt:
         print("[demo] interrupted; everything it started has been stopped", file=sys.stderr)
@@ -220,4 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # before main() took over (e.g. while importing)
+        raise SystemExit(130) from None

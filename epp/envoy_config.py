@@ -273,23 +273,47 @@ def validate(path: Path, envoy: Path | None = None, timeout_s: float = 30.0) -> 
         raise EnvoyConfigError(f"{path}: Envoy rejected the config:\n{proc.stdout}{proc.stderr}".rstrip())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m epp.envoy_config", description="Render an Envoy config.")
-    p.add_argument("variant", choices=sorted(VARIANTS))
-    p.add_argument("--listen-address", default="0.0.0.0")
-    p.add_argument("--listen-port", type=int, default=8081)
-    p.add_argument("--admin-port", type=int, default=19000)
-    p.add_argument("--picker-host", default="127.0.0.1")
-    p.add_argument("--picker-port", type=int, default=9002)
-    p.add_argument("--picker-plaintext", action="store_true", help="no TLS to the picker")
-    p.add_argument(
-        "--picker-client-cert", default="", help="PEM client certificate Envoy presents to the picker"
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m epp.envoy_config``."""
+    from epp.flags import ManualHelpFormatter, parse_port
+
+    p = argparse.ArgumentParser(
+        prog="python -m epp.envoy_config",
+        description="Render an Envoy configuration for the picker (and validate it with Envoy).",
+        formatter_class=ManualHelpFormatter,
     )
-    p.add_argument("--picker-client-key", default="", help="PEM key of --picker-client-cert")
-    p.add_argument("--endpoints", default="", help="model servers host:port,host:port")
+    p.add_argument(
+        "variant", choices=sorted(VARIANTS), help="which configuration: " + ", ".join(sorted(VARIANTS))
+    )
+    p.add_argument("--listen-address", default="0.0.0.0", help="address Envoy's listener binds")
+    p.add_argument("--listen-port", type=parse_port, default=8081, help="port clients send requests to")
+    p.add_argument("--admin-port", type=parse_port, default=19000, help="Envoy's admin port (/ready, /stats)")
+    p.add_argument("--picker-host", default="127.0.0.1", help="where the picker's ext_proc port is")
+    p.add_argument("--picker-port", type=parse_port, default=9002, help="the picker's --grpc-port")
+    p.add_argument(
+        "--picker-plaintext",
+        action="store_true",
+        help="plaintext to the picker: pair it with the picker's --secure-serving=false (without this flag "
+        "Envoy speaks TLS, the picker's default)",
+    )
+    p.add_argument(
+        "--picker-client-cert",
+        default="",
+        help="PEM client certificate Envoy presents to the picker (for its --grpc-client-ca-file; default none)",
+    )
+    p.add_argument("--picker-client-key", default="", help="PEM key of --picker-client-cert (default none)")
+    p.add_argument(
+        "--endpoints",
+        default="",
+        help="model servers host:port,host:port for the round-robin variants (default none)",
+    )
     p.add_argument("-o", "--output", type=Path, help="file to write (default stdout)")
     p.add_argument("--validate", action="store_true", help="run envoy --mode validate on the output")
-    ns = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
     params = EnvoyParams(
         listen_address=ns.listen_address,
         listen_port=ns.listen_port,

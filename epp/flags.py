@@ -12,6 +12,11 @@ argparse understands, and parses Go value syntax:
   ``1.5s``, ``1m30s``, ``0``; see docs/scheduler.md, "Durations"); flags take no negative ones.
   Results are seconds as float.
 
+Help: :class:`ManualHelpFormatter` gives every flag one format, ``help text (default X)``: the default is
+appended from the flag's own default (durations as Go durations such as ``50ms``, sizes as ``16MiB``,
+booleans as ``true``/``false``) unless the help already states it as ``(default ...)``, so a flag added
+later conforms without effort; :func:`suggest` adds "did you mean" to unknown names.
+
 Every parse function raises :class:`argparse.ArgumentTypeError` with a message saying what was expected,
 which argparse reports as ``error: argument --flag: ...`` with exit status 2.
 """
@@ -19,6 +24,7 @@ which argparse reports as ``error: argument --flag: ...`` with exit status 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -27,12 +33,15 @@ from scheduler.duration import go_duration
 
 __all__ = [
     "BoolAction",
+    "ManualHelpFormatter",
+    "format_default",
     "normalise_argv",
     "parse_bool",
     "parse_duration",
     "parse_port",
     "parse_port_list",
     "parse_quantity",
+    "suggest",
 ]
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -179,3 +188,76 @@ def normalise_argv(
             continue
         out.append(arg)
     return out
+
+
+def format_go_duration(seconds: float) -> str:
+    """``seconds`` in the duration syntax the flags take: ``50ms``, ``5s``, ``1.5s``, ``1m30s``, ``0s``."""
+    if seconds == 0:
+        return "0s"
+    if seconds < 1:
+        ms = seconds * 1000
+        return f"{ms:g}ms" if ms >= 1 else f"{seconds * 1e6:g}us"
+    if seconds < 60:
+        return f"{seconds:g}s"
+    hours, rest = divmod(seconds, 3600.0)
+    minutes, secs = divmod(rest, 60.0)
+    parts = [
+        f"{int(hours)}h" if hours else "",
+        f"{int(minutes)}m" if minutes else "",
+        f"{secs:g}s" if secs else "",
+    ]
+    return "".join(parts)
+
+
+def format_size(n: int) -> str:
+    """A byte count as the size flags take it: ``16MiB``, ``1GiB``, ``1000``."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def format_default(action: argparse.Action) -> str | None:
+    """The default of ``action`` as its help shows it (None: nothing to show)."""
+    value = action.default
+    if value is None or value is argparse.SUPPRESS:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if action.type is parse_duration and isinstance(value, int | float):
+        return format_go_duration(float(value))
+    if action.type is parse_quantity and isinstance(value, int):
+        return format_size(value)
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value) or None
+    return str(value) if value != "" else '""'
+
+
+class ManualHelpFormatter(argparse.HelpFormatter):
+    """Help that reads like a manual: wide option column, every flag's default in one format
+    (``... (default X)``, appended here unless the help states ``(default ...)`` itself)."""
+
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 40, width: int | None = None
+    ):
+        super().__init__(prog, indent_increment, max_help_position, width or 110)
+
+    def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
+        kinds: dict[object, str] = {parse_duration: "DURATION", parse_quantity: "SIZE", parse_port: "PORT"}
+        return kinds.get(action.type, action.dest.upper())
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.help is argparse.SUPPRESS or "(default" in text or not action.option_strings:
+            return action.help
+        shown = format_default(action)
+        if shown is None:
+            return text
+        return f"{text} (default {shown.replace('%', '%%')})".lstrip()
+
+
+def suggest(word: str, choices: Iterable[str], prefix: str = "") -> str:
+    """``"; did you mean PREFIX+X?"`` for the closest of ``choices`` to ``word`` (difflib ratio at
+    least 0.75), or ``""``."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)
+    return f"; did you mean {prefix}{close[0]}?" if close else ""

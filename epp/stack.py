@@ -21,26 +21,91 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 
 import httpx
 
 from epp.envoy_config import EnvoyParams, envoy_binary, write_config
 
-__all__ = ["ManagedProcess", "Stack", "StackError", "StackSpec", "free_ports", "log_tail", "running_process"]
+__all__ = [
+    "ManagedProcess",
+    "SigintDeferred",
+    "Stack",
+    "StackError",
+    "StackSpec",
+    "free_ports",
+    "log_tail",
+    "running_process",
+]
 
 
 class StackError(RuntimeError):
     """A process of the stack failed to start or become ready (the message includes its log tail)."""
+
+
+class SigintDeferred:
+    """A ``with`` block during which Ctrl-C (SIGINT) is recorded instead of raised; when the block ends
+    the interrupt is raised as ``KeyboardInterrupt`` (once, however many arrived).
+
+    It acts only in the main thread and only while SIGINT's handler is Python's default
+    (``signal.default_int_handler``): elsewhere (another thread, a process that ignores SIGINT, an
+    enclosing deferral) the block runs unchanged. :attr:`pending` tells whether an interrupt is waiting;
+    :meth:`take` clears it (for code that handles the interrupt itself)."""
+
+    __slots__ = ("_active", "_previous", "pending")
+
+    def __init__(self) -> None:
+        self.pending = False
+        self._active = False
+        self._previous: object = None
+
+    def _record(self, _signum: int, _frame: FrameType | None) -> None:
+        self.pending = True
+
+    def take(self) -> bool:
+        """Whether an interrupt was waiting; it no longer is."""
+        pending, self.pending = self.pending, False
+        return pending
+
+    def __enter__(self) -> SigintDeferred:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self._previous = signal.signal(signal.SIGINT, self._record)
+            self._active = True
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._active:
+            return
+        self._active = False
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self.take() and exc_type is None:
+            raise KeyboardInterrupt
+
+
+_FRESH: set[str] = set()  # working directories made by _fresh_workdir, not yet claimed by a Stack
+
+
+def _fresh_workdir() -> Path:
+    path = tempfile.mkdtemp(prefix="epp-stack-")
+    _FRESH.add(path)
+    return Path(path)
 
 
 def free_ports(n: int) -> list[int]:
@@ -157,21 +222,26 @@ class _Ports:
     admin: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class Stack:
     """A running stack (use as a context manager, or call :meth:`start` / :meth:`stop`)."""
 
     spec: StackSpec
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="epp-stack-")))
+    workdir: Path = field(default_factory=lambda: _fresh_workdir())  # removed by close() if fresh
     python: str = sys.executable
     progress: Callable[[str], None] = lambda _msg: None
     ports: _Ports = field(init=False)
     servers: list[ManagedProcess] = field(default_factory=list, init=False)
     picker: ManagedProcess | None = field(default=None, init=False)
     envoy: ManagedProcess | None = field(default=None, init=False)
+    _cleanup: weakref.finalize[[str, bool], Stack] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._allocate_ports()
+        if str(self.workdir) in _FRESH:
+            _FRESH.discard(str(self.workdir))
+            # removed at close(), or at interpreter exit / garbage collection at the latest
+            self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.workdir), True)
         self.workdir.mkdir(parents=True, exist_ok=True)
 
     def _allocate_ports(self) -> None:
@@ -215,7 +285,14 @@ class Stack:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.stop()
+        self.close()
+
+    def close(self) -> None:
+        """Stop every process, then remove the working directory if the stack created it."""
+        with SigintDeferred():
+            self.stop()
+            if self._cleanup is not None:
+                self._cleanup()
 
     def start(self) -> None:
         """Start everything; retried once on fresh ports if a port was taken between choosing it and
@@ -241,9 +318,11 @@ class Stack:
             self.start_envoy(self.spec.envoy_variant)
 
     def stop(self) -> None:
-        for proc in [self.envoy, self.picker, *self.servers]:
-            if proc is not None:
-                proc.stop(self.spec.stop_timeout_s)
+        """Stop every process (SIGTERM, then SIGKILL); the working directory stays (see close())."""
+        with SigintDeferred():
+            for proc in [self.envoy, self.picker, *self.servers]:
+                if proc is not None:
+                    proc.stop(self.spec.stop_timeout_s)
 
     def _process(self, name: str, argv: Sequence[str]) -> ManagedProcess:
         proc = ManagedProcess(name, list(argv), self.workdir / f"{name}.log")
@@ -273,12 +352,14 @@ class Stack:
                 ports,
                 *self.spec.sim_args,
             ]
-            self.servers = [self._process("sims", argv)]
+            self.servers = []
+            with SigintDeferred():
+                self.servers.append(self._process("sims", argv))
         else:
-            self.servers = [
-                self._process(f"sim-{i}", self._sim_argv(port, i))
-                for i, port in enumerate(self.ports.servers)
-            ]
+            self.servers = []
+            for i, port in enumerate(self.ports.servers):
+                with SigintDeferred():  # a process started is a process recorded (and so stopped)
+                    self.servers.append(self._process(f"sim-{i}", self._sim_argv(port, i)))
         for i in range(len(self.ports.servers)):
             proc = self.servers[0 if self.spec.single_sim_process else i]
             self._wait(proc, functools.partial(_http_ok, f"{self.server_url(i)}/health/ready"))
@@ -311,7 +392,8 @@ class Stack:
         self.progress("starting the endpoint picker")
         if self.picker is not None:
             self.picker.stop(self.spec.stop_timeout_s)
-        self.picker = self._process("picker", self.picker_argv())
+        with SigintDeferred():
+            self.picker = self._process("picker", self.picker_argv())
         self._wait(self.picker, lambda: _grpc_serving(self.ports.health))
 
     def stop_picker(self) -> None:
@@ -343,7 +425,8 @@ class Stack:
             "--log-level", "warn",
             "--disable-hot-restart",  # no shared-memory domain socket: several Envoys may run at once
         ]  # fmt: skip
-        self.envoy = self._process(f"envoy-{variant}", argv)
+        with SigintDeferred():
+            self.envoy = self._process(f"envoy-{variant}", argv)
         self._wait(self.envoy, lambda: _http_ok(f"{self.admin_url}/ready"))
 
     def _wait(self, proc: ManagedProcess, ready: Callable[[], bool]) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from scheduler.errors import ConfigError
+from scheduler.errors import ConfigError, did_you_mean
 
 __all__ = ["REQUIRED", "param", "params_to_dict", "parse_params", "plugin_location"]
 
@@ -235,7 +235,8 @@ def parse_params(cls: type[P], parameters: Mapping[str, Any] | None, plugin_type
         if key not in known:
             allowed = ", ".join(sorted(known)) or "none"
             raise ConfigError(
-                f"unknown parameter (allowed: {allowed})", location=f"{where}: parameters.{key}"
+                f"unknown parameter{did_you_mean(key, known)} (allowed: {allowed})",
+                location=f"{where}: parameters.{key}",
             )
     values: dict[str, Any] = {}
     for f in fields:

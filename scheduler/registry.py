@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from scheduler.errors import ConfigError
+from scheduler.errors import ConfigError, did_you_mean
 from scheduler.interfaces import Handle, Plugin, PluginFactory
 from scheduler.params import plugin_location
 
@@ -88,7 +88,10 @@ class Registry:
         plugin_type = self._aliases.get(plugin_type, plugin_type)
         factory = self._factories.get(plugin_type)
         if factory is None:
-            raise ConfigError(f"unknown plugin type {plugin_type!r} (known: {', '.join(self.types())})")
+            raise ConfigError(
+                f"unknown plugin type {plugin_type!r}{did_you_mean(plugin_type, self.types())} "
+                f"(known: {', '.join(self.types())})"
+            )
         plugin = factory(name, parameters, handle)
         if getattr(plugin, "name", None) != name or getattr(plugin, "plugin_type", None) != plugin_type:
             raise ConfigError(

@@ -250,7 +250,11 @@ def build_configs(ns: argparse.Namespace) -> list[SimConfig]:
 
 def _configure_logging(fmt: str, level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper()), format="%(message)s", stream=sys.stderr)
-    renderer: Any = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer()
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())  # no ANSI codes in log files
+    )
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,

@@ -198,45 +198,51 @@ async def run_load(
             progress.add(r)
 
         tasks: list[asyncio.Task[None]] = []
-        if opts.mode == "concurrency":
-            queue: asyncio.Queue[RequestSpec] = asyncio.Queue()
-            for s in specs:
-                queue.put_nowait(s)
+        try:
+            if opts.mode == "concurrency":
+                queue: asyncio.Queue[RequestSpec] = asyncio.Queue()
+                for s in specs:
+                    queue.put_nowait(s)
 
-            # A conversation's next turn resends its history: it is sent only after the previous
-            # turn of the same session finished (a real chat client waits for the answer).
-            turn_done: dict[str, asyncio.Event] = {}
+                # A conversation's next turn resends its history: it is sent only after the previous
+                # turn of the same session finished (a real chat client waits for the answer).
+                turn_done: dict[str, asyncio.Event] = {}
 
-            async def worker() -> None:
-                while not queue.empty() and time.perf_counter() < deadline:
-                    spec = queue.get_nowait()
-                    previous = turn_done.get(spec.session) if spec.session else None
-                    done = asyncio.Event()
-                    if spec.session:
-                        turn_done[spec.session] = done
-                    try:
-                        if previous is not None:
-                            await previous.wait()
-                        await run(spec)
-                    finally:
-                        done.set()
+                async def worker() -> None:
+                    while not queue.empty() and time.perf_counter() < deadline:
+                        spec = queue.get_nowait()
+                        previous = turn_done.get(spec.session) if spec.session else None
+                        done = asyncio.Event()
+                        if spec.session:
+                            turn_done[spec.session] = done
+                        try:
+                            if previous is not None:
+                                await previous.wait()
+                            await run(spec)
+                        finally:
+                            done.set()
 
-            tasks = [asyncio.create_task(worker()) for _ in range(max(1, opts.concurrency))]
-        elif opts.mode == "arrival":
-            for spec in specs:
-                delay = t0 + spec.at - time.perf_counter()
-                if time.perf_counter() + max(delay, 0) >= deadline:
-                    break
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(run(spec)))
-        else:
-            raise ValueError(f"mode must be 'arrival' or 'concurrency', got {opts.mode!r}")
-        if tasks:
-            _done, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.perf_counter()))
-            for t in pending:
+                tasks = [asyncio.create_task(worker()) for _ in range(max(1, opts.concurrency))]
+            elif opts.mode == "arrival":
+                for spec in specs:
+                    delay = t0 + spec.at - time.perf_counter()
+                    if time.perf_counter() + max(delay, 0) >= deadline:
+                        break
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    tasks.append(asyncio.create_task(run(spec)))
+            else:
+                raise ValueError(f"mode must be 'arrival' or 'concurrency', got {opts.mode!r}")
+            if tasks:
+                _done, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.perf_counter()))
+                for t in pending:
+                    t.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+        except BaseException:  # cancelled (Ctrl-C) or failed: stop the requests, retrieve their outcome
+            for t in tasks:
                 t.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
     progress.show(final=True)
     results.sort(key=lambda r: r.index)
     if jsonl is not None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from epp.request.errors import InvalidRequestError
+from epp.request.errors import InvalidRequestError, json_error
 from epp.request.openai import canonical_json
 from epp.request.parser import NO_USAGE, ParsedBody, api_kind_of, rewrite_document_model
 from scheduler.types import ApiKind, Usage
@@ -131,7 +131,7 @@ class AnthropicParser:
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+            raise json_error(exc, body) from None
         if not isinstance(doc, dict):
             raise InvalidRequestError("request body must be a JSON object")
         messages = _messages(doc.get("messages"))

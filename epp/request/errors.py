@@ -28,6 +28,7 @@ __all__ = [
     "BodyTooLargeError",
     "InvalidRequestError",
     "RequestError",
+    "json_error",
 ]
 
 BAD_REQUEST = "invalid_request_error"
@@ -63,3 +64,34 @@ class BodyTooLargeError(RequestError):
         super().__init__(413, TOO_LARGE, f"request body of {size} bytes exceeds the limit of {limit} bytes")
         self.size = size
         self.limit = limit
+
+
+def json_error(exc: ValueError, body: bytes, what: str = "request body") -> InvalidRequestError:
+    """A plain-language 400 for ``body`` that failed to parse as JSON (``exc`` from ``orjson.loads``).
+
+    The message says what is wrong and where, as a byte offset into the body: e.g.
+    ``request body is not valid JSON: unexpected text 'not json a' at byte 0``; an empty body, a body
+    cut short and one that is not UTF-8 get a sentence of their own."""
+    if not body.strip():
+        return InvalidRequestError(f"{what} is empty: expected a JSON object")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return InvalidRequestError(f"{what} is not valid UTF-8 (JSON must be UTF-8): byte {bad.start}")
+    pos = getattr(exc, "pos", 0) or 0
+    at = len(text[:pos].encode("utf-8"))  # orjson counts characters; users count bytes
+    snippet = text[pos : pos + 12]
+    reason = str(getattr(exc, "msg", "") or exc).split(": line ")[0]
+    if reason.startswith("invalid literal") or reason.startswith("unexpected character"):
+        detail = f"unexpected text {snippet!r} at byte {at}"
+        if "expected" in reason and not reason.startswith("invalid literal"):
+            detail += f" ({reason.split(', ', 1)[-1]})"
+    elif reason.startswith("unexpected end of data"):
+        detail = f"it ends at byte {at} before the JSON value is complete (an unclosed {{, [ or string?)"
+    elif reason.startswith("unexpected content after document"):
+        detail = f"unexpected text {snippet!r} after the JSON value, at byte {at}"
+    elif reason.startswith("trailing comma"):
+        detail = f"a trailing comma at byte {at} (JSON allows none)"
+    else:
+        detail = f"{reason} at byte {at}"
+    return InvalidRequestError(f"{what} is not valid JSON: {detail}")

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from epp.request.errors import InvalidRequestError
+from epp.request.errors import InvalidRequestError, json_error
 from epp.request.parser import ParsedBody, api_kind_of
 from scheduler.types import ApiKind
 
@@ -153,7 +153,7 @@ def _decode(body: bytes) -> dict[str, Any]:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+        raise json_error(exc, body) from None
     if not isinstance(doc, dict):
         raise InvalidRequestError("request body must be a JSON object")
     return doc

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from epp.request.errors import InvalidRequestError
+from epp.request.errors import InvalidRequestError, json_error
 from epp.request.parser import ParsedBody
 from scheduler.types import ApiKind, Usage
 
@@ -98,7 +98,7 @@ class SGLangHTTPParser:
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            raise InvalidRequestError(f"invalid generate request: {exc}") from None
+            raise json_error(exc, body, "generate request body") from None
         if not isinstance(doc, dict):
             raise InvalidRequestError("invalid generate request: body must be a JSON object")
         ids = doc.get("input_ids")

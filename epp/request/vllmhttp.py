@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from epp.request.errors import InvalidRequestError
+from epp.request.errors import InvalidRequestError, json_error
 from epp.request.parser import ParsedBody, rewrite_document_model
 from scheduler.types import ApiKind
 
@@ -53,7 +53,7 @@ class VllmHTTPParser:
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
-            raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+            raise json_error(exc, body) from None
         if not isinstance(doc, dict):
             raise InvalidRequestError("request body must be a JSON object")
         ids = doc.get("token_ids")

@@ -46,7 +46,7 @@ from scheduler.config.document import (
     ProfileSpec,
 )
 from scheduler.config.resolved import ResolvedConfig, ResolvedPlugin
-from scheduler.errors import ConfigError
+from scheduler.errors import ConfigError, ErrorCollector, did_you_mean
 from scheduler.handle import PluginHandle
 from scheduler.interfaces import Filter, Picker, Plugin, ProfileHandler, SaturationDetector, Scorer
 from scheduler.params import plugin_location
@@ -92,7 +92,8 @@ class _Builder:
     def create(self, spec: PluginSpec) -> Plugin:
         if spec.type not in self.registry:
             raise ConfigError(
-                f'unknown plugin type "{spec.type}" (known: {", ".join(self.registry.types())})',
+                f'unknown plugin type "{spec.type}"{did_you_mean(spec.type, self.registry.types())} '
+                f"(known: {', '.join(self.registry.types())})",
                 location=f"{spec.location}.type",
             )
         try:
@@ -136,6 +137,8 @@ def build_config(
     b = _Builder(registry, handle)
     declared = {spec.name: spec for spec in doc.plugins}
     building: list[str] = []
+    errors = ErrorCollector()  # every plugin's error, then every profile's, not only the first
+    failed: set[str] = set()
 
     def build_on_demand(name: str) -> Plugin | None:
         spec = declared.get(name)
@@ -148,30 +151,50 @@ def build_config(
         try:
             return b.create(spec)
         except ConfigError as exc:
+            failed.add(name)
             raise _ResolveFailure(exc) from None
+        except _ResolveFailure:
+            failed.add(name)  # its reference failed: reported once, for the plugin that failed
+            raise
         finally:
             building.pop()
 
     handle.resolver = build_on_demand
     try:
         for spec in doc.plugins:
-            if spec.name not in b.where:
+            if spec.name not in b.where and spec.name not in failed:
                 building.append(spec.name)
                 try:
                     b.create(spec)
+                except _ResolveFailure as failure:
+                    errors.add(failure.error)
+                    failed.add(spec.name)
+                except ConfigError as exc:
+                    errors.add(exc)
+                    failed.add(spec.name)
                 finally:
                     building.pop()
-    except _ResolveFailure as failure:
-        raise failure.error from None
     finally:
         handle.resolver = None
+    for profile in doc.profiles or ():  # references to undeclared plugins (a failed one says nothing more)
+        for ref in profile.refs:
+            if ref.ref not in b.where and ref.ref not in failed:
+                where = f"{ref.location}.pluginRef" if ref.location != IMPLICIT else profile.location
+                hint = did_you_mean(ref.ref, declared)
+                message = f'no plugin named "{ref.ref}"{hint} (declared: {", ".join(declared) or "none"})'
+                errors.add(ConfigError(message, location=where))
+    errors.raise_if_any()
     _bind_data(doc.api_version, b)
     handler = _handler(b)
     detector, detector_names = _saturation(doc, b)
     specs = doc.profiles
     if not specs:
         specs = (_default_profile(b, detector_names),)
-    profiles = {spec.name: _profile(spec, b) for spec in specs}
+    profiles: dict[str, SchedulerProfile] = {}
+    for profile in specs:
+        with errors.part():
+            profiles[profile.name] = _profile(profile, b)
+    errors.raise_if_any()
     routed = [name for name, p in profiles.items() if not p.shadow]
     if not routed:
         raise ConfigError(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from scheduler.errors import ConfigError
+from scheduler.errors import ConfigError, ErrorCollector, did_you_mean
 
 __all__ = [
     "API_VERSION",
@@ -130,7 +130,7 @@ def _only(mapping: Mapping[str, Any], allowed: tuple[str, ...], location: str) -
     for key in mapping:
         if key not in allowed:
             path = f"{location}.{key}" if location else key
-            _fail(path, f"unknown field (allowed: {', '.join(allowed)})")
+            _fail(path, f"unknown field{did_you_mean(key, allowed)} (allowed: {', '.join(allowed)})")
 
 
 def parse_document(raw: Any, validators: Mapping[str, SectionValidator] | None = None) -> ConfigDocument:
@@ -147,84 +147,98 @@ def parse_document(raw: Any, validators: Mapping[str, SectionValidator] | None =
         _fail("kind", f"expected {KIND}, got {_show(doc.get('kind'))}")
     sections: dict[str, Any] = {}
     raw_sections: dict[str, Any] = {}
+    errors = ErrorCollector()  # every error of the document, not only the first
     for key, value in doc.items():
         if key in _OWN:
             continue
-        validator = validators.get(key)
-        if validator is None:
-            if key in EXTERNAL_SECTIONS:
-                _fail(key, "section not supported yet (no validator is registered for it in this build)")
-            _fail(key, f"unknown field (allowed: {', '.join((*_OWN, *sorted(validators)))})")
-        sections[key] = validator(value, key)
-        raw_sections[key] = value
-    plugins = _plugins(doc.get("plugins"))
+        with errors.part():
+            validator = validators.get(key)
+            if validator is None:
+                if key in EXTERNAL_SECTIONS:
+                    _fail(key, "section not supported yet (no validator is registered for it in this build)")
+                names = (*_OWN, *sorted(validators))
+                _fail(key, f"unknown field{did_you_mean(key, names)} (allowed: {', '.join(names)})")
+            sections[key] = validator(value, key)
+            raw_sections[key] = value
+    plugins: tuple[PluginSpec, ...] = ()
+    with errors.part():
+        plugins = _plugins(doc.get("plugins"), errors)
     profiles = None
     if doc.get("schedulingProfiles") is not None:
-        profiles = _profiles(doc["schedulingProfiles"])
+        with errors.part():
+            profiles = _profiles(doc["schedulingProfiles"], errors)
     saturation = None
     if "saturationDetector" in doc:
-        saturation = _saturation(doc["saturationDetector"])
+        with errors.part():
+            saturation = _saturation(doc["saturationDetector"])
+    errors.raise_if_any()
     return ConfigDocument(str(api_version), plugins, profiles, saturation, sections, raw_sections)
 
 
-def _plugins(value: Any) -> tuple[PluginSpec, ...]:
+def _plugins(value: Any, errors: ErrorCollector) -> tuple[PluginSpec, ...]:
     if value is None:
         return ()
     out: list[PluginSpec] = []
     seen: dict[str, str] = {}
     for i, item in enumerate(_list(value, "plugins")):
-        where = f"plugins[{i}]"
-        entry = _mapping(item, where)
-        _only(entry, ("name", "type", "parameters"), where)
-        if "type" not in entry:
-            _fail(f"{where}.type", "required field missing: expected a plugin type")
-        plugin_type = _string(entry["type"], f"{where}.type")
-        name = _string(entry["name"], f"{where}.name") if entry.get("name") is not None else plugin_type
-        if name in seen:
-            _fail(f"{where}.name", f'duplicate plugin name "{name}" (already declared at {seen[name]})')
-        seen[name] = where
-        parameters = entry.get("parameters")
-        if parameters is None:
-            parameters = {}
-        out.append(PluginSpec(name, plugin_type, _mapping(parameters, f"{where}.parameters"), where))
+        with errors.part():
+            _plugin(i, item, seen, out)
     return tuple(out)
 
 
-def _profiles(value: Any) -> tuple[ProfileSpec, ...]:
+def _plugin(i: int, item: Any, seen: dict[str, str], out: list[PluginSpec]) -> None:
+    where = f"plugins[{i}]"
+    entry = _mapping(item, where)
+    _only(entry, ("name", "type", "parameters"), where)
+    if "type" not in entry:
+        _fail(f"{where}.type", "required field missing: expected a plugin type")
+    plugin_type = _string(entry["type"], f"{where}.type")
+    name = _string(entry["name"], f"{where}.name") if entry.get("name") is not None else plugin_type
+    if name in seen:
+        _fail(f"{where}.name", f'duplicate plugin name "{name}" (already declared at {seen[name]})')
+    seen[name] = where
+    parameters = entry.get("parameters")
+    if parameters is None:
+        parameters = {}
+    out.append(PluginSpec(name, plugin_type, _mapping(parameters, f"{where}.parameters"), where))
+
+
+def _profiles(value: Any, errors: ErrorCollector) -> tuple[ProfileSpec, ...]:
     out: list[ProfileSpec] = []
     seen: dict[str, str] = {}
     for i, item in enumerate(_list(value, "schedulingProfiles")):
-        where = f"schedulingProfiles[{i}]"
-        entry = _mapping(item, where)
-        _only(entry, ("name", "plugins", "shadow"), where)
-        if "name" not in entry:
-            _fail(f"{where}.name", "required field missing: expected a profile name")
-        name = _string(entry["name"], f"{where}.name")
-        if name in seen:
-            _fail(f"{where}.name", f'duplicate profile name "{name}" (already declared at {seen[name]})')
-        seen[name] = where
-        shadow = entry.get("shadow", False)
-        if not isinstance(shadow, bool):
-            _fail(f"{where}.shadow", f"expected a boolean (true or false), got {_show(shadow)}")
-        refs: list[PluginRefSpec] = []
-        used: dict[str, str] = {}
-        for j, ref_item in enumerate(_list(entry.get("plugins") or [], f"{where}.plugins")):
-            ref_where = f"{where}.plugins[{j}]"
-            ref_entry = _mapping(ref_item, ref_where)
-            _only(ref_entry, ("pluginRef", "weight"), ref_where)
-            if "pluginRef" not in ref_entry:
-                _fail(f"{ref_where}.pluginRef", "required field missing: expected the name of a plugin")
-            ref = _string(ref_entry["pluginRef"], f"{ref_where}.pluginRef")
-            if ref in used:
-                _fail(
-                    f"{ref_where}.pluginRef", f'plugin "{ref}" is already used in this profile at {used[ref]}'
-                )
-            used[ref] = ref_where
-            refs.append(
-                PluginRefSpec(ref, _weight(ref_entry.get("weight"), f"{ref_where}.weight"), ref_where)
-            )
-        out.append(ProfileSpec(name, tuple(refs), shadow, where))
+        with errors.part():
+            _profile(i, item, seen, out)
     return tuple(out)
+
+
+def _profile(i: int, item: Any, seen: dict[str, str], out: list[ProfileSpec]) -> None:
+    where = f"schedulingProfiles[{i}]"
+    entry = _mapping(item, where)
+    _only(entry, ("name", "plugins", "shadow"), where)
+    if "name" not in entry:
+        _fail(f"{where}.name", "required field missing: expected a profile name")
+    name = _string(entry["name"], f"{where}.name")
+    if name in seen:
+        _fail(f"{where}.name", f'duplicate profile name "{name}" (already declared at {seen[name]})')
+    seen[name] = where
+    shadow = entry.get("shadow", False)
+    if not isinstance(shadow, bool):
+        _fail(f"{where}.shadow", f"expected a boolean (true or false), got {_show(shadow)}")
+    refs: list[PluginRefSpec] = []
+    used: dict[str, str] = {}
+    for j, ref_item in enumerate(_list(entry.get("plugins") or [], f"{where}.plugins")):
+        ref_where = f"{where}.plugins[{j}]"
+        ref_entry = _mapping(ref_item, ref_where)
+        _only(ref_entry, ("pluginRef", "weight"), ref_where)
+        if "pluginRef" not in ref_entry:
+            _fail(f"{ref_where}.pluginRef", "required field missing: expected the name of a plugin")
+        ref = _string(ref_entry["pluginRef"], f"{ref_where}.pluginRef")
+        if ref in used:
+            _fail(f"{ref_where}.pluginRef", f'plugin "{ref}" is already used in this profile at {used[ref]}')
+        used[ref] = ref_where
+        refs.append(PluginRefSpec(ref, _weight(ref_entry.get("weight"), f"{ref_where}.weight"), ref_where))
+    out.append(ProfileSpec(name, tuple(refs), shadow, where))
 
 
 def _weight(value: Any, location: str) -> float | None:

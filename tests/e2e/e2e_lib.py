@@ -27,7 +27,7 @@ def running(spec: StackSpec) -> Iterator[Stack]:
         exc.add_note(stack.logs())
         raise
     finally:
-        stack.stop()
+        stack.close()
 
 
 def completion(

@@ -112,7 +112,7 @@ def stack() -> Iterator[Stack]:
         exc.add_note(s.logs())
         raise
     finally:
-        s.stop()
+        s.close()
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ CASES = [
     (
         "unknown top-level field",
         HEAD + "plugin: []\n",
-        "<config-text>: plugin: unknown field (allowed: apiVersion,",
+        '<config-text>: plugin: unknown field; did you mean "plugins"? (allowed: apiVersion,',
     ),
     (
         "section without validator",
@@ -52,7 +52,7 @@ CASES = [
     (
         "unknown plugin field",
         HEAD + "plugins:\n- type: queue-scorer\n  params: {}\n",
-        "plugins[0].params: unknown field (allowed: name, type, parameters)",
+        'plugins[0].params: unknown field; did you mean "parameters"? (allowed: name, type, parameters)',
     ),
     (
         "missing type",

@@ -68,7 +68,10 @@ def test_collections_and_optional() -> None:
         ({"names": [1]}, "parameters.names: expected a list of strings, got [1]"),
         ({"labels": {"a": 1}}, "parameters.labels: expected a mapping of strings to strings"),
         ({"limit": 0}, "parameters.limit: expected an integer > 0 or null, got 0"),
-        ({"maxNumOfEndpoint": 2}, "parameters.maxNumOfEndpoint: unknown parameter (allowed: "),
+        (
+            {"maxNumOfEndpoint": 2},
+            'parameters.maxNumOfEndpoint: unknown parameter; did you mean "maxNumOfEndpoints"? (allowed: ',
+        ),
         ([1, 2], "parameters: expected a mapping, got [1, 2]"),
     ],
 )

@@ -7,6 +7,12 @@ a task checks the files every ``reload_interval`` seconds and loads a changed, v
 context, which applies to the next TLS handshake. With ``client_ca`` (PEM) every handshake also requires a
 client certificate that CA signed (``--grpc-client-ca-file``).
 
+Admission: each accepted socket's first bytes are peeked (waiting at most ``first_bytes_timeout_s``,
+10 s) and a client the port cannot serve (plaintext on the TLS port, TLS on a plaintext port, not
+HTTP/2) is closed with a rate-limited warning that names the peer and the fix
+(:mod:`epp.server.mismatch`); so is a failed TLS handshake (``ssl_handshake_timeout`` 10 s). A
+connection waiting for its first bytes or its handshake holds only its socket.
+
 ``stop(grace)``: stop accepting, send GOAWAY on every connection, wait up to ``grace`` seconds for their
 streams to finish, then end the rest with outcome SHUTDOWN and close the connections.
 """
@@ -17,14 +23,17 @@ import asyncio
 import contextlib
 import os
 import shutil
+import socket
 import ssl
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 
 from epp.server.h2.connection import H2Connection
+from epp.server.mismatch import HTTP2_PREFACE, MismatchLog, classify
 from epp.server.stream import StreamCore
 from epp.server.tls import CertDir, CertPair, apply_tls_overrides, require_client_certificates
 
@@ -76,10 +85,13 @@ class H2Server:
         self._reload_from = reload_from
         self._reload_interval = reload_interval
         self._connections: set[H2Connection] = set()
-        self._server: asyncio.Server | None = None
         self._tmpdir: str | None = None
         self._context: ssl.SSLContext | None = None
         self._reloader: asyncio.Task[None] | None = None
+        self._listeners: list[socket.socket] = []
+        self._accepting: set[asyncio.Task[None]] = set()  # accept loops and admissions in progress
+        self.mismatches = MismatchLog()
+        self.first_bytes_timeout_s = 10.0
         self.port = 0
 
     def _protocol(self) -> H2Connection:
@@ -101,14 +113,60 @@ class H2Server:
                 require_client_certificates(self._context, self._client_ca)
             if self._reload_from is not None:
                 self._reloader = asyncio.create_task(self._reload_forever(), name="epp-h2-cert-reload")
-        loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(self._protocol, host, port, ssl=self._context)
+            self._listeners = await _listen(host, port)
         except OSError as exc:
             await self._cleanup()
             raise RuntimeError(f"--grpc-port: cannot listen on {host}:{port}: {exc.strerror}") from None
-        self.port = int(self._server.sockets[0].getsockname()[1])
+        self.port = int(self._listeners[0].getsockname()[1])
+        for listener in self._listeners:
+            self._spawn(self._accept_forever(listener))
         return self.port
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._accepting.add(task)
+        task.add_done_callback(self._accepting.discard)
+
+    async def _accept_forever(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, peer = await loop.sock_accept(listener)
+            except OSError:  # e.g. EMFILE: back off instead of spinning
+                await asyncio.sleep(0.1)
+                continue
+            self._spawn(self._admit(sock, peer))
+
+    async def _admit(self, sock: socket.socket, peer: object) -> None:
+        """Hand ``sock`` to a new H2Connection if its client speaks what the port serves."""
+        loop = asyncio.get_running_loop()
+        tls = self._context is not None
+        try:
+            first = await _peek(loop, sock, len(HTTP2_PREFACE), self.first_bytes_timeout_s)
+        except BaseException as exc:  # silent client, reset, or stop(): the socket is not handed over
+            sock.close()
+            if isinstance(exc, TimeoutError | OSError):
+                return
+            raise
+        kind = classify(first, tls=tls)
+        if kind is not None or not first:
+            if kind is not None:
+                self.mismatches.report(kind, peer, repr(first[:8]))
+            sock.close()
+            return
+        connection = self._protocol()
+        try:
+            await loop.connect_accepted_socket(
+                lambda: connection, sock, ssl=self._context, ssl_handshake_timeout=10.0 if tls else None
+            )
+        except BaseException as exc:  # a failed handshake, or stop() during it
+            self._connections.discard(connection)
+            sock.close()
+            if not isinstance(exc, TimeoutError | OSError):
+                raise
+            if tls:
+                self.mismatches.report("handshake-failed", peer, _reason(exc))
 
     async def _reload_forever(self) -> None:
         while True:
@@ -129,8 +187,12 @@ class H2Server:
         return True
 
     async def stop(self, grace: float) -> None:
-        if self._server is not None:
-            self._server.close()
+        for task in list(self._accepting):
+            task.cancel()
+        await asyncio.gather(*self._accepting, return_exceptions=True)
+        for listener in self._listeners:
+            listener.close()
+        self._listeners = []
         for connection in list(self._connections):
             connection.goaway()
         deadline = time.monotonic() + grace
@@ -138,10 +200,6 @@ class H2Server:
             await asyncio.sleep(0.01)
         for connection in list(self._connections):
             connection.abort_all()
-        if self._server is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), 1.0)
-            self._server = None
         await self._cleanup()
 
     async def _cleanup(self) -> None:
@@ -153,3 +211,55 @@ class H2Server:
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+
+
+async def _listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for every address of ``host`` (all interfaces for "" / None), as
+    ``loop.create_server`` makes them: SO_REUSEADDR, IPv6 sockets v6-only, non-blocking."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(
+        host or None, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _name, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:  # every address on the port the first one got
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+            sock.listen(1024)
+            sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int, timeout: float) -> bytes:
+    """Up to ``n`` bytes the client sent first, left in the socket (b"": it closed without sending)."""
+    readable = loop.create_future()
+    fd = sock.fileno()
+
+    def wake() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await asyncio.wait_for(readable, timeout)
+    finally:
+        loop.remove_reader(fd)
+    return sock.recv(n, socket.MSG_PEEK)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "no handshake within 10 s"
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return str(exc.reason)
+    return str(exc) or type(exc).__name__

@@ -78,7 +78,7 @@ def test_anthropic_messages(doc: dict[str, Any], stream: bool, salt: str, max_to
     [
         ("/v1/messages", body({"model": "c", "messages": []}), "at least one message"),
         ("/v1/messages", body({"model": "c"}), "at least one message"),
-        ("/v1/messages", b"", "not valid JSON"),
+        ("/v1/messages", b"", "is empty"),
         ("/v1/messages", b"[]", "JSON object"),
         ("/v1/chat/completions", body({"model": "c", "messages": HELLO}), "unsupported API endpoint"),
         ("/v1/completions", body({"model": "c", "messages": HELLO}), "unsupported API endpoint"),
@@ -252,7 +252,7 @@ def test_sglang_generate(doc: dict[str, Any], salt: str, max_tokens: int | None,
         ("/generate", b'{"text":"hello"}', "input_ids must be provided"),
         ("/generate", b'{"input_ids":[[1,2],[3,4]]}', "input_ids must be an array of uint32 integers"),
         ("/generate", b'{"input_ids":[1,2],"extra_key":["a","b"]}', "extra_key must be a string"),
-        ("/generate", b"{", "invalid generate request"),
+        ("/generate", b"{", "generate request body is not valid JSON"),
         ("/v1/completions", b'{"input_ids":[1]}', "unsupported path"),
     ],
 )

@@ -106,7 +106,7 @@ def test_fields() -> None:
 @pytest.mark.parametrize(
     "path, body, fragment",
     [
-        ("/v1/completions", b"", "not valid JSON"),
+        ("/v1/completions", b"", "is empty"),
         ("/v1/completions", b"{", "not valid JSON"),
         ("/v1/completions", b'"str"', "JSON object"),
         ("/v1/completions", b'{"prompt":"p"}', "'model'"),
