@@ -252,7 +252,7 @@ class ManualHelpFormatter(argparse.HelpFormatter):
             return action.help
         shown = format_default(action)
         if shown is None:
-            return text
+            shown = "none"
         return f"{text} (default {shown.replace('%', '%%')})".lstrip()
 
 

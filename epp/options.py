@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--grpc-client-ca-file",
         help=f"{_OURS} PEM CA bundle: the ext_proc port requires a client certificate it signed "
-        "(mutual TLS; needs --secure-serving; default: no client certificate asked)",
+        "(mutual TLS; needs --secure-serving) (default none: no client certificate asked)",
     )
     s.add_argument("--health-checking", action=b, help="also serve grpc.health.v1 on the ext_proc port")
     s.add_argument(
