@@ -143,3 +143,9 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins.prefix import p2p_source
 
     registry.register("p2p-source-producer", p2p_source.factory)
+
+    from scheduler.plugins.precise import producer as precise_producer
+    from scheduler.plugins.precise import scorer as precise_scorer
+
+    registry.register("precise-prefix-cache-producer", precise_producer.factory)
+    registry.register("precise-prefix-cache-scorer", precise_scorer.factory)
