@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from vllm_kv_structs import ENCODER, AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 
 from scheduler.plugins.precise.events import KVEventIngester
 from scheduler.plugins.precise.hashing import KEY_MASK, BlockKeyer
 from scheduler.plugins.precise.index import KVBlockIndex
+from tests.vllm_kv_structs import ENCODER, AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 
 
 def wire(*events: object, rank: int | None = None) -> object:
