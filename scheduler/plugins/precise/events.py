@@ -16,9 +16,11 @@ Hashes are ints (or digest bytes when ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0``)
 Per source (one server's publisher) the sequence number is tracked:
 
 * the next number, or the first one seen: applied;
-* a repeat of the last number: a duplicate, skipped;
-* a smaller number: the publisher restarted (its cache is gone): everything the source held is
-  dropped, then the batch is applied (``restarts``);
+* a repeat of the last number with the same batch timestamp: a duplicate, skipped;
+* a smaller number, or the last number with another timestamp: the publisher restarted (its cache is
+  gone; a fresh publisher counts from 0 again and its first batches may be lost while subscribers
+  connect, so its numbers can meet the old ones): everything the source held is dropped, then the
+  batch is applied (``restarts``);
 * a larger jump: batches were lost (the publisher's high-water mark, a reconnect): the missing count
   is added to ``missed_batches`` and the batch applied; blocks stored meanwhile are unknown until
   re-stored, removals missed linger until the server clears or the index's budget resets it.
@@ -68,6 +70,7 @@ class KVEventIngester:
 
     __slots__ = (
         "_last_seq",
+        "_last_ts",
         "batches",
         "events",
         "hash_checks",
@@ -83,6 +86,7 @@ class KVEventIngester:
         self.index = index
         self.keyer = keyer
         self._last_seq: dict[str, int] = {}
+        self._last_ts: dict[str, Any] = {}
         self.batches = 0
         self.events = 0
         self.missed_batches = 0
@@ -94,21 +98,27 @@ class KVEventIngester:
     def forget(self, source: str) -> None:
         """The source went away (endpoint removed, subscriber closed): drop its blocks and sequence."""
         self._last_seq.pop(source, None)
+        self._last_ts.pop(source, None)
         self.index.clear(source)
 
     def ingest(self, source: str, seq: int, batch: Any) -> None:
         """Apply one unpacked ``KVEventBatch`` published by ``source`` with sequence number ``seq``."""
         last = self._last_seq.get(source)
+        try:
+            ts = batch[0]
+        except (TypeError, IndexError, KeyError):
+            ts = None
         if last is not None:
-            if seq == last:
+            if seq == last and ts == self._last_ts.get(source):
                 return
-            if seq < last:
+            if seq <= last:
                 self.restarts += 1
                 self.index.clear(source)
             elif seq > last + 1:
                 self.missed_batches += seq - last - 1
         if len(self._last_seq) < self.index.max_sources or last is not None:
             self._last_seq[source] = seq
+            self._last_ts[source] = ts
         self.batches += 1
         try:
             events = batch[1]

@@ -66,14 +66,19 @@ def test_tiers_weighted_prefix() -> None:
 def test_sequence_restart_and_gap() -> None:
     index = KVBlockIndex()
     ing = KVEventIngester(index)
-    ing.ingest("a", 5, wire(stored([1])))
-    ing.ingest("a", 5, wire(stored([2])))  # duplicate: skipped
-    assert index.match([1, 2], "a").blocks == 1
+    first = wire(stored([1]))
+    ing.ingest("a", 5, first)
+    ing.ingest("a", 5, first)  # the same batch again: skipped
+    assert ing.batches == 1 and index.match([1, 2], "a").blocks == 1
     ing.ingest("a", 9, wire(stored([2])))  # 3 batches lost
     assert ing.missed_batches == 3 and index.match([1, 2], "a").blocks == 2
     ing.ingest("a", 0, wire(stored([7])))  # the publisher restarted: its cache is gone
     assert ing.restarts == 1
     assert index.match([1], "a").blocks == 0 and index.match([7], "a").blocks == 1
+    later = wire(stored([8]))
+    later[0] = 9.0  # type: ignore[index]
+    ing.ingest("a", 0, later)  # same number, another batch: restarted again (its seq 0 was lost)
+    assert ing.restarts == 2 and index.match([7], "a").blocks == 0
 
 
 def test_old_and_new_layouts_and_bytes_hashes() -> None:
