@@ -21,6 +21,7 @@ from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Handle
 from scheduler.plugins.precise.params import parse_precise_params
 from scheduler.plugins.precise.producer import PrecisePrefixCacheProducer
+from scheduler.plugins.prefix.scorer import PUBLISHED_PREFIX_MATCH
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["PLUGIN_TYPE", "PrecisePrefixCacheScorer", "factory"]
@@ -30,6 +31,11 @@ PLUGIN_TYPE = "precise-prefix-cache-scorer"
 
 class PrecisePrefixCacheScorer(PrecisePrefixCacheProducer):
     plugin_type = PLUGIN_TYPE
+
+    def produced_keys(self) -> frozenset[str]:
+        """Also the cycle's published match, which other prefix consumers read when they name no producer
+        (as a self-contained ``prefix-cache-scorer``'s): no approximate producer is added for them."""
+        return super().produced_keys() | {PUBLISHED_PREFIX_MATCH}
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         match = self.match(cycle, request)
