@@ -22,6 +22,10 @@ restarts and malformed batches are handled there). ZMQ reconnects by itself; a p
 starts its sequence again, which drops the blocks it held. Memory: each socket queues at most
 ``RECV_HWM`` (10,000) messages before ZMQ drops further ones (seen as a sequence gap). ``pyzmq`` and
 ``msgpack`` are imported when a feed starts; without them start-up fails with an error naming them.
+
+With ``indexerConfig.kvBlockIndexConfig.enableMetrics`` the feed logs the index figures (entries,
+batches, events, gaps, restarts, malformed, unattributed, hash checks and mismatches, overflow resets)
+every ``metricsLoggingInterval`` (default 1 minute); they are not exported to Prometheus yet.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from datalayer.notifications import EndpointNotificationSource
 __all__ = ["RECV_HWM", "KVEventFeed", "KVEventSink", "feed_stats", "kv_event_sources", "topic_source"]
 
 RECV_HWM = 10_000
+DEFAULT_STATS_INTERVAL = 60.0  # seconds between index-figure log lines with enableMetrics and no interval
 log = structlog.get_logger("datalayer.kv_events")
 
 
@@ -121,8 +126,8 @@ class KVEventFeed(EndpointNotificationSource):
             self._central = asyncio.create_task(self._receive(sock, None), name="kv-events central")
         for address in sorted(self._wanted):
             self.endpoint_added(address)
-        interval = self.sink.settings.metrics_logging_interval
-        if self.sink.settings.enable_metrics and interval > 0:
+        if self.sink.settings.enable_metrics:  # the figures go to the log (no Prometheus families yet)
+            interval = self.sink.settings.metrics_logging_interval or DEFAULT_STATS_INTERVAL
             self._logger = asyncio.create_task(self._log_every(interval), name="kv-events stats")
 
     async def stop(self) -> None:

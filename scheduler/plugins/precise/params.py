@@ -7,9 +7,9 @@ is its deprecated name), ``hashSeed`` (the servers' ``PYTHONHASHSEED``; empty: v
 rejected: pyepp looks up the servers' own hashes, so the algorithm must be the servers'.
 
 ``indexerConfig``: ``kvBlockIndexConfig`` (``inMemoryConfig.size``: the most keys per server, default
-1,048,576 (llm-d: keys in all); ``enableMetrics`` (export the index gauges, default false);
-``metricsLoggingInterval`` (log the index figures this often; Go duration string or nanoseconds; 0 =
-off)); ``kvCacheBackendConfigs`` (``[{name, weight}]``, tier weights, default gpu 1.0, cpu 0.8);
+1,048,576 (llm-d: keys in all); ``enableMetrics`` (log the index figures, default false);
+``metricsLoggingInterval`` (how often; Go duration string or nanoseconds; 0 = every minute));
+``kvCacheBackendConfigs`` (``[{name, weight}]``, tier weights, default gpu 1.0, cpu 0.8);
 ``maxPrefixBlocksToMatch`` (blocks hashed per request, default 4096; older llm-d releases put it in
 ``kvBlockIndexConfig`` and ``tokenProcessorConfig`` in ``indexerConfig``: both places are read).
 ``redisConfig`` and ``costAwareMemoryConfig`` (other index backends) and ``tokenizersPoolConfig``
@@ -271,6 +271,11 @@ def parse_precise_params(parameters: Any, plugin_type: str, name: str) -> Precis
             pod.get("socketPort"), "kvEventsConfig.podDiscoveryConfig.socketPort", 5557, 1, 65535
         ),
     )
+    if not events.zmq_endpoint and not events.discover_pods:
+        raise r.fail(
+            "kvEventsConfig.discoverPods",
+            "with discoverPods false, set kvEventsConfig.zmqEndpoint: no KV events would reach the index",
+        )
     return PreciseParams(
         block_size=block_size,
         hash_seed=seed,

@@ -165,6 +165,7 @@ def test_speculative_indexing_until_ttl() -> None:
         ({"indexerConfig": {"kvCacheBackendConfigs": [{"name": "gpu", "weight": 2}]}}, "weight", "[0, 1]"),
         ({"speculativeTTL": "soon"}, "speculativeTTL", "duration"),
         ({"bogus": 1}, "bogus", "unknown parameter"),
+        ({"kvEventsConfig": {"discoverPods": False}}, "discoverPods", "zmqEndpoint"),
     ],
 )
 def test_bad_parameters_name_the_field(parameters: dict[str, Any], field: str, expect: str) -> None:
