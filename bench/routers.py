@@ -47,7 +47,8 @@ PREFIX_ONLY_CONFIG = (CONFIG_DIR / "prefix-only.yaml").read_text()
 TUNED_CONFIG = (CONFIG_DIR / "tuned.yaml").read_text()
 GIE_DEFAULT_CONFIG = (CONFIG_DIR / "gie-default.yaml").read_text()
 # The default profile with the exact prefix scorer in place of the approximate one: the servers publish
-# vLLM KV events to the picker's bound socket ({kv_events_port}); server 0 renders prompts ({render_url}).
+# vLLM KV events to the picker's bound socket ({kv_events_port}); a sidecar epp-sim renders prompts
+# ({render_url}), as llm-d runs `vllm launch render` beside its picker.
 PRECISE_CONFIG = """\
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
@@ -190,11 +191,16 @@ def running_router(
     )
     workdir.mkdir(parents=True, exist_ok=True)
     stack = Stack(stack_spec, workdir=workdir, progress=progress)
+    sidecar: ManagedProcess | None = None
+    render_port = 0
     if spec.kind == "picker" and "{kv_events_port}" in spec.config:  # KV events: fill in the ports
-        (kv_port,) = free_ports(1)
+        kv_port, render_port = free_ports(2)
+        render_argv = [stack.python, "-m", "simulator", "--host", "127.0.0.1", "--port", str(render_port),
+                       "--model", model, "--profile", "8b-h100"]  # fmt: skip
+        sidecar = ManagedProcess("render-sidecar", render_argv, workdir / "render-sidecar.log")
         text = spec.config.format(
             model=model,
-            render_url=stack.server_url(0),
+            render_url=f"http://127.0.0.1:{render_port}",
             hash_seed=os.environ.get("PYTHONHASHSEED", ""),
             kv_events_port=kv_port,
         )
@@ -205,6 +211,10 @@ def running_router(
         )
     extra: list[ManagedProcess] = []
     try:
+        if sidecar is not None:
+            progress("starting the render sidecar")
+            sidecar.start()
+            _wait_ready(sidecar, _probe(f"http://127.0.0.1:{render_port}", model), ready_timeout_s)
         stack.start()
         base_url = stack.base_url
         if spec.kind == "envoy":
@@ -240,4 +250,6 @@ def running_router(
     finally:
         for proc in extra:
             proc.stop()
+        if sidecar is not None:
+            sidecar.stop()
         stack.stop()
