@@ -92,3 +92,23 @@ async def test_per_endpoint_subscription_indexes_the_servers_blocks() -> None:
     finally:
         await feed.stop()
         await server.stop()
+
+
+async def test_central_mode_bind_failure_names_the_parameter() -> None:
+    import zmq
+
+    (port,) = free_ports(1)
+    holder = zmq.Context.instance().socket(zmq.SUB)
+    holder.bind(f"tcp://127.0.0.1:{port}")
+    try:
+        params = parse_precise_params(
+            {"kvEventsConfig": {"zmqEndpoint": f"tcp://127.0.0.1:{port}"}}, "precise-prefix-cache-scorer", "p"
+        )
+        feed = KVEventFeed(PrecisePrefixCacheProducer("p", params, lambda: 0.0), follow_endpoints=False)
+        with pytest.raises(RuntimeError, match=r"kvEventsConfig\.zmqEndpoint"):
+            await feed.start()
+        feed.endpoint_added("127.0.0.1:8000")  # central mode: no per-endpoint sockets
+        assert feed.subscribed() == []
+        await feed.stop()
+    finally:
+        holder.close(linger=0)
