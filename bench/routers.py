@@ -48,7 +48,8 @@ TUNED_CONFIG = (CONFIG_DIR / "tuned.yaml").read_text()
 GIE_DEFAULT_CONFIG = (CONFIG_DIR / "gie-default.yaml").read_text()
 # The default profile with the exact prefix scorer in place of the approximate one: the servers publish
 # vLLM KV events to the picker's bound socket ({kv_events_port}); a sidecar epp-sim renders prompts
-# ({render_url}), as llm-d runs `vllm launch render` beside its picker.
+# ({render_url}), as llm-d runs `vllm launch render` beside its picker. No speculativeIndexing: the
+# affinity scorer already keeps a prefix on its owner between dispatch and the owner's events.
 PRECISE_CONFIG = """\
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
@@ -61,7 +62,6 @@ plugins:
   parameters:
     tokenProcessorConfig: {{blockSize: 16, hashSeed: "{hash_seed}"}}
     kvEventsConfig: {{zmqEndpoint: "tcp://127.0.0.1:{kv_events_port}"}}
-    speculativeIndexing: true
 - type: prefix-affinity-scorer
 - type: active-request-scorer
 - type: no-hit-lru-scorer
