@@ -41,6 +41,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("extproc-envoy", "bench.extproc_bench", ("--quick",), "picker cost behind the real Envoy"),
     Benchmark("routing", "bench.routing", ("--quick",), "end-to-end routing quality vs peers"),
     Benchmark("soak", "bench.soak", ("--quick",), "~80% of max throughput for 30 min behind Envoy"),
+    Benchmark("precise", "bench.precise_bench", ("--quick",), "KV-event ingestion, exact index, block keys"),
     Benchmark(
         "inference-perf", "bench.inference_perf", ("--quick",), "external harness (own venv)", in_all=False
     ),

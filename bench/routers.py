@@ -12,6 +12,8 @@ everything on exit (also on errors and interrupts).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from epp.stack import ManagedProcess, Stack, StackError, StackSpec, free_ports
 __all__ = [
     "GIE_DEFAULT_CONFIG",
     "LOAD_ONLY_CONFIG",
+    "PRECISE_CONFIG",
     "PREFIX_ONLY_CONFIG",
     "ROUTERS",
     "TUNED_CONFIG",
@@ -43,6 +46,38 @@ LOAD_ONLY_CONFIG = (CONFIG_DIR / "load-only.yaml").read_text()
 PREFIX_ONLY_CONFIG = (CONFIG_DIR / "prefix-only.yaml").read_text()
 TUNED_CONFIG = (CONFIG_DIR / "tuned.yaml").read_text()
 GIE_DEFAULT_CONFIG = (CONFIG_DIR / "gie-default.yaml").read_text()
+# The default profile with the exact prefix scorer in place of the approximate one: the servers publish
+# vLLM KV events to the picker's bound socket ({kv_events_port}); a sidecar epp-sim renders prompts
+# ({render_url}), as llm-d runs `vllm launch render` beside its picker. No speculativeIndexing: the
+# affinity scorer already keeps a prefix on its owner between dispatch and the owner's events.
+PRECISE_CONFIG = """\
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+  parameters: {{modelName: "{model}", vllm: {{url: "{render_url}"}}}}
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: precise-prefix-cache-scorer
+  parameters:
+    tokenProcessorConfig: {{blockSize: 16, hashSeed: "{hash_seed}"}}
+    kvEventsConfig: {{zmqEndpoint: "tcp://127.0.0.1:{kv_events_port}"}}
+- type: prefix-affinity-scorer
+- type: active-request-scorer
+- type: no-hit-lru-scorer
+- type: max-score-picker
+- type: single-profile-handler
+schedulingProfiles:
+- name: default
+  plugins:
+  - {{pluginRef: queue-scorer, weight: 2}}
+  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}
+  - {{pluginRef: precise-prefix-cache-scorer, weight: 3}}
+  - {{pluginRef: prefix-affinity-scorer, weight: 10}}
+  - {{pluginRef: active-request-scorer, weight: 1}}
+  - {{pluginRef: no-hit-lru-scorer, weight: 1}}
+  - pluginRef: max-score-picker
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +105,7 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-prefix-only", "picker", config=PREFIX_ONLY_CONFIG),
         RouterSpec("picker-tuned", "picker", config=TUNED_CONFIG),
         RouterSpec("picker-gie-default", "picker", config=GIE_DEFAULT_CONFIG),
+        RouterSpec("picker-precise", "picker", config=PRECISE_CONFIG),
     )
 }
 
@@ -155,8 +191,30 @@ def running_router(
     )
     workdir.mkdir(parents=True, exist_ok=True)
     stack = Stack(stack_spec, workdir=workdir, progress=progress)
+    sidecar: ManagedProcess | None = None
+    render_port = 0
+    if spec.kind == "picker" and "{kv_events_port}" in spec.config:  # KV events: fill in the ports
+        kv_port, render_port = free_ports(2)
+        render_argv = [stack.python, "-m", "simulator", "--host", "127.0.0.1", "--port", str(render_port),
+                       "--model", model, "--profile", "8b-h100"]  # fmt: skip
+        sidecar = ManagedProcess("render-sidecar", render_argv, workdir / "render-sidecar.log")
+        text = spec.config.format(
+            model=model,
+            render_url=f"http://127.0.0.1:{render_port}",
+            hash_seed=os.environ.get("PYTHONHASHSEED", ""),
+            kv_events_port=kv_port,
+        )
+        stack.spec = dataclasses.replace(
+            stack_spec,
+            sim_args=(*stack_spec.sim_args, "--kv-events-endpoint", f"tcp://127.0.0.1:{kv_port}"),
+            picker_args=(*picker_args, *spec.extra_args, "--config-text", text),
+        )
     extra: list[ManagedProcess] = []
     try:
+        if sidecar is not None:
+            progress("starting the render sidecar")
+            sidecar.start()
+            _wait_ready(sidecar, _probe(f"http://127.0.0.1:{render_port}", model), ready_timeout_s)
         stack.start()
         base_url = stack.base_url
         if spec.kind == "envoy":
@@ -192,4 +250,6 @@ def running_router(
     finally:
         for proc in extra:
             proc.stop()
+        if sidecar is not None:
+            sidecar.stop()
         stack.close()

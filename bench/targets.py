@@ -19,6 +19,10 @@ Per scenario, in addition:
 * a fleet with unequal servers (``server_speeds``): no server slower than the fastest gets more than
   its capacity share of the requests (its speed over the sum of speeds).
 
+When ``picker-precise`` ran (the default profile with ``precise-prefix-cache-scorer`` fed by the
+servers' KV events): its hit rate at least, and its TTFT p90 at most, those of ``picker-default`` and
+of cache_aware.
+
 A target whose routers were not run is reported as ``SKIP`` with the reason; nothing is silently left
 out. Each line is ``PASS|MISS|SKIP <scenario>: <what> (<figures>)``.
 """
@@ -31,9 +35,10 @@ from collections.abc import Mapping
 from bench.report import Summary
 from bench.scenarios import Scenario, capacity_shares
 
-__all__ = ["CACHE_AWARE", "LOAD_ONLY", "PICKER", "ROUND_ROBIN", "UNSHARED", "check"]
+__all__ = ["CACHE_AWARE", "LOAD_ONLY", "PICKER", "PRECISE", "ROUND_ROBIN", "UNSHARED", "check"]
 
 PICKER = "picker-default"
+PRECISE = "picker-precise"
 CACHE_AWARE = "vllm-router-cache-aware"
 ROUND_ROBIN = "envoy-round-robin"
 LOAD_ONLY = (
@@ -197,4 +202,34 @@ def check(scenario: Scenario, summaries: Mapping[str, Summary]) -> list[str]:
         out += _balance(name, pick)
     if scenario.server_speeds:
         out += _capacity_shares(scenario, pick)
+    precise = summaries.get(PRECISE)
+    if precise is not None:
+        out += _precise(name, precise, {n: summaries.get(n) for n in (PICKER, CACHE_AWARE)})
+    return out
+
+
+def _precise(name: str, precise: Summary, peers: Mapping[str, Summary | None]) -> list[str]:
+    """The exact prefix profile: hit rate at least, TTFT p90 at most, the approximate default's and
+    cache_aware's (issue 14's targets)."""
+    out = []
+    for peer, summary in peers.items():
+        if summary is None:
+            out.append(_skip(name, f"picker-precise at least as good as {peer}", peer))
+            continue
+        out.append(
+            _line(
+                precise.hit_rate >= summary.hit_rate,
+                name,
+                f"picker-precise hit rate at least {peer}'s",
+                f"{precise.hit_rate:.1%} vs {summary.hit_rate:.1%}",
+            )
+        )
+        out.append(
+            _line(
+                precise.ttft_p90 <= summary.ttft_p90,
+                name,
+                f"picker-precise TTFT p90 at most {peer}'s",
+                f"{_ms(precise.ttft_p90)} vs {_ms(summary.ttft_p90)}",
+            )
+        )
     return out

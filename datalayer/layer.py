@@ -196,6 +196,10 @@ class DataLayer:
         if self._running:
             return
         self._running = True
+        for source in self.endpoint_sources:  # sources with I/O of their own (KV-event feeds)
+            start = getattr(source, "start", None)
+            if start is not None:
+                await start()
         self._tasks.append(asyncio.create_task(self._run_discovery(), name="datalayer-discovery"))
         self._tasks.append(asyncio.create_task(self._sweep_forever(), name="datalayer-staleness"))
         for address in self._specs:
@@ -209,6 +213,10 @@ class DataLayer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for source in self.endpoint_sources:
+            stop = getattr(source, "stop", None)
+            if stop is not None:
+                await stop()
         await self._clients.aclose()
 
     # -- discovery sink -----------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from datalayer import (
     default_http_client,
 )
 from datalayer.engines import BUILTIN_ENGINES
+from datalayer.kv_events import kv_event_sources
 from epp.admission import (
     Admitter,
     InMemoryObjectiveStore,
@@ -411,7 +412,9 @@ async def build_app(options: Options) -> PickerApp:
             sources=loaded.data_layer.build_sources(
                 engines=engines, metrics_path=options.model_server_metrics_path
             ),
-            endpoint_sources=loaded.data_layer.endpoint_sources(config.plugin),
+            endpoint_sources=kv_event_sources(
+                [p.plugin for p in config.plugins], loaded.data_layer.endpoint_sources(config.plugin)
+            ),
         )
     except ValueError as exc:  # TLS material of a data source (TlsSettingsError), a bad engine mapping
         raise StartupError(f"dataLayer: {exc}") from None

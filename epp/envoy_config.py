@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--picker-client-cert",
         default="",
-        help="PEM client certificate Envoy presents to the picker (for its --grpc-client-ca-file) (default none)",
+        help="PEM client certificate Envoy presents to the picker, for its --grpc-client-ca-file",
     )
     p.add_argument("--picker-client-key", default="", help="PEM key of --picker-client-cert (default none)")
     p.add_argument(

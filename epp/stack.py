@@ -364,6 +364,14 @@ class Stack:
             proc = self.servers[0 if self.spec.single_sim_process else i]
             self._wait(proc, functools.partial(_http_ok, f"{self.server_url(i)}/health/ready"))
 
+    def start_server(self, i: int) -> ManagedProcess:
+        """Start a fresh process for server ``i`` (stopped with :meth:`stop_server`) and wait until ready."""
+        if self.spec.single_sim_process:
+            raise StackError("start_server needs one process per server (single_sim_process=False)")
+        proc = self._process(f"sim-{i}", self._sim_argv(self.ports.servers[i], i))
+        self._wait(proc, functools.partial(_http_ok, f"{self.server_url(i)}/health/ready"))
+        return proc
+
     def restart_servers(self) -> None:
         """Stop every model server and start fresh ones on the same ports (cold caches)."""
         self.start_servers()

@@ -198,6 +198,12 @@ def _parser() -> argparse.ArgumentParser:
         choices=("auto", "bind", "connect"),
         help="bind or connect the KV events socket; auto: bind wildcard/ipc endpoints, else connect (vLLM)",
     )
+    a(
+        "--prefix-caching-hash-algo",
+        choices=("builtin", "sha256", "sha256_cbor", "xxhash", "xxhash_cbor"),
+        help="block hashing: vLLM's algorithms (seeded by $PYTHONHASHSEED as vLLM) or the fast built-in "
+        "xxh64 chain; default sha256 (vLLM's) with --kv-events-endpoint, else builtin",
+    )
     a("--pod-name", help="x-inference-pod header value (default $POD_NAME or epp-sim-<port>)")
     a(
         "--tokenizer",

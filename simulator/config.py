@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+HASH_ALGOS = ("", "builtin", "sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
+
 __all__ = ["FAILURE_TYPES", "PROFILES", "ConfigError", "LoraModule", "SimConfig", "apply_profile", "validate"]
 
 # failure type -> (HTTP status, OpenAI error type, message), as llm-d-inference-sim names them.
@@ -72,6 +74,8 @@ class SimConfig:
     pod_name: str = ""
     kv_events_endpoint: str = ""  # ZMQ endpoint for KV events ("" = off); may contain {port} / {port+N}
     kv_events_mode: str = "auto"  # auto (vLLM's rule) | bind | connect
+    # block hashing: "" = vLLM's default (sha256) with KV events on, the fast built-in xxh64 chain otherwise
+    prefix_caching_hash_algo: str = ""
 
     @property
     def served_names(self) -> tuple[str, ...]:
@@ -145,6 +149,8 @@ def validate(c: SimConfig) -> SimConfig:
              c.kv_events_endpoint)  # fmt: skip
     _require(c.kv_events_mode in ("auto", "bind", "connect"), "--kv-events-mode", "auto, bind or connect",
              c.kv_events_mode)  # fmt: skip
+    _require(c.prefix_caching_hash_algo in HASH_ALGOS, "--prefix-caching-hash-algo",
+             "one of " + ", ".join(a for a in HASH_ALGOS if a), c.prefix_caching_hash_algo)  # fmt: skip
     names = [m.name for m in c.lora_modules]
     _require(len(names) == len(set(names)), "--lora-modules", "unique adapter names", names)
     for m in c.lora_modules:

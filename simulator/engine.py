@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import os
 import random
 import time
 from collections import deque
@@ -30,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from simulator.config import SimConfig
-from simulator.kv_cache import KVCache, block_hashes
+from simulator.kv_cache import KVCache, VllmBlockHasher, block_hashes
 from simulator.latency import LatencyModel
 from simulator.lora import LoraSlots
 from simulator.stats import EngineStats
@@ -97,6 +98,12 @@ class Engine:
         self._wall = wall_clock
         self.latency = LatencyModel(config, self._rng)
         self.kv = KVCache(config.kv_cache_size, config.block_size, record_events=record_kv_events)
+        algo = config.prefix_caching_hash_algo or ("sha256" if record_kv_events else "builtin")
+        self._hash: Callable[[Sequence[int], int, str | None], list[int]] = (
+            block_hashes
+            if algo == "builtin"
+            else VllmBlockHasher(algo, os.environ.get("PYTHONHASHSEED", ""), config.block_size)
+        )
         self.lora = LoraSlots(
             config.max_loras, config.lora_load_time, {m.name: m.path for m in config.lora_modules}
         )
@@ -143,7 +150,7 @@ class Engine:
                 f"requested {prompt_tokens + output_tokens} tokens ({prompt_tokens} in the messages, "
                 f"{output_tokens} in the completion). Please reduce the length of the messages or completion."
             )
-        hashes = block_hashes(prompt_ids, c.block_size, lora)
+        hashes = self._hash(prompt_ids, c.block_size, lora)
         total_blocks = -(-(prompt_tokens + output_tokens) // c.block_size)
         if total_blocks > c.kv_cache_size:
             raise RequestTooLarge(

@@ -27,7 +27,7 @@ import xxhash
 
 from simulator.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
-__all__ = ["KVCache", "block_hashes"]
+__all__ = ["KVCache", "VllmBlockHasher", "block_hashes"]
 
 
 def block_hashes(token_ids: Sequence[int], block_size: int, lora: str | None = None) -> list[int]:
@@ -44,6 +44,20 @@ def block_hashes(token_ids: Sequence[int], block_size: int, lora: str | None = N
         parent = h(parent.to_bytes(8, "little") + ids[i * step : (i + 1) * step])
         out.append(parent)
     return out
+
+
+class VllmBlockHasher:
+    """vLLM's block hashes (``--prefix-caching-hash-algo``, root seeded by ``$PYTHONHASHSEED`` or vLLM's
+    default seed), as the 64-bit ints vLLM publishes in KV events (the digest's last 8 bytes). LoRA
+    requests carry the adapter name as the block's extra key, as vLLM's do."""
+
+    def __init__(self, algorithm: str, seed: str, block_size: int) -> None:
+        from scheduler.plugins.precise.hashing import BlockKeyer
+
+        self._keyer = BlockKeyer(algorithm, seed, block_size)
+
+    def __call__(self, token_ids: Sequence[int], block_size: int, lora: str | None = None) -> list[int]:
+        return [int.from_bytes(d[-8:], "big") for d in self._keyer.digests(token_ids, lora)]
 
 
 class KVCache:

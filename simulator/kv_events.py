@@ -8,11 +8,15 @@ sends each batch as the three-frame ZMQ message vLLM's ``ZmqEventPublisher`` sen
 
 with events encoded as tagged arrays (msgspec ``array_like``)::
 
-    ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name]
-    ["BlockRemoved", block_hashes, medium]
+    ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name,
+     extra_keys, group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window]
+    ["BlockRemoved", block_hashes, medium, group_idx]
     ["AllBlocksCleared"]
 
-Block hashes are the cache's 64-bit chained hashes; ``lora_id`` is ``xxh32(lora_name) & 0x7fffffff``
+(the last four BlockStored fields and ``group_idx`` are None, as a single-group vLLM server sends them;
+the bytes equal msgspec's encoding of vLLM's structs). Block hashes are the cache's 64-bit chained
+hashes: vLLM's own (``--prefix-caching-hash-algo``, the default with events on) or the built-in chain;
+``lora_id`` is ``xxh32(lora_name) & 0x7fffffff``
 (None for the base model); ``medium`` is ``"GPU"``. The topic is ``kv@<host>:<port>@<model>``. As in
 vLLM, a wildcard endpoint (``tcp://*:5557``) or an ``ipc://``/``inproc://`` one is bound (subscribers
 connect to it); any other is connected to (e.g. a picker's bound SUB socket); ``bind=True/False``
@@ -74,12 +78,13 @@ def lora_id(name: str | None) -> int | None:
 
 
 def encode_event(event: KVEvent) -> list[Any]:
-    """The msgspec ``array_like`` tagged form vLLM publishes."""
+    """The msgspec ``array_like`` tagged form vLLM publishes (every field, trailing ones None)."""
     if isinstance(event, BlockStored):
         return ["BlockStored", list(event.block_hashes), event.parent_block_hash, list(event.token_ids),
-                event.block_size, lora_id(event.lora_name), MEDIUM, event.lora_name]  # fmt: skip
+                event.block_size, lora_id(event.lora_name), MEDIUM, event.lora_name,
+                None, None, None, None]  # fmt: skip
     if isinstance(event, BlockRemoved):
-        return ["BlockRemoved", list(event.block_hashes), MEDIUM]
+        return ["BlockRemoved", list(event.block_hashes), MEDIUM, None]
     return ["AllBlocksCleared"]
 
 

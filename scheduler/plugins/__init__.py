@@ -143,3 +143,25 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins.prefix import p2p_source
 
     registry.register("p2p-source-producer", p2p_source.factory)
+
+    from scheduler.plugins.precise import producer as precise_producer
+    from scheduler.plugins.precise import scorer as precise_scorer
+
+    registry.register("precise-prefix-cache-producer", precise_producer.factory)
+    registry.register("precise-prefix-cache-scorer", precise_scorer.factory)
+
+    # GIE's type names from #881 (2025-06) until #1151 (2025-07) renamed them; llm-d-inference-scheduler
+    # releases built on GIE in that window shipped configs that use them.
+    for old, new in (
+        ("prefix-cache", "prefix-cache-scorer"),
+        ("max-score", "max-score-picker"),
+        ("random", "random-picker"),
+        ("single-profile", "single-profile-handler"),
+        ("kv-cache", "kv-cache-utilization-scorer"),
+        ("queue", "queue-scorer"),
+        ("least-KV-cache", "least-kv-cache-filter"),
+        ("least-queue", "least-queue-filter"),
+        ("lora-affinity", "lora-affinity-filter"),
+        ("low-queue", "low-queue-filter"),
+    ):
+        registry.register_alias(old, new)

@@ -46,26 +46,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.dynamic_attributes_test.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__6.yaml",
     ),
-    # 8 file(s)
-    "plugin type precise-prefix-cache-scorer": (
-        "llm-d-inference-scheduler/deploy.config.epp-precise-prefix-cache-config.yaml",
-        "llm-d-inference-scheduler/deploy.config.sim-epp-kvcache-config.yaml",
-        "llm-d-inference-scheduler/deploy.config.sim-epp-no-hit-lru.yaml",
-        "llm-d-inference-scheduler/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
-        "llm-d-inference-scheduler/docs.architecture__2.yaml",
-        "llm-d-inference-scheduler/test.config.prefix_cache_mode_test.yaml",
-        "llm-d-inference-scheduler/test.e2e.configs_test__7.yaml",
-        "llm-d-inference-scheduler/test.e2e.configs_test__8.yaml",
-    ),
-    # 6 file(s)
-    "plugin type precise-prefix-cache-producer": (
-        "llm-d-router/deploy.config.epp-precise-prefix-cache-config.yaml",
-        "llm-d-router/deploy.config.sim-epp-kvcache-config.yaml",
-        "llm-d-router/deploy.config.sim-epp-no-hit-lru.yaml",
-        "llm-d-router/deploy.config.sim-epp-tokenizer-vllm-http-config.yaml",
-        "llm-d-router/docs.architecture.yaml",
-        "llm-d-router/test.perf.config.router-configs.precise-prefix.yaml",
-    ),
     # 2 file(s)
     "plugin type predicted-latency-producer": (
         "gie/site-src.guides.troubleshooting__2.yaml",

@@ -29,6 +29,15 @@ class Upstream:
     defaults: Mapping[str, Any]  # parameter (dotted path for nested ones) -> default
 
 
+_PRECISE_DEFAULTS = {
+    "tokenProcessorConfig.blockSizeTokens": 16,
+    "kvEventsConfig.topicFilter": "kv@",
+    "kvEventsConfig.concurrency": 4,
+    "kvEventsConfig.discoverPods": True,
+    "kvEventsConfig.podDiscoveryConfig.socketPort": 5557,
+    "speculativeTTL": 2.0,
+}
+
 UPSTREAM_DEFAULTS: dict[str, Upstream] = {
     # Scorers
     "active-request-scorer": Upstream(
@@ -194,6 +203,16 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
             "maxPrefixTokensToMatch": 131072,
             "lruCapacityPerServer": 31250,
         },
+    ),
+    "precise-prefix-cache-producer": Upstream(
+        f"{ROUTER}:{_P}requestcontrol/dataproducer/preciseprefixcache/producer.go, pkg/kvcache/kvblock/"
+        "token_processor.go (DefaultTokenProcessorConfig), pkg/kvevents/pool.go (DefaultConfig)",
+        _PRECISE_DEFAULTS,
+    ),
+    "precise-prefix-cache-scorer": Upstream(
+        "llm-d-inference-scheduler@520af4789:pkg/epp/framework/plugins/scheduling/scorer/"
+        "preciseprefixcache/precise_prefix_cache.go (same kvcache defaults)",
+        _PRECISE_DEFAULTS,
     ),
     "inflight-load-producer": Upstream(
         f"{ROUTER}:{_P}requestcontrol/dataproducer/inflightload/producer.go (defaultConfig, "

@@ -156,6 +156,42 @@ def test_pool_defaults(render: Renderer) -> None:
     }
 
 
+PRECISE_CONFIG = """\
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+  parameters: {modelName: m, vllm: {url: "http://127.0.0.1:8000"}}
+- type: precise-prefix-cache-scorer
+  parameters: {kvEventsConfig: {podDiscoveryConfig: {socketPort: 5557}}}
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: precise-prefix-cache-scorer
+  - pluginRef: max-score-picker
+"""
+
+
+def test_pool_active_active_replicas_all_serve(render: Renderer) -> None:
+    extension = {
+        "replicas": 3,
+        "activeActive": True,
+        "pluginsConfigFile": "precise.yaml",
+        "pluginsCustomConfig": {"precise.yaml": PRECISE_CONFIG},
+    }
+    objects = render(POOL, with_pool(inferenceExtension=extension))
+    deployment = one(objects, "Deployment")
+    epp = container(objects, "epp")
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert "--ha-enable-leader-election" not in epp["args"]
+    assert parse_options(epp["args"], env={}).ha_enable_leader_election is False
+    # every replica is ready as soon as it serves ext_proc (no leader-only readiness), no Lease RBAC
+    assert epp["readinessProbe"]["grpc"]["service"] == "envoy.service.ext_proc.v3.ExternalProcessor"
+    assert "coordination.k8s.io/leases" not in role_rules(objects)
+
+
 def test_pool_ha_enables_leader_election(render: Renderer) -> None:
     objects = render(POOL, load(POOL / "ci" / "ha-values.yaml"))
     epp = container(objects, "epp")
@@ -334,6 +370,7 @@ BAD_VALUES = [
     (POOL, with_pool(provider={"name": "aws"}), "/provider/name"),
     (POOL, with_pool(inferenceExtension={"pluginsConfigFile": "x"}), "Extension.pluginsConfigFile: .x."),
     (POOL, with_pool(inferenceExtension={"replicas": 0}), "inferenceExtension.replicas"),
+    (POOL, with_pool(inferenceExtension={"replicas": 2, "activeActive": True}), "activeActive: the selected"),
     (POOL, with_pool({"targetPortNumber": 70000}), "/inferencePool/targetPortNumber"),
     (POOL, with_pool(inferenceExtension={"image": {"hub": "r.example"}}), "image.hub/name"),
     (STANDALONE, {}, "inferencePool.modelServers.matchLabels is required"),

@@ -121,3 +121,29 @@ def test_aliases_accept_older_type_names() -> None:
         registry.register("kv-cache-scorer", custom_factory)
     with pytest.raises(PluginRegistrationError, match="unregistered type"):
         registry.register_alias("old-name", "no-such-type")
+
+
+def test_gie_mid_2025_type_names_are_aliases() -> None:
+    from scheduler.config import load_config_text
+
+    text = """
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache
+- type: queue
+- type: kv-cache
+- type: max-score
+- type: single-profile
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache
+  - pluginRef: queue
+  - pluginRef: kv-cache
+  - pluginRef: max-score
+"""
+    resolved = load_config_text(text)
+    types = {p.plugin.name: p.plugin.plugin_type for p in resolved.plugins}
+    assert types["prefix-cache"] == "prefix-cache-scorer" and types["max-score"] == "max-score-picker"
+    assert types["single-profile"] == "single-profile-handler" and types["queue"] == "queue-scorer"

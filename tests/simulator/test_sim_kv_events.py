@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from typing import Any
 
@@ -11,7 +12,8 @@ import orjson
 import pytest
 from sim_testlib import MODEL, sim_config
 
-from simulator.kv_cache import KVCache, block_hashes
+from scheduler.plugins.precise.hashing import BlockKeyer
+from simulator.kv_cache import KVCache, VllmBlockHasher, block_hashes
 from simulator.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -67,8 +69,8 @@ def test_new_blocks_after_a_hit_carry_their_parent() -> None:
 def test_wire_encoding_and_endpoint_rules() -> None:
     stored = BlockStored((1, 2), None, (5, 6, 7, 8, 9, 10, 11, 12), 4, "a")
     assert encode_event(stored) == ["BlockStored", [1, 2], None, [5, 6, 7, 8, 9, 10, 11, 12], 4, lora_id("a"),
-                                    "GPU", "a"]  # fmt: skip
-    assert encode_event(BlockRemoved((3,))) == ["BlockRemoved", [3], "GPU"]
+                                    "GPU", "a", None, None, None, None]  # fmt: skip
+    assert encode_event(BlockRemoved((3,))) == ["BlockRemoved", [3], "GPU", None]
     assert encode_event(AllBlocksCleared()) == ["AllBlocksCleared"]
     assert lora_id(None) is None and lora_id("a") == lora_id("a") != lora_id("b")
     assert expand_endpoint("tcp://*:{port+1000}", 8000) == "tcp://*:9000"
@@ -121,8 +123,42 @@ async def test_server_publishes_vllm_frames_to_a_subscriber() -> None:
     ts, events, rank = msgpack.unpackb(payload)
     assert isinstance(ts, float) and rank == 0
     tokens = OfflineTokenizer().encode("one two three four five six seven eight nine")
-    expected: list[Any] = ["BlockStored", block_hashes(tokens, BS), None, tokens[:8], BS, None, "GPU", None]
+    keyer = BlockKeyer("sha256", os.environ.get("PYTHONHASHSEED", ""), BS)  # vLLM's default algorithm
+    hashes = [int.from_bytes(d[-8:], "big") for d in keyer.digests(tokens)]
+    assert VllmBlockHasher("sha256", os.environ.get("PYTHONHASHSEED", ""), BS)(tokens, BS) == hashes
+    expected: list[Any] = [
+        "BlockStored",
+        hashes,
+        None,
+        tokens[:8],
+        BS,
+        None,
+        "GPU",
+        None,
+        None,
+        None,
+        None,
+        None,
+    ]
     assert events == [expected]
+
+
+def test_batches_are_byte_identical_to_vllms_msgspec_encoding() -> None:
+    msgpack = pytest.importorskip("msgpack")
+    msgspec = pytest.importorskip("msgspec")
+    from tests.vllm_kv_structs import AllBlocksCleared as VAll
+    from tests.vllm_kv_structs import BlockRemoved as VRemoved
+    from tests.vllm_kv_structs import BlockStored as VStored
+    from tests.vllm_kv_structs import KVEventBatch
+
+    ours = [BlockStored((1, 2**63 + 5), 7, tuple(range(8)), 4, "ad"), BlockRemoved((3,)), AllBlocksCleared()]
+    theirs = [
+        VStored([1, 2**63 + 5], 7, list(range(8)), 4, lora_id("ad"), "GPU", "ad"),
+        VRemoved([3], "GPU"),
+        VAll(),
+    ]
+    packed = msgpack.Packer(use_bin_type=True).pack([1.25, [encode_event(e) for e in ours], 0])
+    assert packed == msgspec.msgpack.encode(KVEventBatch(ts=1.25, events=theirs, data_parallel_rank=0))
 
 
 async def test_unusable_endpoint_fails_start_cleanly() -> None:

@@ -16,8 +16,7 @@ from collections.abc import Sequence
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Plugin
-from scheduler.plugins.prefix.match import PrefixMatch, prefix_match
-from scheduler.plugins.prefix.matcher import PrefixMatcher
+from scheduler.plugins.prefix.match import PrefixMatch, PrefixMatchSource, prefix_match
 from scheduler.plugins.prefix.scorer import DEFAULT_PRODUCER, PREFIX_MATCH_INFO, PUBLISHED_PREFIX_MATCH
 from scheduler.producers import DataNeed
 from scheduler.types import LLMRequest
@@ -31,7 +30,7 @@ class PrefixMatchConsumer:
     producer_name: str = ""
     uses_producer: bool = True  # False: the plugin reads the published match whatever is configured
     prefix_match_optional: bool = False  # True: no producer is injected when none is configured
-    _producer: PrefixMatcher | None = None
+    _producer: PrefixMatchSource | None = None
 
     def data_needs(self) -> Sequence[DataNeed]:
         if not self.uses_producer:
@@ -51,11 +50,11 @@ class PrefixMatchConsumer:
 
     def bind_producer(self, key: str, producer: Plugin | None) -> None:
         if producer is not None:
-            assert isinstance(producer, PrefixMatcher)
+            assert isinstance(producer, PrefixMatchSource)
             self._producer = producer
 
     @property
-    def producer(self) -> PrefixMatcher | None:
+    def producer(self) -> PrefixMatchSource | None:
         """The producer read (None: the cycle's published match)."""
         return self._producer
 

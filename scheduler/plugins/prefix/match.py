@@ -13,11 +13,15 @@ Score of an endpoint: ``matched_blocks(address) / total_blocks`` (0.0 when the p
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from scheduler.cycle_state import CycleState, StateKey
 from scheduler.values import value_type
 
-__all__ = ["PREFIX_MATCH", "PrefixMatch", "prefix_match"]
+if TYPE_CHECKING:
+    from scheduler.types import LLMRequest
+
+__all__ = ["PREFIX_MATCH", "PrefixMatch", "PrefixMatchSource", "prefix_match"]
 
 
 @value_type
@@ -59,3 +63,12 @@ PREFIX_MATCH: StateKey[PrefixMatch] = StateKey("prefix-cache/match")
 def prefix_match(cycle: CycleState) -> PrefixMatch | None:
     """The cycle's prefix match, or None when no prefix-cache-scorer is configured."""
     return cycle.read(PREFIX_MATCH)
+
+
+@runtime_checkable
+class PrefixMatchSource(Protocol):
+    """A producer of ``PrefixCacheMatchInfo``: the approximate index (``approx-prefix-cache-producer``)
+    or the exact one fed by KV events (``precise-prefix-cache-producer``). ``match`` is memoised per
+    cycle and pure apart from that."""
+
+    def match(self, cycle: CycleState, request: LLMRequest) -> PrefixMatch: ...

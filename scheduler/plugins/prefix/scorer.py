@@ -30,7 +30,7 @@ from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.interfaces import Handle, Plugin
 from scheduler.params import params_to_dict, parse_params, plugin_location
-from scheduler.plugins.prefix.match import PrefixMatch
+from scheduler.plugins.prefix.match import PrefixMatch, PrefixMatchSource
 from scheduler.plugins.prefix.matcher import PREFILLER_HEADER, PrefixMatcher
 from scheduler.plugins.prefix.params import SCORE_KEYS, PrefixCacheScorerParams, PrefixScoreParams
 from scheduler.producers import DataNeed
@@ -65,10 +65,10 @@ class PrefixCacheScorer(PrefixMatcher):
         self.scoring = params.scoring()
         self.index_parameters = index_parameters
         """Index parameters the configuration gave explicitly (they make the scorer self-contained)."""
-        self._producer: PrefixMatcher | None = None
+        self._producer: PrefixMatchSource | None = None
 
     @property
-    def producer(self) -> PrefixMatcher | None:
+    def producer(self) -> PrefixMatchSource | None:
         """The producer whose match this scorer reads (None: self-contained)."""
         return self._producer
 
@@ -95,7 +95,7 @@ class PrefixCacheScorer(PrefixMatcher):
     def bind_producer(self, key: str, producer: Plugin | None) -> None:
         if producer is None:
             return
-        assert isinstance(producer, PrefixMatcher)
+        assert isinstance(producer, PrefixMatchSource)
         self._producer = producer
         self.params = self.scoring
 

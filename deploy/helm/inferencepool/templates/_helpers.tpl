@@ -89,9 +89,10 @@ inference.networking.k8s.io/igw-mode: {{ if include "inferencepool.standalone" .
 {{- printf "%s/%s:%s" $img.registry $img.repository ($img.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
-{{/* "true" when more than one replica runs: leader election, Lease RBAC, leader-only readiness. */}}
+{{/* "true" when more than one replica runs active-passive: leader election, Lease RBAC, leader-only
+readiness. With inferenceExtension.activeActive (pyepp) every replica serves (no leader election). */}}
 {{- define "inferencepool.leaderElection" -}}
-{{- if gt (int .Values.inferenceExtension.replicas) 1 }}true{{ end -}}
+{{- if and (gt (int .Values.inferenceExtension.replicas) 1) (not .Values.inferenceExtension.activeActive) }}true{{ end -}}
 {{- end -}}
 
 {{/* The API group of the InferencePool (for --pool-group and RBAC). */}}
@@ -159,6 +160,12 @@ inference.networking.k8s.io/igw-mode: {{ if include "inferencepool.standalone" .
 {{- end -}}
 {{- if lt (int $ie.replicas) 1 -}}
 {{- fail (printf "inferenceExtension.replicas: expected at least 1, got %v" $ie.replicas) -}}
+{{- end -}}
+{{- if $ie.activeActive -}}
+{{- $text := index ($ie.pluginsCustomConfig | default dict) $ie.pluginsConfigFile | default "" -}}
+{{- if not (contains "precise-prefix-cache-" (toString $text)) -}}
+{{- fail (printf "inferenceExtension.activeActive: the selected EndpointPickerConfig (%s) has no precise-prefix-cache-scorer or -producer; without exact, event-fed prefix state the replicas' decisions diverge (use active-passive: activeActive false)" $ie.pluginsConfigFile) -}}
+{{- end -}}
 {{- end -}}
 {{- if not (has (lower .Values.provider.name) (list "none" "istio" "gke")) -}}
 {{- fail (printf "provider.name: expected none, istio or gke, got %q" .Values.provider.name) -}}

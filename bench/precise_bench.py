@@ -1,0 +1,135 @@
+"""``epp-bench precise``: the costs of exact prefix routing (issue 14's targets), printed PASS/MISS.
+
+* **ingestion**: vLLM KV-event batches from 64 servers (msgpack, vLLM's struct layout: BlockStored runs
+  of 4 blocks, a BlockRemoved for every second batch), unpacked and applied to the index as the
+  transport does; CPU time (``process_time``) per block event. Target <= 5 us.
+* **index memory**: bytes allocated (``tracemalloc``) per (block, server) entry with 64 servers
+  holding ``--blocks`` blocks each, about a third of them shared. Target <= 100 B.
+* **keys for an 8k-token prompt**: the prompt's block keys (vLLM ``sha256`` chain, 16-token blocks)
+  when its first 6k tokens are a system prompt hashed before (the memo hit); with the simulator's
+  offline tokenizer in front, tokenisation + hashing. Target <= 1 ms. (A real deployment tokenises
+  on the model server's ``/render`` endpoint; the picker's own work is the hashing.)
+
+Figures are medians of ``--repeats`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+import tracemalloc
+from collections.abc import Sequence
+
+import msgpack
+
+from scheduler.plugins.precise.events import KVEventIngester
+from scheduler.plugins.precise.hashing import BlockKeyer
+from scheduler.plugins.precise.index import KVBlockIndex
+from simulator.tokenizer import OfflineTokenizer
+
+__all__ = ["main"]
+
+INGEST_TARGET_US = 5.0
+ENTRY_TARGET_BYTES = 100.0
+KEYS_TARGET_MS = 1.0
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def _batches(servers: int, batches: int, rng: random.Random) -> tuple[list[tuple[str, int, bytes]], int]:
+    pack = msgpack.Packer(use_bin_type=True).pack
+    out: list[tuple[str, int, bytes]] = []
+    blocks = 0
+    for seq in range(batches):
+        for s in range(servers):
+            hashes = [rng.getrandbits(64) for _ in range(4)]
+            stored = ["BlockStored", hashes, rng.getrandbits(64), list(range(64)), 16, None, "GPU", None]
+            events: list[list[object]] = [[*stored, None, None, None, None]]
+            blocks += 4
+            if seq % 2:
+                events.append(["BlockRemoved", hashes[:2], "GPU", None])
+                blocks += 2
+            out.append((f"10.0.{s // 256}.{s % 256}:8000", seq, pack([time.time(), events, 0])))
+    return out, blocks
+
+
+def ingestion_us(servers: int, batches: int, seed: int) -> float:
+    """CPU microseconds per block event, unpacking included."""
+    frames, blocks = _batches(servers, batches, random.Random(seed))
+    ingester = KVEventIngester(KVBlockIndex())
+    ingest, unpack = ingester.ingest, msgpack.unpackb
+    start = time.process_time()
+    for source, seq, payload in frames:
+        ingest(source, seq, unpack(payload, raw=False, strict_map_key=False))
+    return (time.process_time() - start) / blocks * 1e6
+
+
+def entry_bytes(servers: int, blocks: int, seed: int) -> float:
+    """Allocated bytes per (block, server) entry of a populated index."""
+    rng = random.Random(seed)
+    shared = [rng.getrandbits(60) for _ in range(blocks // 3)]
+    own = [[rng.getrandbits(60) for _ in range(blocks - len(shared))] for _ in range(servers)]
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    index = KVBlockIndex()
+    for s in range(servers):
+        # each server's keys as fresh int objects, as msgpack decodes them from its own events
+        index.store(f"s{s}", [(k << 1) >> 1 for k in shared] + own[s])
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    return used / index.size()
+
+
+def keys_ms(tokens: int, shared_tokens: int, seed: int, tokenize: bool) -> float:
+    """Milliseconds to key a ``tokens``-token prompt whose first ``shared_tokens`` were keyed before."""
+    rng = random.Random(seed)
+    words = [f"w{rng.randrange(50_000)}" for _ in range(tokens)]
+    system = " ".join(words[:shared_tokens])
+    tokenizer = OfflineTokenizer()
+    keyer = BlockKeyer("sha256", "", 16)
+    keyer.keys(tokenizer.encode(system + " warm"))  # the system prompt's blocks are memoised
+    text = system + " " + " ".join(words[shared_tokens:])
+    ids = tokenizer.encode(text)
+    start = time.process_time()  # CPU time: the figure holds on a loaded machine too
+    if tokenize:
+        ids = OfflineTokenizer().encode(text)  # a fresh tokenizer: no memo of this text
+    keyer.keys(ids)
+    return (time.process_time() - start) * 1000
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="epp-bench precise", description=__doc__.splitlines()[0])
+    p.add_argument("--servers", type=int, default=64)
+    p.add_argument("--batches", type=int, default=200, help="batches per server (ingestion)")
+    p.add_argument("--blocks", type=int, default=60_000, help="blocks per server (index memory)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--quick", action="store_true", help="smaller figures (make bench)")
+    ns = p.parse_args(argv)
+    if ns.quick:
+        ns.batches, ns.blocks, ns.repeats = 50, 30_000, 3
+    ingest = statistics.median(ingestion_us(ns.servers, ns.batches, ns.seed + r) for r in range(ns.repeats))
+    sizes = (ns.blocks // 3, ns.blocks)
+    reps = range(ns.repeats)
+    memory = {n: statistics.median(entry_bytes(ns.servers, n, ns.seed + r) for r in reps) for n in sizes}
+    hashing = statistics.median(keys_ms(8192, 6144, ns.seed + r, False) for r in range(ns.repeats))
+    both = statistics.median(keys_ms(8192, 6144, ns.seed + r, True) for r in range(ns.repeats))
+    print(f"{_verdict(ingest <= INGEST_TARGET_US)} ingestion: {ingest:.2f} us CPU per block event at "
+          f"{ns.servers} servers (target <= {INGEST_TARGET_US:g} us)")  # fmt: skip
+    for n, size in memory.items():  # a set's fill (hence its bytes per entry) varies with its size
+        print(f"{_verdict(size <= ENTRY_TARGET_BYTES)} index: {size:.1f} B per (block, server) entry with "
+              f"{n} blocks per server (target <= {ENTRY_TARGET_BYTES:g} B)")  # fmt: skip
+    print(f"{_verdict(hashing <= KEYS_TARGET_MS)} keys of an 8k-token prompt, 6k cached: {hashing:.3f} ms "
+          f"hashing (target <= {KEYS_TARGET_MS:g} ms)")  # fmt: skip
+    print(f"{_verdict(both <= KEYS_TARGET_MS)} epp-sim's offline tokenizer + keys of the same prompt: "
+          f"{both:.3f} ms (target <= {KEYS_TARGET_MS:g} ms; the picker itself does not tokenise: "
+          "token-producer renders on the model server)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
