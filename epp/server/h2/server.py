@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import structlog
 
 from epp.server.h2.connection import H2Connection
+from epp.server.h2.limits import H2Limits
 from epp.server.stream import StreamCore
 from epp.server.tls import CertDir, CertPair, apply_tls_overrides
 
@@ -64,10 +65,12 @@ class H2Server:
         max_send_bytes: int = 0,
         tls_min_version: str | None = None,
         tls_cipher_suites: Sequence[str] = (),
+        limits: H2Limits | None = None,
     ) -> None:
         self._core = core
         self._max_message = max_message_bytes
         self._max_send = max_send_bytes
+        self._limits = limits or H2Limits()
         self._tls = (tls_min_version, tuple(tls_cipher_suites))
         self._certificate = certificate
         self._reload_from = reload_from
@@ -85,6 +88,7 @@ class H2Server:
             self._max_message,
             on_close=self._connections.discard,
             max_send_bytes=self._max_send,
+            limits=self._limits,
         )
         self._connections.add(connection)
         return connection
