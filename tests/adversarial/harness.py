@@ -29,7 +29,16 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from envoy.service.ext_proc.v3.external_processor_pb2 import HttpBody, HttpHeaders, ProcessingRequest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-__all__ = ["GoodClient", "ModelServer", "Picker", "peak_rss", "request_messages", "rss", "start_picker"]
+__all__ = [
+    "GoodClient",
+    "ModelServer",
+    "Picker",
+    "peak_rss",
+    "request_messages",
+    "reset_peak",
+    "rss",
+    "start_picker",
+]
 
 MIB = 1 << 20
 METRICS = b"""# TYPE vllm:num_requests_waiting gauge
@@ -82,6 +91,12 @@ def _status_kib(pid: int, key: str) -> int:
 def rss(pid: int) -> int:
     """Resident memory now, bytes."""
     return _status_kib(pid, "VmRSS") * 1024
+
+
+def reset_peak(pid: int) -> None:
+    """Reset ``VmHWM`` to the current resident size (Linux ``clear_refs`` value 5)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as fh:
+        fh.write("5")
 
 
 def peak_rss(pid: int) -> int:

@@ -171,6 +171,7 @@ class H2Connection(asyncio.Protocol):
             if lim.idle_timeout:
                 self._timers.append(loop.call_later(lim.idle_timeout, self._check_idle))
             self._transport.set_write_buffer_limits(high=lim.write_buffer)
+        budget = lim.connection_budget
         self._transport.write(
             f.settings(
                 {
@@ -181,7 +182,7 @@ class H2Connection(asyncio.Protocol):
                     0x6: lim.max_header_list_size,
                 }
             )
-            + f.window_update(0, lim.connection_budget - 65535)
+            + (f.window_update(0, budget - 65535) if budget > 65535 else b"")
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
