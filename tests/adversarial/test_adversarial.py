@@ -20,7 +20,12 @@ from harness import MIB, GoodClient, Picker, peak_rss, reset_peak, rss, start_pi
 BUDGET = 64 * MIB
 
 # grpcio (grpc-core) itself fails these; the assertion stays, the case is marked with what was measured.
-GRPCIO_FAILS: dict[str, str] = {}
+GRPCIO_FAILS: dict[str, str] = {
+    "open-streams": "grpc-core accepts every stream (no concurrent-stream limit): peak RSS +51 to +65 MiB "
+    "for 10,000 open streams in the fast form, the good client's p99 about 2 s",
+    "rapid-reset": "2 of 16 well-behaved calls on another connection ended CANCELLED during 20,000 "
+    "HEADERS + RST_STREAM pairs (measured on grpcio 1.7x; cause inside grpc-core / grpc.aio not isolated)",
+}
 
 pytestmark = pytest.mark.timeout(300 if FULL else 120)
 

@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+import hpack
 import orjson
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -58,6 +59,9 @@ class _Transport:
         return False
 
     def close(self) -> None:
+        pass
+
+    def set_write_buffer_limits(self, high: int) -> None:
         pass
 
 
@@ -122,7 +126,11 @@ async def main() -> None:
     core.router._source = _Source(endpoints)  # the data layer is never started
     conn = H2Connection(core, 1 << 24)
     conn.connection_made(_Transport())  # type: ignore[arg-type]
-    conn.data_received(f.PREFACE + f.settings({0x4: 2**31 - 1}))
+    conn.data_received(f.PREFACE + f.settings({0x4: 2**31 - 1}) + f.frame(f.SETTINGS, f.ACK, 0))
+    encoder = hpack.Encoder()  # Envoy's request headers: literals once, then one-byte indexed fields
+    grpc_headers = [(":method", "POST"), (":scheme", "http"), (":authority", "epp"),
+                    (":path", "/envoy.service.ext_proc.v3.ExternalProcessor/Process"),
+                    ("content-type", "application/grpc"), ("te", "trailers")]  # fmt: skip
     msgs = [_grpc(m) for m in envoy_messages()]
     next_sid = 1
 
@@ -135,7 +143,8 @@ async def main() -> None:
             sids = range(next_sid, next_sid + 2 * args.concurrency, 2)
             next_sid += 2 * args.concurrency
             out.append([
-                b"".join(f.frame(f.HEADERS, f.END_HEADERS, s, b"") + f.frame(f.DATA, 0, s, msgs[0])
+                b"".join(f.frame(f.HEADERS, f.END_HEADERS, s, encoder.encode(grpc_headers))
+                         + f.frame(f.DATA, 0, s, msgs[0])
                          + f.frame(f.DATA, 0, s, msgs[1]) + f.frame(f.DATA, 0, s, msgs[2]) for s in sids),
                 b"".join(f.frame(f.DATA, 0, s, msgs[3]) for s in sids),
                 b"".join(f.frame(f.DATA, 0, s, msgs[4]) + f.frame(f.DATA, 0, s, msgs[5]) for s in sids),
