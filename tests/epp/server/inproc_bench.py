@@ -24,6 +24,7 @@ import pstats
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import hpack
 import orjson
@@ -113,6 +114,9 @@ async def main() -> None:
     p.add_argument("--requests", type=int, default=3200)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--profile", default="", help="cProfile the first round, sorted by this key")
+    p.add_argument(
+        "--engine", choices=("h2", "ngh2"), default="h2", help="ngh2: the prototype in ngh2_proto.py"
+    )
     args = p.parse_args()
     now = time.monotonic()
     endpoints = tuple(
@@ -124,7 +128,12 @@ async def main() -> None:
     app = await build_app(options)
     core = app.server.core
     core.router._source = _Source(endpoints)  # the data layer is never started
-    conn = H2Connection(core, 1 << 24)
+    if args.engine == "ngh2":
+        from ngh2_proto import NgH2Connection
+
+        conn: Any = NgH2Connection(core)
+    else:
+        conn = H2Connection(core, 1 << 24)
     conn.connection_made(_Transport())  # type: ignore[arg-type]
     conn.data_received(f.PREFACE + f.settings({0x4: 2**31 - 1}) + f.frame(f.SETTINGS, f.ACK, 0))
     encoder = hpack.Encoder()  # Envoy's request headers: literals once, then one-byte indexed fields
@@ -178,7 +187,8 @@ async def main() -> None:
         raise RuntimeError(f"{conn.open_streams} streams did not finish")
     rounds.sort()
     print(
-        f"endpoints={args.endpoints} concurrency={args.concurrency} requests/round={args.requests} "
+        f"engine={args.engine} endpoints={args.endpoints} concurrency={args.concurrency} "
+        f"requests/round={args.requests} "
         f"cpu_per_request min={rounds[0]:.1f}us median={rounds[len(rounds) // 2]:.1f}us"
     )
 
