@@ -44,7 +44,8 @@ from epp.server.h2 import frames as f
 from epp.server.h2.frames import DATA, END_HEADERS, END_STREAM, HEADERS, PADDED, RESPONSE_HEADERS, frame
 from epp.server.h2.headers import HeaderError, RequestHeaders
 from epp.server.h2.limits import H2Limits
-from epp.server.stream import ExtProcStream, StreamCore
+from epp.server.h2.sender import H2Stream, StreamSender
+from epp.server.stream import StreamCore
 from scheduler.types import Outcome
 
 __all__ = ["H2Connection"]
@@ -54,8 +55,7 @@ _MAX_WINDOW = 2**31 - 1
 _MAX_FRAME = 1 << 20  # what we accept (SETTINGS_MAX_FRAME_SIZE)
 _FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, R + stream id
 _GRPC_PREFIX = struct.Struct(">BI")  # compressed flag, message length
-_CANCELLED, _RESET = Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET  # globals are cheaper than Enum members
-_OK, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _RESOURCE_EXHAUSTED = 0, 3, 4, 8
+_INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _RESOURCE_EXHAUSTED = 3, 4, 8
 _UNIMPLEMENTED, _INTERNAL = 12, 13
 _E = f.ErrorCode
 _ONLY_PROCESS = "unknown method: only envoy.service.ext_proc.v3.ExternalProcessor/Process is served"
@@ -67,42 +67,7 @@ class _ConnectionError(Exception):
         self.code = code
 
 
-class _Stream:
-    __slots__ = (
-        "buf",
-        "commit",
-        "ext",
-        "headers_sent",
-        "need",
-        "pending",
-        "pending_bytes",
-        "queued",
-        "recv_window",
-        "remote_closed",
-        "task",
-        "timer",
-        "trailer",
-        "window",
-    )
-
-    def __init__(self, ext: ExtProcStream, window: int, recv_window: int) -> None:
-        self.ext = ext
-        self.buf: bytes | bytearray = b""  # received bytes of messages not yet complete
-        self.need = 0  # len(buf) needed before the next message can be complete
-        self.commit = 0  # bytes of a large message granted beyond the stream window (budget reservation)
-        self.window = window  # what we may send
-        self.recv_window = recv_window  # what the peer may send
-        self.pending: list[bytes] = []  # gRPC-framed messages (prefix, body, ...) waiting to be sent
-        self.pending_bytes = 0
-        self.queued = 0  # pending bytes counted in the connection's budget
-        self.trailer: bytes | None = None  # trailers to send once ``pending`` is flushed
-        self.task: asyncio.Task[None] | None = None  # the async pre-scheduling step, while it runs
-        self.timer: asyncio.TimerHandle | None = None  # grpc-timeout
-        self.headers_sent = False
-        self.remote_closed = False
-
-
-class H2Connection(asyncio.Protocol):
+class H2Connection(StreamSender, asyncio.Protocol):
     def __init__(
         self,
         core: StreamCore,
@@ -127,7 +92,7 @@ class H2Connection(asyncio.Protocol):
         self._preface = False
         self._settings_seen = False  # the client's first SETTINGS
         self._settings_acked = False  # our SETTINGS, acknowledged
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, H2Stream] = {}
         self._last_stream = 0
         self._continuation: int | None = None  # stream id whose header block continues
         self._continuation_ends = False
@@ -471,13 +436,13 @@ class H2Connection(asyncio.Protocol):
             if not end_stream:
                 out.append(f.rst_stream(sid, _E.NO_ERROR))
             return
-        stream = self._streams[sid] = _Stream(self._core.open(), self._peer_window, self._stream_window)
+        stream = self._streams[sid] = H2Stream(self._core.open(), self._peer_window, self._stream_window)
         if head.timeout is not None and self._loop is not None:
             stream.timer = self._loop.call_later(head.timeout, self._expire, sid, stream)
         if end_stream:
             self._remote_end(sid, stream, out)
 
-    def _expire(self, sid: int, stream: _Stream) -> None:
+    def _expire(self, sid: int, stream: H2Stream) -> None:
         """The stream's ``grpc-timeout`` passed."""
         stream.timer = None
         if self._streams.get(sid) is stream:
@@ -532,7 +497,7 @@ class H2Connection(asyncio.Protocol):
         if flags & END_STREAM:
             self._remote_end(sid, stream, out)
 
-    def _drain(self, sid: int, stream: _Stream, out: list[bytes]) -> bool:
+    def _drain(self, sid: int, stream: H2Stream, out: list[bytes]) -> bool:
         """Feed the complete messages of ``stream.buf``; False when the stream ended."""
         buf = stream.buf
         pos, end, need = 0, len(buf), 5
@@ -598,7 +563,7 @@ class H2Connection(asyncio.Protocol):
             self._flush(sid, stream, out)
         return True
 
-    def _reserve(self, sid: int, stream: _Stream, need: int, out: list[bytes]) -> bool:
+    def _reserve(self, sid: int, stream: H2Stream, need: int, out: list[bytes]) -> bool:
         """Grant a message larger than the stream window if the connection budget can hold it."""
         others = self._held - len(stream.buf) + self._queued + self._reserved - stream.commit
         if others + need > self._budget:
@@ -609,24 +574,7 @@ class H2Connection(asyncio.Protocol):
         stream.commit = need
         return True
 
-    def _queue(
-        self, sid: int, stream: _Stream, responses: list[ProcessingResponse], out: list[bytes]
-    ) -> bool:
-        """Queue ``responses`` for sending; False when the stream ended (an answer too large, or done)."""
-        for response in responses:
-            data = response.SerializeToString()
-            if self._max_send and len(data) > self._max_send:
-                message = f"trying to send message larger than max ({len(data)} vs. {self._max_send})"
-                self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
-                return False
-            stream.pending += (len(data).to_bytes(5, "big"), data)  # gRPC prefix: uncompressed, length
-            stream.pending_bytes += 5 + len(data)
-        if stream.ext.finished:
-            self._finish(sid, stream, _OK, "", _RESET, out)
-            return False
-        return True
-
-    async def _settle(self, sid: int, stream: _Stream) -> None:
+    async def _settle(self, sid: int, stream: H2Stream) -> None:
         """Await the stream's pre-scheduling step, send its answers, go on with buffered messages."""
         responses: list[ProcessingResponse] | None
         try:
@@ -643,92 +591,3 @@ class H2Connection(asyncio.Protocol):
         elif self._queue(sid, stream, responses, out):
             self._drain(sid, stream, out)
         self._write(out)
-
-    # -- stream endings ----------------------------------------------------------------------------
-
-    def _drop(self, sid: int, stream: _Stream) -> None:
-        """Forget a stream: its buffers leave the budget, its deadline is cancelled."""
-        if self._streams.pop(sid, None) is None:
-            return
-        self._held -= len(stream.buf)
-        stream.buf = b""
-        self._reserved -= stream.commit
-        self._queued -= stream.queued
-        stream.commit = stream.queued = 0
-        if stream.timer is not None:
-            stream.timer.cancel()
-            stream.timer = None
-
-    def _reset(self, sid: int, stream: _Stream, code: int, out: list[bytes]) -> None:
-        """A stream error (RFC 9113 5.4.2): RST_STREAM with ``code``; a dispatched request is reset."""
-        self._drop(sid, stream)
-        stream.ext.end(Outcome.STREAM_RESET)
-        out.append(f.rst_stream(sid, code))
-
-    def _remote_end(self, sid: int, stream: _Stream, out: list[bytes]) -> None:
-        """The client finished sending: the stream ends (a request still open was cancelled)."""
-        stream.remote_closed = True
-        self._finish(sid, stream, _OK, "", _CANCELLED, out)
-
-    def _fail(
-        self, sid: int, stream: _Stream, status: int, msg: str, out: list[bytes], outcome: Outcome = _RESET
-    ) -> None:
-        stream.pending.clear()
-        stream.pending_bytes = 0
-        self._finish(sid, stream, status, msg, outcome, out)
-
-    def _finish(
-        self, sid: int, stream: _Stream, status: int, message: str, outcome: Outcome, out: list[bytes]
-    ) -> None:
-        stream.ext.end(outcome, status)
-        if stream.trailer is None:
-            stream.trailer = f.trailers(status, message)
-            self._held -= len(stream.buf)  # nothing more is read from this stream
-            stream.buf = b""
-            self._flush(sid, stream, out)
-
-    def _flush(self, sid: int, stream: _Stream, out: list[bytes]) -> None:
-        """Send what the windows allow; after the last byte, the trailers (and RST_STREAM NO_ERROR)."""
-        pending = stream.pending
-        if (pending or stream.trailer is not None) and not stream.headers_sent:
-            out.append(frame(HEADERS, END_HEADERS, sid, RESPONSE_HEADERS))
-            stream.headers_sent = True
-        if pending:
-            size = stream.pending_bytes
-            if size <= self._peer_max_frame and size <= self._send_window and size <= stream.window:
-                # the usual case: everything fits in one DATA frame, whose payload is ``pending`` as is
-                out.append(_FRAME_HEADER.pack(size >> 16, size & 0xFFFF, DATA, 0, sid))
-                out += pending
-                pending.clear()
-            else:
-                data, pos = b"".join(pending), 0
-                pending.clear()
-                while pos < size:
-                    n = min(size - pos, self._peer_max_frame, self._send_window, stream.window)
-                    if n <= 0:
-                        break
-                    out.append(frame(DATA, 0, sid, data[pos : pos + n]))
-                    pos += n
-                    self._send_window -= n
-                    stream.window -= n
-                if pos < size:  # the rest waits for a WINDOW_UPDATE (trailers after it)
-                    pending.append(data[pos:])
-                    stream.pending_bytes = size - pos
-                    self._queued += size - pos - stream.queued
-                    stream.queued = size - pos
-                    if self._held + self._queued > self._budget and stream.trailer is None:
-                        message = f"queued answers: over the memory budget ({self._budget} bytes)"
-                        self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
-                    return
-                size = 0  # windows already charged
-            stream.pending_bytes = 0
-            self._send_window -= size
-            stream.window -= size
-        if stream.queued:
-            self._queued -= stream.queued
-            stream.queued = 0
-        if stream.trailer is not None:
-            out.append(frame(HEADERS, END_HEADERS | END_STREAM, sid, stream.trailer))
-            if not stream.remote_closed:
-                out.append(f.rst_stream(sid, _E.NO_ERROR))
-            self._drop(sid, stream)

@@ -11,10 +11,11 @@ bytes, the default). What the engine reads from a request's headers:
   as the gRPC HTTP/2 protocol says;
 * ``grpc-timeout``: the stream's deadline in seconds (``None`` when absent).
 
-Cost: Envoy's gRPC client repeats the same headers on every stream, which HPACK turns into a block of
-one-byte indexed fields after the first stream. Such a block changes no decoder state, so its reading is
-remembered by the block's bytes (at most 64 blocks, forgotten whenever another kind of block changes the
-dynamic table): a dictionary look-up instead of a decode (about 26 µs).
+Cost: Envoy's gRPC client repeats the same headers on every stream, which HPACK turns into the same block
+after the first stream (indexed fields, and ``:path`` as a literal without indexing). A block of indexed
+fields and literals without indexing / never indexed changes no decoder state, so its reading is remembered
+by the block's bytes (at most 64 blocks, all forgotten whenever a block changes the dynamic table): a
+dictionary look-up instead of a decode (about 40 µs with the ``hpack`` package).
 """
 
 from __future__ import annotations
@@ -87,11 +88,44 @@ class RequestHeaders:
         except Exception as exc:  # hpack's errors for malformed input are not all HPACKError
             raise HeaderError(f"header block: {type(exc).__name__}") from None
         head = _head(headers)  # type: ignore[arg-type]  # raw=True: bytes pairs
-        # Only one-byte indexed fields (0x80-0xFE each): the dynamic table is unchanged by this block.
-        if block and b"\xff" not in block and min(block) >= 0x80:
+        if _keeps_table(block):
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.clear()
             self._cache[block] = head
         else:
-            self._cache.clear()  # the table may have changed: indices now mean other fields
+            self._cache.clear()  # the table changed: indices now mean other fields
         return head
+
+
+def _integer(block: bytes, pos: int, mask: int) -> tuple[int, int]:
+    """An HPACK integer (RFC 7541 5.1) whose prefix is ``block[pos] & mask``: (value, next position)."""
+    value = block[pos] & mask
+    pos += 1
+    if value == mask:
+        shift = 0
+        while True:
+            byte = block[pos]
+            pos += 1
+            value += (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+    return value, pos
+
+
+def _keeps_table(block: bytes) -> bool:
+    """True when the (already decoded, hence well-formed) block only has indexed fields and literals
+    without indexing or never indexed: it leaves the dynamic table as it was."""
+    pos, end = 0, len(block)
+    while pos < end:
+        first = block[pos]
+        if first & 0x80:  # indexed field
+            _, pos = _integer(block, pos, 0x7F)
+        elif first & 0xE0 in (0x00, 0x10):  # literal without indexing / never indexed
+            index, pos = _integer(block, pos, 0x0F)
+            for _ in range(1 if index else 2):  # the value, after a literal name when index is 0
+                length, pos = _integer(block, pos, 0x7F)
+                pos += length
+        else:  # incremental indexing (0x40) or a table size update (0x20)
+            return False
+    return True

@@ -147,15 +147,10 @@ def test_random_sessions_of_a_reference_client_complete(data: st.DataObject) -> 
             s.send_some(data.draw(st.sampled_from(open_)))
         elif action == "ping":
             s.client.ping(b"12345678")
-        elif action == "settings":
+        elif action == "settings":  # (not MAX_FRAME_SIZE: h2 applies a larger one only after the read
+            # that carries our ACK, and would refuse our next frame in that same read)
             window = data.draw(st.integers(1 << 14, 1 << 20))
-            frame = data.draw(st.integers(1 << 14, 1 << 20))
-            s.client.update_settings(
-                {
-                    h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window,
-                    h2.settings.SettingCodes.MAX_FRAME_SIZE: frame,
-                }
-            )
+            s.client.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
         elif action == "update":
             s.client.increment_flow_control_window(data.draw(st.integers(1, 1 << 20)))
         elif data.draw(st.integers(0, 9)) == 0:  # a rare reset
