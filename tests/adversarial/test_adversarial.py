@@ -27,7 +27,7 @@ GRPCIO_FAILS: dict[str, str] = {
     "HEADERS + RST_STREAM pairs (measured on grpcio 1.7x; cause inside grpc-core / grpc.aio not isolated)",
 }
 
-pytestmark = pytest.mark.timeout(300 if FULL else 120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300 if FULL else 120)]
 
 
 @pytest.fixture(scope="module", params=["h2", "grpcio"])
