@@ -3,12 +3,15 @@
 Issue 12 asks whether nghttp2's hardened protocol core could replace our own at a CPU cost within 10 % per
 request. This drives the same :class:`~epp.server.stream.ExtProcStream` as ``H2Connection`` with ngh2 doing
 all framing, HPACK and flow control (its automatic WINDOW_UPDATEs, its floods and limits); ``inproc_bench.py
---engine ngh2`` measures it in the same run as ours. Not a server: no TLS, no shutdown, no pre-scheduling
-await, no timeouts. ``ngh2`` is not a dependency; install it by hand to run this.
+--engine ngh2`` measures it in the same run as ours; it can also stand in for ``H2Connection`` in
+``H2Server`` (same constructor shape) to measure it behind Envoy. Not a server: no pre-scheduling await, no
+timeouts, no request-header checks, a minimal shutdown. ``ngh2`` is not a dependency; install it by hand
+to run this.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from typing import Any
 
@@ -26,9 +29,11 @@ _OK = [(b"grpc-status", b"0")]
 _CANCEL, _RESET = Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET
 
 
-class NgH2Connection:
-    def __init__(self, core: StreamCore) -> None:
+class NgH2Connection(asyncio.Protocol):
+    def __init__(self, core: StreamCore, *_: object, on_close: Any = None, **__: object) -> None:
         self._core = core
+        self._on_close = on_close
+        self.shutting_down = False
         self._conn = ngh2.Connection(ngh2.Role.SERVER)
         self._streams: dict[int, tuple[ExtProcStream, bytearray]] = {}
         self._transport: Any = None
@@ -36,6 +41,21 @@ class NgH2Connection:
     @property
     def open_streams(self) -> int:
         return len(self._streams)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for ext, _ in self._streams.values():
+            ext.end(_RESET)
+        self._streams.clear()
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def goaway(self) -> None:
+        self._conn.send_shutdown_notice()
+        self._transport.write(self._conn.data_to_send())
+
+    def abort_all(self) -> None:
+        self.connection_lost(None)
+        self._transport.close()
 
     def connection_made(self, transport: Any) -> None:
         self._transport = transport
