@@ -218,6 +218,7 @@ def _server_settings(options: Options) -> ServerSettings:
         shutdown_grace=options.drain_timeout,
         max_recv_bytes=options.grpc_max_recv_msg_size,
         max_send_bytes=options.grpc_max_send_msg_size,
+        h2_limits=options.h2_limits,
         tls_min_version=options.tls_min_version,
         tls_cipher_suites=options.tls_cipher_suites,
         metrics_tls=metrics_tls,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 from datalayer.discovery import parse_endpoint_list as parse_addresses
@@ -32,6 +32,9 @@ from epp.flags import (
     suggest,
 )
 from epp.label_selector import parse_label_selector
+from epp.server.h2.limits import H2Limits
+from epp.server.h2.limits import add_flags as add_h2_flags
+from epp.server.h2.limits import from_flags as h2_limits_from_flags
 from epp.server.logs import STACKTRACE_LEVELS, TIME_ENCODINGS
 from epp.server.tls import TLS_VERSIONS, TlsError, openssl_ciphers
 
@@ -69,6 +72,7 @@ class Options:
     max_body_bytes: int = 16 * 1024 * 1024
     grpc_max_recv_msg_size: int = 0  # 0: our default (max_body_bytes + 1 MiB)
     grpc_max_send_msg_size: int = 0  # 0: no limit (grpc-go's default)
+    h2_limits: H2Limits = field(default_factory=H2Limits)  # --grpc-h2-* (h2 engine's defensive limits)
     enable_grpc_stream_metrics: bool = False
     tls_min_version: str | None = None  # Go name, e.g. VersionTLS13; None: TLS 1.2
     tls_cipher_suites: tuple[str, ...] = ()  # Go crypto/tls names
@@ -209,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-max-send-msg-size", type=parse_quantity, default=None,
         help="largest ext_proc gRPC message sent, e.g. 10MiB (default no limit)",
     )  # fmt: skip
+    add_h2_flags(s)
     s.add_argument(
         "--enable-grpc-stream-metrics", action=b,
         help="export llm_d_epp_extproc_streams_inflight, _stream_duration_seconds, _streams_total{code}",
@@ -412,6 +417,10 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         raise UsageError(f"EPP_GRPC_ENGINE: expected one of {', '.join(ENGINES)}, got {engine!r}")
     ns.grpc_engine = engine
     _check(ns)
+    try:
+        h2_limits = h2_limits_from_flags(ns)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     overrides = tuple(
         (key, getattr(ns, flag)) for flag, key in _METRIC_FLAGS.items() if getattr(ns, flag) is not None
     )
@@ -430,6 +439,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         max_body_bytes=ns.max_body_bytes,
         grpc_max_recv_msg_size=ns.grpc_max_recv_msg_size or 0,
         grpc_max_send_msg_size=ns.grpc_max_send_msg_size or 0,
+        h2_limits=h2_limits,
         enable_grpc_stream_metrics=ns.enable_grpc_stream_metrics,
         tls_min_version=ns.tls_min_version,
         tls_cipher_suites=_cipher_suites(ns),

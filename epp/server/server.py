@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -31,6 +31,7 @@ from epp.protocol import SessionConfig
 from epp.server.decisions import DecisionLog
 from epp.server.grpc_server import start_ext_proc_server, start_health_server
 from epp.server.h2 import H2Server
+from epp.server.h2.limits import H2Limits
 from epp.server.health import HealthStatus
 from epp.server.http import MetricsTls, make_http_app, start_http
 from epp.server.metrics import RequestMetrics, StreamMetrics
@@ -66,6 +67,7 @@ class ServerSettings:
     max_send_bytes: int = 0  # --grpc-max-send-msg-size (0: no limit)
     tls_min_version: str | None = None  # h2 engine (Go name)
     tls_cipher_suites: tuple[str, ...] = ()  # h2 engine (Go names)
+    h2_limits: H2Limits = field(default_factory=H2Limits)  # h2 engine: streams, windows, budget, floods
     metrics_tls: MetricsTls | None = None  # --metrics-cert-dir: HTTPS on the metrics port (reloaded)
     verbosity: int = 1
     tracing: bool = True
@@ -148,6 +150,7 @@ class EppServer:
                     tls_min_version=s.tls_min_version,
                     tls_cipher_suites=s.tls_cipher_suites,
                     client_ca=s.client_ca,
+                    limits=s.h2_limits,
                 )
                 self._ext_proc = h2
                 self.grpc_port = await h2.start(s.host, s.grpc_port)

@@ -6,22 +6,27 @@ loop). Here one ``data_received`` parses every frame of the socket read, runs ea
 
 Scope (a gRPC server for exactly one bidirectional method, the ext_proc ``Process``):
 
-* every stream is taken as a ``Process`` call: request header blocks are not decoded (HPACK decoder
-  state is only needed to read headers, and no header of the request is needed); serve nothing else on
-  this port (health has its own port);
+* request header blocks are HPACK-decoded (:mod:`epp.server.h2.headers`): another ``:path`` is answered
+  UNIMPLEMENTED, a content-type other than ``application/grpc`` HTTP 415, ``grpc-timeout`` sets the
+  stream's deadline (passed: ``DEADLINE_EXCEEDED``, outcome TIMEOUT);
 * frames: DATA (padding stripped), HEADERS + CONTINUATION (a new stream, or the client's trailers),
   RST_STREAM, SETTINGS (ACKed; the peer's initial window and max frame size are honoured), PING
   (ACKed), WINDOW_UPDATE, GOAWAY, PRIORITY (ignored); PUSH_PROMISE from a client is a connection error;
-* flow control: the receive windows are opened to 2^31-1 and replenished every 2^30 bytes; sends obey
-  the peer's connection and stream windows, queueing what does not fit until a WINDOW_UPDATE;
+  the first frame must be SETTINGS;
+* limits (:class:`~epp.server.h2.limits.H2Limits`): concurrent streams, receive windows replenished as
+  messages are consumed, a per-connection memory budget, header-block size, control-frame floods,
+  settings and idle timeouts, write backpressure (reading pauses while the transport's buffer is full);
+* sends obey the peer's connection and stream windows, queueing what does not fit until a WINDOW_UPDATE;
 * gRPC messages: 5-byte prefix; compressed messages end the stream with UNIMPLEMENTED, messages over
   ``max_message_bytes`` with RESOURCE_EXHAUSTED (so does an answer over ``max_send_bytes``, when set:
-  ``--grpc-max-send-msg-size``), undecodable ones or protocol violations with
-  INVALID_ARGUMENT; a stream ends with ``grpc-status: 0`` once its request was answered or its response
-  completed (then RST_STREAM NO_ERROR if the client has not finished sending), or when the client ends it.
+  ``--grpc-max-send-msg-size``, and a message the memory budget cannot hold), undecodable ones or
+  protocol violations with INVALID_ARGUMENT; a stream ends with ``grpc-status: 0`` once its request was
+  answered or its response completed (then RST_STREAM NO_ERROR if the client has not finished sending),
+  or when the client ends it. Partial messages are assembled in a ``bytearray`` (linear in their size).
 
 Outcomes for dispatched requests that end early: client half-close -> CLIENT_CANCEL; RST_STREAM or a lost
-connection -> STREAM_RESET; anything during :meth:`H2Connection.abort_all` at shutdown -> SHUTDOWN.
+connection -> STREAM_RESET; a passed ``grpc-timeout`` -> TIMEOUT; anything during
+:meth:`H2Connection.abort_all` at shutdown -> SHUTDOWN.
 """
 
 from __future__ import annotations
@@ -37,19 +42,23 @@ from google.protobuf.message import DecodeError
 from epp.protocol import RemoteProtocolError
 from epp.server.h2 import frames as f
 from epp.server.h2.frames import DATA, END_HEADERS, END_STREAM, HEADERS, PADDED, RESPONSE_HEADERS, frame
-from epp.server.stream import ExtProcStream, StreamCore
+from epp.server.h2.headers import HeaderError, RequestHeaders
+from epp.server.h2.limits import H2Limits
+from epp.server.h2.sender import H2Stream, StreamSender
+from epp.server.stream import StreamCore
 from scheduler.types import Outcome
 
 __all__ = ["H2Connection"]
 
 _log = structlog.get_logger("epp.h2")
 _MAX_WINDOW = 2**31 - 1
-_REPLENISH = 2**30
 _MAX_FRAME = 1 << 20  # what we accept (SETTINGS_MAX_FRAME_SIZE)
 _FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, R + stream id
 _GRPC_PREFIX = struct.Struct(">BI")  # compressed flag, message length
-_CANCELLED, _RESET = Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET  # globals are cheaper than Enum members
-_OK, _INVALID_ARGUMENT, _RESOURCE_EXHAUSTED, _UNIMPLEMENTED, _INTERNAL = 0, 3, 8, 12, 13
+_INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _RESOURCE_EXHAUSTED = 3, 4, 8
+_UNIMPLEMENTED, _INTERNAL = 12, 13
+_E = f.ErrorCode
+_ONLY_PROCESS = "unknown method: only envoy.service.ext_proc.v3.ExternalProcessor/Process is served"
 
 
 class _ConnectionError(Exception):
@@ -58,34 +67,7 @@ class _ConnectionError(Exception):
         self.code = code
 
 
-class _Stream:
-    __slots__ = (
-        "buf",
-        "ext",
-        "headers_sent",
-        "pending",
-        "pending_bytes",
-        "recv_consumed",
-        "remote_closed",
-        "task",
-        "trailer",
-        "window",
-    )
-
-    def __init__(self, ext: ExtProcStream, window: int) -> None:
-        self.ext = ext
-        self.buf = b""
-        self.window = window
-        self.pending: list[bytes] = []  # gRPC-framed messages (prefix, body, ...) waiting to be sent
-        self.pending_bytes = 0
-        self.trailer: bytes | None = None  # trailers to send once ``pending`` is flushed
-        self.task: asyncio.Task[None] | None = None  # the async pre-scheduling step, while it runs
-        self.headers_sent = False
-        self.remote_closed = False
-        self.recv_consumed = 0
-
-
-class H2Connection(asyncio.Protocol):
+class H2Connection(StreamSender, asyncio.Protocol):
     def __init__(
         self,
         core: StreamCore,
@@ -93,22 +75,39 @@ class H2Connection(asyncio.Protocol):
         on_close: object = None,
         *,
         max_send_bytes: int = 0,
+        limits: H2Limits | None = None,
     ) -> None:
         self._core = core
         self._max_message = max_message_bytes
         self._max_send = max_send_bytes  # 0: no limit
         self._on_close = on_close
+        lim = self._limits = limits or H2Limits()
+        self._budget = lim.connection_budget
+        self._stream_window = lim.stream_window
+        self._headers = RequestHeaders(lim.max_header_list_size)
         self._transport: asyncio.Transport | None = None
-        self._buf = b""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._buf: bytearray = bytearray()  # an incomplete frame
+        self._need = 0  # len(_buf) needed to complete it
         self._preface = False
-        self._streams: dict[int, _Stream] = {}
+        self._settings_seen = False  # the client's first SETTINGS
+        self._settings_acked = False  # our SETTINGS, acknowledged
+        self._streams: dict[int, H2Stream] = {}
         self._last_stream = 0
         self._continuation: int | None = None  # stream id whose header block continues
         self._continuation_ends = False
+        self._block = bytearray()
         self._peer_window = 65535
         self._peer_max_frame = 16384
         self._send_window = 65535
-        self._recv_consumed = 0
+        self._recv_window = lim.connection_budget  # what the peer may still send on the connection
+        self._held = 0  # bytes of partial messages held by the streams
+        self._reserved = 0  # bytes granted to large messages (sum of the streams' ``commit``)
+        self._queued = 0  # bytes of answers waiting for the peer's windows
+        self._tokens = float(lim.flood_rate)
+        self._refilled = 0.0
+        self._active = 0.0  # loop time of the last read
+        self._timers: list[asyncio.TimerHandle] = []
         self._goaway_sent = False
         self.shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()  # running pre-scheduling steps (strong references)
@@ -117,36 +116,80 @@ class H2Connection(asyncio.Protocol):
     def open_streams(self) -> int:
         return len(self._streams)
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes counted against the memory budget now (partial messages and queued answers)."""
+        return self._held + self._queued
+
     # -- asyncio protocol --------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
-        transport = self._transport
-        transport.write(
-            f.settings({0x4: _MAX_WINDOW, 0x5: _MAX_FRAME, 0x2: 0})  # window, frame size, no push
-            + f.window_update(0, _MAX_WINDOW - 65535)
+        lim = self._limits
+        try:
+            self._loop = loop = asyncio.get_running_loop()
+        except RuntimeError:  # driven by hand (unit tests): no timers
+            self._loop = None
+        else:
+            self._refilled = self._active = loop.time()
+            self._timers.append(loop.call_later(lim.settings_timeout, self._check_settings))
+            if lim.idle_timeout:
+                self._timers.append(loop.call_later(lim.idle_timeout, self._check_idle))
+            self._transport.set_write_buffer_limits(high=lim.write_buffer)
+        budget = lim.connection_budget
+        self._transport.write(
+            f.settings(
+                {
+                    0x2: 0,  # no push
+                    0x3: lim.max_concurrent_streams,
+                    0x4: lim.stream_window,
+                    0x5: _MAX_FRAME,
+                    0x6: lim.max_header_list_size,
+                }
+            )
+            + (f.window_update(0, budget - 65535) if budget > 65535 else b"")
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
         outcome = Outcome.SHUTDOWN if self.shutting_down else Outcome.STREAM_RESET
         for stream in self._streams.values():
+            if stream.timer is not None:
+                stream.timer.cancel()
             stream.ext.end(outcome)
         self._streams.clear()
+        for timer in self._timers:
+            timer.cancel()
         self._transport = None
         if callable(self._on_close):
             self._on_close(self)
 
+    def pause_writing(self) -> None:
+        """The peer does not read: stop reading until it does (bounds what we queue for it)."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+
     def data_received(self, data: bytes) -> None:
+        if self._loop is not None:
+            self._active = self._loop.time()
+        if self._buf:  # an incomplete frame: collect until it is complete (linear, not re-parsed)
+            self._buf += data
+            if len(self._buf) < self._need:
+                return
+            data, self._buf = bytes(self._buf), bytearray()
         out: list[bytes] = []
         try:
-            self._frames(self._buf + data if self._buf else data, out)
+            self._frames(data, out)
         except _ConnectionError as exc:
             _log.warning("HTTP/2 connection error", error=str(exc), code=exc.code)
             self._close_with(out, exc.code, str(exc))
             return
         except Exception:  # a bug: end this connection cleanly, never the server
             _log.exception("HTTP/2 connection failed")
-            self._close_with(out, f.ErrorCode.INTERNAL_ERROR, "internal error")
+            self._close_with(out, _E.INTERNAL_ERROR, "internal error")
             return
         self._write(out)
 
@@ -156,22 +199,38 @@ class H2Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def _check_settings(self) -> None:
+        if self._transport is not None and not (self._settings_seen and self._settings_acked):
+            _log.warning("HTTP/2 connection error", error="SETTINGS not received or not acknowledged in time")
+            self._close_with([], _E.SETTINGS_TIMEOUT, "settings timeout")
+
+    def _check_idle(self) -> None:
+        if self._transport is None or self._loop is None:
+            return
+        idle = self._limits.idle_timeout
+        left = self._active + idle - self._loop.time()
+        if self._streams or left > 0:
+            self._timers.append(self._loop.call_later(max(left, idle / 10), self._check_idle))
+            del self._timers[:-3]  # fired handles need no cancelling
+        else:
+            self._close_with([], _E.NO_ERROR, "idle")
+
     # -- shutdown ----------------------------------------------------------------------------------
 
     def goaway(self) -> None:
         """Tell the peer no new stream will be accepted (streams already open continue)."""
         if not self._goaway_sent and self._transport is not None:
             self._goaway_sent = True
-            self._transport.write(f.goaway(self._last_stream, f.ErrorCode.NO_ERROR))
+            self._transport.write(f.goaway(self._last_stream, _E.NO_ERROR))
 
     def abort_all(self) -> None:
         """End every open stream with outcome SHUTDOWN and close the connection."""
         self.shutting_down = True
         out: list[bytes] = []
         for sid, stream in list(self._streams.items()):
+            self._drop(sid, stream)
             stream.ext.end(Outcome.SHUTDOWN)
-            out.append(f.rst_stream(sid, f.ErrorCode.CANCEL))
-        self._streams.clear()
+            out.append(f.rst_stream(sid, _E.CANCEL))
         self._write(out)
         if self._transport is not None:
             self._transport.close()
@@ -182,14 +241,28 @@ class H2Connection(asyncio.Protocol):
         if out and self._transport is not None and not self._transport.is_closing():
             self._transport.write(b"".join(out))
 
+    def _spend(self) -> None:
+        """One unproductive control frame: take a token; none left: ENHANCE_YOUR_CALM."""
+        self._tokens -= 1
+        if self._tokens < 0:
+            rate = self._limits.flood_rate
+            if self._loop is not None:
+                now = self._loop.time()
+                self._tokens = min(float(rate), self._tokens + (now - self._refilled) * rate)
+                self._refilled = now
+            if self._tokens < 0:
+                raise _ConnectionError(_E.ENHANCE_YOUR_CALM, f"more than {rate} control frames a second")
+
     def _frames(self, buf: bytes, out: list[bytes]) -> None:
         pos = 0
         if not self._preface:
             if len(buf) < 24:
-                self._buf = buf
+                if f.PREFACE[: len(buf)] != buf:
+                    raise _ConnectionError(_E.PROTOCOL_ERROR, "not an HTTP/2 client preface")
+                self._buf, self._need = bytearray(buf), 24
                 return
             if buf[:24] != f.PREFACE:
-                raise _ConnectionError(f.ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 client preface")
+                raise _ConnectionError(_E.PROTOCOL_ERROR, "not an HTTP/2 client preface")
             self._preface = True
             pos = 24
         end = len(buf)
@@ -197,127 +270,237 @@ class H2Connection(asyncio.Protocol):
             high, low, kind, flags, sid = _FRAME_HEADER.unpack_from(buf, pos)
             length = (high << 16) | low
             if length > _MAX_FRAME:
-                raise _ConnectionError(f.ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes")
+                raise _ConnectionError(_E.FRAME_SIZE_ERROR, f"frame of {length} bytes")
             if end - pos - 9 < length:
                 break
             sid &= 0x7FFFFFFF
             payload = buf[pos + 9 : pos + 9 + length]
             pos += 9 + length
             if self._continuation is not None and kind != f.CONTINUATION:
-                raise _ConnectionError(f.ErrorCode.PROTOCOL_ERROR, "expected CONTINUATION")
+                raise _ConnectionError(_E.PROTOCOL_ERROR, "expected CONTINUATION")
+            if not self._settings_seen:
+                if kind != f.SETTINGS or flags & f.ACK:
+                    raise _ConnectionError(_E.PROTOCOL_ERROR, "the first frame must be SETTINGS")
+                self._settings_seen = True
             if kind == DATA:
                 self._on_data(sid, flags, payload, out)
             elif kind == HEADERS:
-                self._on_headers(sid, flags, out)
+                self._on_headers(sid, flags, payload, out)
             elif kind == f.CONTINUATION:
-                self._on_continuation(sid, flags, out)
+                self._on_continuation(sid, flags, payload, out)
             elif kind == f.RST_STREAM:
-                self._on_reset(sid)
+                self._on_reset(sid, payload)
             elif kind == f.SETTINGS:
-                self._on_settings(flags, payload, out)
+                self._on_settings(sid, flags, payload, out)
             elif kind == f.PING:
+                if len(payload) != 8 or sid:
+                    raise _ConnectionError(_E.FRAME_SIZE_ERROR if sid == 0 else _E.PROTOCOL_ERROR, "bad PING")
                 if not flags & f.ACK:
+                    self._spend()
                     out.append(frame(f.PING, f.ACK, 0, payload))
             elif kind == f.WINDOW_UPDATE:
                 self._on_window_update(sid, payload, out)
             elif kind == f.PUSH_PROMISE:
-                raise _ConnectionError(f.ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
-            # PRIORITY, GOAWAY and unknown frame types need no action
-        self._buf = buf[pos:]
-        if self._recv_consumed >= _REPLENISH:
-            out.append(f.window_update(0, self._recv_consumed))
-            self._recv_consumed = 0
+                raise _ConnectionError(_E.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+            elif kind != f.GOAWAY:  # PRIORITY and unknown frame types need no action
+                self._spend()
+        if pos < end:
+            rest = end - pos
+            self._buf = bytearray(buf[pos:])
+            self._need = 9 + ((buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]) if rest >= 9 else 9
+        # connection window: what the budget can hold again (every quarter, or at once when it runs low)
+        grant = self._budget - self._held - self._queued - self._recv_window
+        if grant > 0 and (grant >= self._budget >> 2 or self._recv_window < self._budget >> 2):
+            out.append(f.window_update(0, grant))
+            self._recv_window += grant
 
-    def _on_settings(self, flags: int, payload: bytes, out: list[bytes]) -> None:
+    def _on_settings(self, sid: int, flags: int, payload: bytes, out: list[bytes]) -> None:
+        if sid:
+            raise _ConnectionError(_E.PROTOCOL_ERROR, "SETTINGS on a stream")
         if flags & f.ACK:
+            if payload:
+                raise _ConnectionError(_E.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+            self._settings_acked = True
             return
+        self._spend()
         if len(payload) % 6:
-            raise _ConnectionError(f.ErrorCode.FRAME_SIZE_ERROR, "SETTINGS length not a multiple of 6")
+            raise _ConnectionError(_E.FRAME_SIZE_ERROR, "SETTINGS length not a multiple of 6")
         for i in range(0, len(payload), 6):
             key, value = struct.unpack_from(">HI", payload, i)
             if key == 0x4:
                 if value > _MAX_WINDOW:
-                    raise _ConnectionError(f.ErrorCode.FLOW_CONTROL_ERROR, "initial window too large")
+                    raise _ConnectionError(_E.FLOW_CONTROL_ERROR, "initial window too large")
                 delta, self._peer_window = value - self._peer_window, value
                 for stream in self._streams.values():
                     stream.window += delta
+                    if stream.window > _MAX_WINDOW:
+                        raise _ConnectionError(_E.FLOW_CONTROL_ERROR, "stream window over 2^31-1")
             elif key == 0x5:
                 if not 16384 <= value <= 16777215:
-                    raise _ConnectionError(f.ErrorCode.PROTOCOL_ERROR, "invalid max frame size")
+                    raise _ConnectionError(_E.PROTOCOL_ERROR, "invalid max frame size")
                 self._peer_max_frame = value
+            elif key == 0x2 and value > 1:
+                raise _ConnectionError(_E.PROTOCOL_ERROR, "invalid ENABLE_PUSH")
         out.append(f.frame(f.SETTINGS, f.ACK, 0))
-        for sid, stream in list(self._streams.items()):
-            self._flush(sid, stream, out)
+        for sid_, stream in list(self._streams.items()):
+            self._flush(sid_, stream, out)
 
     def _on_window_update(self, sid: int, payload: bytes, out: list[bytes]) -> None:
         if len(payload) != 4:
-            raise _ConnectionError(f.ErrorCode.FRAME_SIZE_ERROR, "WINDOW_UPDATE length")
+            raise _ConnectionError(_E.FRAME_SIZE_ERROR, "WINDOW_UPDATE length")
+        self._spend()
         increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
         if sid == 0:
+            if increment == 0:
+                raise _ConnectionError(_E.PROTOCOL_ERROR, "WINDOW_UPDATE of 0 on the connection")
             self._send_window += increment
+            if self._send_window > _MAX_WINDOW:
+                raise _ConnectionError(_E.FLOW_CONTROL_ERROR, "connection window over 2^31-1")
             for stream_id, waiting in list(self._streams.items()):
                 if waiting.pending or waiting.trailer is not None:
                     self._flush(stream_id, waiting, out)
-        else:
-            stream = self._streams.get(sid)
-            if stream is not None:
-                stream.window += increment
-                self._flush(sid, stream, out)
-
-    def _on_headers(self, sid: int, flags: int, out: list[bytes]) -> None:
-        if not flags & END_HEADERS:
-            self._continuation, self._continuation_ends = sid, bool(flags & END_STREAM)
+            return
         stream = self._streams.get(sid)
         if stream is None:
-            if sid % 2 == 0 or sid == 0:
-                raise _ConnectionError(f.ErrorCode.PROTOCOL_ERROR, f"invalid new stream id {sid}")
-            if sid <= self._last_stream:
-                return  # a stream we already closed (and reset): its frames are ignored (RFC 9113 5.1)
-            self._last_stream = sid
-            if self._goaway_sent or self.shutting_down:
-                out.append(f.rst_stream(sid, f.ErrorCode.REFUSED_STREAM))
-                return
-            stream = self._streams[sid] = _Stream(self._core.open(), self._peer_window)
-        if flags & END_STREAM and flags & END_HEADERS and stream.trailer is None:
+            if sid > self._last_stream:
+                raise _ConnectionError(_E.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {sid}")
+            return
+        stream.window += increment
+        if increment == 0 or stream.window > _MAX_WINDOW:
+            code = _E.PROTOCOL_ERROR if increment == 0 else _E.FLOW_CONTROL_ERROR
+            self._reset(sid, stream, code, out)
+        else:
+            self._flush(sid, stream, out)
+
+    def _on_headers(self, sid: int, flags: int, payload: bytes, out: list[bytes]) -> None:
+        if sid == 0:
+            raise _ConnectionError(_E.PROTOCOL_ERROR, "HEADERS on stream 0")
+        start, end = 0, len(payload)
+        if flags & PADDED:
+            start, end = 1, end - (payload[0] if payload else 0)
+        if flags & f.PRIORITY_FLAG:
+            start += 5
+        if start > end:
+            raise _ConnectionError(_E.PROTOCOL_ERROR, "HEADERS padding larger than the frame")
+        if end - start > self._limits.max_header_list_size:
+            raise _ConnectionError(_E.ENHANCE_YOUR_CALM, "header block too large")
+        block = payload[start:end]
+        if flags & END_HEADERS:
+            self._end_headers(sid, bool(flags & END_STREAM), block, out)
+        else:
+            self._continuation, self._continuation_ends = sid, bool(flags & END_STREAM)
+            self._block = bytearray(block)
+
+    def _on_continuation(self, sid: int, flags: int, payload: bytes, out: list[bytes]) -> None:
+        if sid != self._continuation:
+            raise _ConnectionError(_E.PROTOCOL_ERROR, "CONTINUATION on another stream")
+        if not payload:
+            self._spend()
+        self._block += payload
+        if len(self._block) > self._limits.max_header_list_size:
+            raise _ConnectionError(_E.ENHANCE_YOUR_CALM, "header block too large")
+        if flags & END_HEADERS:
+            self._continuation = None
+            self._end_headers(sid, self._continuation_ends, bytes(self._block), out)
+            self._block = bytearray()
+
+    def _end_headers(self, sid: int, end_stream: bool, block: bytes, out: list[bytes]) -> None:
+        """A complete header block: the client's trailers, or a new stream (served, refused or
+        answered with an error)."""
+        try:
+            head = self._headers.read(block)
+        except HeaderError as exc:
+            raise _ConnectionError(_E.COMPRESSION_ERROR, str(exc)) from None
+        stream = self._streams.get(sid)
+        if stream is not None:
+            if end_stream and stream.trailer is None:
+                self._remote_end(sid, stream, out)
+            return
+        if sid % 2 == 0:
+            raise _ConnectionError(_E.PROTOCOL_ERROR, f"invalid new stream id {sid}")
+        if sid <= self._last_stream:
+            return  # a stream we already closed (and reset): its frames are ignored (RFC 9113 5.1)
+        self._last_stream = sid
+        full = len(self._streams) >= self._limits.max_concurrent_streams
+        if self._goaway_sent or self.shutting_down or full:
+            self._spend()
+            out.append(f.rst_stream(sid, _E.REFUSED_STREAM))
+            return
+        if not head.grpc_content or not head.path_ok:
+            self._spend()
+            if head.grpc_content:
+                trailers = RESPONSE_HEADERS + f.trailers(_UNIMPLEMENTED, _ONLY_PROCESS)
+            else:
+                trailers = f.STATUS_415
+            out.append(frame(HEADERS, END_HEADERS | END_STREAM, sid, trailers))
+            if not end_stream:
+                out.append(f.rst_stream(sid, _E.NO_ERROR))
+            return
+        stream = self._streams[sid] = H2Stream(self._core.open(), self._peer_window, self._stream_window)
+        if head.timeout is not None and self._loop is not None:
+            stream.timer = self._loop.call_later(head.timeout, self._expire, sid, stream)
+        if end_stream:
             self._remote_end(sid, stream, out)
 
-    def _on_continuation(self, sid: int, flags: int, out: list[bytes]) -> None:
-        if sid != self._continuation:
-            raise _ConnectionError(f.ErrorCode.PROTOCOL_ERROR, "CONTINUATION on another stream")
-        if flags & f.END_HEADERS:
-            self._continuation = None
-            stream = self._streams.get(sid)
-            if self._continuation_ends and stream is not None and stream.trailer is None:
-                self._remote_end(sid, stream, out)
+    def _expire(self, sid: int, stream: H2Stream) -> None:
+        """The stream's ``grpc-timeout`` passed."""
+        stream.timer = None
+        if self._streams.get(sid) is stream:
+            out: list[bytes] = []
+            self._fail(sid, stream, _DEADLINE_EXCEEDED, "Deadline Exceeded", out, Outcome.TIMEOUT)
+            self._write(out)
 
-    def _on_reset(self, sid: int) -> None:
-        stream = self._streams.pop(sid, None)
+    def _on_reset(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise _ConnectionError(_E.FRAME_SIZE_ERROR, "RST_STREAM length")
+        if sid == 0 or sid > self._last_stream:
+            raise _ConnectionError(_E.PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
+        self._spend()
+        stream = self._streams.get(sid)
         if stream is not None:
+            self._drop(sid, stream)
             stream.ext.end(Outcome.SHUTDOWN if self.shutting_down else Outcome.STREAM_RESET)
 
     def _on_data(self, sid: int, flags: int, payload: bytes, out: list[bytes]) -> None:
-        self._recv_consumed += len(payload)
+        n = len(payload)
+        self._recv_window -= n
+        if self._recv_window < 0:
+            raise _ConnectionError(_E.FLOW_CONTROL_ERROR, "DATA beyond the connection window")
+        if n == 0 and not flags & END_STREAM:
+            self._spend()
         stream = self._streams.get(sid)
         if stream is None or stream.trailer is not None:
+            if sid == 0 or sid > self._last_stream:
+                raise _ConnectionError(_E.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
             return  # a stream we already finished: only the connection window counts
+        stream.recv_window -= n
+        if stream.recv_window < 0:
+            self._reset(sid, stream, _E.FLOW_CONTROL_ERROR, out)
+            return
         if flags & PADDED:
             pad = payload[0] if payload else 0
-            payload = payload[1 : len(payload) - pad]
-        stream.recv_consumed += len(payload)
-        if stream.recv_consumed >= _REPLENISH:
-            out.append(f.window_update(sid, stream.recv_consumed))
-            stream.recv_consumed = 0
-        stream.buf = stream.buf + payload if stream.buf else payload
+            if pad >= n:
+                raise _ConnectionError(_E.PROTOCOL_ERROR, "DATA padding larger than the frame")
+            payload = payload[1 : n - pad]
+            stream.recv_window += pad + 1  # padding is consumed at once
+        buf = stream.buf
+        if buf:
+            if type(buf) is bytes:
+                stream.buf = buf = bytearray(buf)
+            buf += payload  # in place: assembly stays linear in the message size
+        else:
+            stream.buf = buf = payload
+        self._held += len(payload)
         # While the stream waits for the pre-scheduling step, its messages stay buffered.
-        if stream.task is None and not self._drain(sid, stream, out):
+        if stream.task is None and len(buf) >= stream.need and not self._drain(sid, stream, out):
             return
         if flags & END_STREAM:
             self._remote_end(sid, stream, out)
 
-    def _drain(self, sid: int, stream: _Stream, out: list[bytes]) -> bool:
+    def _drain(self, sid: int, stream: H2Stream, out: list[bytes]) -> bool:
         """Feed the complete messages of ``stream.buf``; False when the stream ended."""
         buf = stream.buf
-        pos, end = 0, len(buf)
+        pos, end, need = 0, len(buf), 5
         while end - pos >= 5:
             compressed, size = _GRPC_PREFIX.unpack_from(buf, pos)
             if compressed:
@@ -327,6 +510,7 @@ class H2Connection(asyncio.Protocol):
                 self._fail(sid, stream, _RESOURCE_EXHAUSTED, f"message of {size} bytes is too large", out)
                 return False
             if end - pos - 5 < size:
+                need = 5 + size
                 break
             try:
                 message = ProcessingRequest.FromString(buf[pos + 5 : pos + 5 + size])
@@ -340,36 +524,57 @@ class H2Connection(asyncio.Protocol):
                 self._fail(sid, stream, _INTERNAL, "internal error in the endpoint picker", out)
                 return False
             pos += 5 + size
+            if self._tokens < self._limits.flood_rate:
+                self._tokens += 1  # a message received: a productive frame
+            if stream.commit:
+                self._reserved -= stream.commit
+                stream.commit = 0
             if not self._queue(sid, stream, responses, out):
                 return False
             if stream.ext.suspended:  # token-producer's render: the rest waits for it
                 stream.task = task = asyncio.get_running_loop().create_task(self._settle(sid, stream))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+                need = 0
                 break
-        stream.buf = buf[pos:]
+        if pos:
+            self._held -= pos
+            if pos == end:
+                stream.buf = b""
+            elif type(buf) is bytearray:
+                del buf[:pos]
+            else:
+                stream.buf = bytearray(buf[pos:])
+        stream.need = need
+        # stream window: the rest of a message that cannot complete in it, else what was consumed
+        held = end - pos
+        short = need - held - stream.recv_window
+        if short > 0:
+            if need > self._stream_window and not self._reserve(sid, stream, need, out):
+                return False
+            out.append(f.window_update(sid, short))
+            stream.recv_window += short
+        else:
+            grant = self._stream_window - held - stream.recv_window
+            if grant >= self._stream_window >> 1:
+                out.append(f.window_update(sid, grant))
+                stream.recv_window += grant
         if stream.pending:
             self._flush(sid, stream, out)
         return True
 
-    def _queue(
-        self, sid: int, stream: _Stream, responses: list[ProcessingResponse], out: list[bytes]
-    ) -> bool:
-        """Queue ``responses`` for sending; False when the stream ended (an answer too large, or done)."""
-        for response in responses:
-            data = response.SerializeToString()
-            if self._max_send and len(data) > self._max_send:
-                message = f"trying to send message larger than max ({len(data)} vs. {self._max_send})"
-                self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
-                return False
-            stream.pending += (len(data).to_bytes(5, "big"), data)  # gRPC prefix: uncompressed, length
-            stream.pending_bytes += 5 + len(data)
-        if stream.ext.finished:
-            self._finish(sid, stream, _OK, "", _RESET, out)
+    def _reserve(self, sid: int, stream: H2Stream, need: int, out: list[bytes]) -> bool:
+        """Grant a message larger than the stream window if the connection budget can hold it."""
+        others = self._held - len(stream.buf) + self._queued + self._reserved - stream.commit
+        if others + need > self._budget:
+            message = f"message of {need - 5} bytes: over the connection memory budget ({self._budget} bytes)"
+            self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
             return False
+        self._reserved += need - stream.commit
+        stream.commit = need
         return True
 
-    async def _settle(self, sid: int, stream: _Stream) -> None:
+    async def _settle(self, sid: int, stream: H2Stream) -> None:
         """Await the stream's pre-scheduling step, send its answers, go on with buffered messages."""
         responses: list[ProcessingResponse] | None
         try:
@@ -386,61 +591,3 @@ class H2Connection(asyncio.Protocol):
         elif self._queue(sid, stream, responses, out):
             self._drain(sid, stream, out)
         self._write(out)
-
-    # -- stream endings ----------------------------------------------------------------------------
-
-    def _remote_end(self, sid: int, stream: _Stream, out: list[bytes]) -> None:
-        """The client finished sending: the stream ends (a request still open was cancelled)."""
-        stream.remote_closed = True
-        self._finish(sid, stream, _OK, "", _CANCELLED, out)
-
-    def _fail(self, sid: int, stream: _Stream, status: int, message: str, out: list[bytes]) -> None:
-        stream.pending.clear()
-        stream.pending_bytes = 0
-        self._finish(sid, stream, status, message, Outcome.STREAM_RESET, out)
-
-    def _finish(
-        self, sid: int, stream: _Stream, status: int, message: str, outcome: Outcome, out: list[bytes]
-    ) -> None:
-        stream.ext.end(outcome, status)
-        if stream.trailer is None:
-            stream.trailer = f.trailers(status, message)
-            self._flush(sid, stream, out)
-
-    def _flush(self, sid: int, stream: _Stream, out: list[bytes]) -> None:
-        """Send what the windows allow; after the last byte, the trailers (and RST_STREAM NO_ERROR)."""
-        pending = stream.pending
-        if (pending or stream.trailer is not None) and not stream.headers_sent:
-            out.append(frame(HEADERS, END_HEADERS, sid, RESPONSE_HEADERS))
-            stream.headers_sent = True
-        if pending:
-            size = stream.pending_bytes
-            if size <= self._peer_max_frame and size <= self._send_window and size <= stream.window:
-                # the usual case: everything fits in one DATA frame, whose payload is ``pending`` as is
-                out.append(_FRAME_HEADER.pack(size >> 16, size & 0xFFFF, DATA, 0, sid))
-                out += pending
-                pending.clear()
-            else:
-                data, pos = b"".join(pending), 0
-                pending.clear()
-                while pos < size:
-                    n = min(size - pos, self._peer_max_frame, self._send_window, stream.window)
-                    if n <= 0:
-                        break
-                    out.append(frame(DATA, 0, sid, data[pos : pos + n]))
-                    pos += n
-                    self._send_window -= n
-                    stream.window -= n
-                if pos < size:  # the rest waits for a WINDOW_UPDATE (trailers after it)
-                    pending.append(data[pos:])
-                    stream.pending_bytes = size - pos
-                    return
-                size = 0  # windows already charged
-            stream.pending_bytes = 0
-            self._send_window -= size
-            stream.window -= size
-        if stream.trailer is not None:
-            out.append(frame(HEADERS, END_HEADERS | END_STREAM, sid, stream.trailer))
-            if not stream.remote_closed:
-                out.append(f.rst_stream(sid, f.ErrorCode.NO_ERROR))
-            self._streams.pop(sid, None)

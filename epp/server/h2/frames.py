@@ -28,6 +28,7 @@ __all__ = [
     "RESPONSE_HEADERS",
     "RST_STREAM",
     "SETTINGS",
+    "STATUS_415",
     "WINDOW_UPDATE",
     "ErrorCode",
     "frame",
@@ -55,9 +56,13 @@ class ErrorCode:
     PROTOCOL_ERROR = 1
     INTERNAL_ERROR = 2
     FLOW_CONTROL_ERROR = 3
+    SETTINGS_TIMEOUT = 4
+    STREAM_CLOSED = 5
     FRAME_SIZE_ERROR = 6
     REFUSED_STREAM = 7
     CANCEL = 8
+    COMPRESSION_ERROR = 9
+    ENHANCE_YOUR_CALM = 11
 
 
 _HEADER = struct.Struct(">BHBBI")
@@ -105,6 +110,9 @@ def _literal(name: bytes, value: bytes) -> bytes:
 
 RESPONSE_HEADERS = b"\x88" + _literal(b"content-type", b"application/grpc")
 """``:status: 200`` (static table index 8) and ``content-type: application/grpc``."""
+
+STATUS_415 = b"\x08\x03415"
+"""``:status: 415`` (literal without indexing, name from static index 8): a request that is not gRPC."""
 
 
 def trailers(status: int, message: str = "") -> bytes:

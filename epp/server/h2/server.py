@@ -33,6 +33,7 @@ from typing import Any
 import structlog
 
 from epp.server.h2.connection import H2Connection
+from epp.server.h2.limits import H2Limits
 from epp.server.mismatch import HTTP2_PREFACE, MismatchLog, classify
 from epp.server.stream import StreamCore
 from epp.server.tls import CertDir, CertPair, apply_tls_overrides, require_client_certificates
@@ -75,10 +76,12 @@ class H2Server:
         tls_min_version: str | None = None,
         tls_cipher_suites: Sequence[str] = (),
         client_ca: bytes | None = None,
+        limits: H2Limits | None = None,
     ) -> None:
         self._core = core
         self._max_message = max_message_bytes
         self._max_send = max_send_bytes
+        self._limits = limits or H2Limits()
         self._tls = (tls_min_version, tuple(tls_cipher_suites))
         self._certificate = certificate
         self._client_ca = client_ca
@@ -100,6 +103,7 @@ class H2Server:
             self._max_message,
             on_close=self._connections.discard,
             max_send_bytes=self._max_send,
+            limits=self._limits,
         )
         self._connections.add(connection)
         return connection

@@ -34,11 +34,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.duration import parse_duration
 from scheduler.errors import ConfigError
 from scheduler.params import plugin_location
 from scheduler.plugins.precise.hashing import ALGORITHMS
 from scheduler.plugins.precise.index import DEFAULT_TIER_WEIGHTS
-from scheduler.plugins.saturation.duration import parse_duration
 
 __all__ = ["KVEventsSettings", "PreciseParams", "parse_precise_params"]
 

@@ -24,7 +24,9 @@ import pstats
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
+import hpack
 import orjson
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -58,6 +60,9 @@ class _Transport:
         return False
 
     def close(self) -> None:
+        pass
+
+    def set_write_buffer_limits(self, high: int) -> None:
         pass
 
 
@@ -109,6 +114,9 @@ async def main() -> None:
     p.add_argument("--requests", type=int, default=3200)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--profile", default="", help="cProfile the first round, sorted by this key")
+    p.add_argument(
+        "--engine", choices=("h2", "ngh2"), default="h2", help="ngh2: the prototype in ngh2_proto.py"
+    )
     args = p.parse_args()
     now = time.monotonic()
     endpoints = tuple(
@@ -120,9 +128,18 @@ async def main() -> None:
     app = await build_app(options)
     core = app.server.core
     core.router._source = _Source(endpoints)  # the data layer is never started
-    conn = H2Connection(core, 1 << 24)
+    if args.engine == "ngh2":
+        from ngh2_proto import NgH2Connection
+
+        conn: Any = NgH2Connection(core)
+    else:
+        conn = H2Connection(core, 1 << 24)
     conn.connection_made(_Transport())  # type: ignore[arg-type]
-    conn.data_received(f.PREFACE + f.settings({0x4: 2**31 - 1}))
+    conn.data_received(f.PREFACE + f.settings({0x4: 2**31 - 1}) + f.frame(f.SETTINGS, f.ACK, 0))
+    encoder = hpack.Encoder()  # Envoy's request headers: literals once, then one-byte indexed fields
+    grpc_headers = [(":method", "POST"), (":scheme", "http"), (":authority", "epp"),
+                    (":path", "/envoy.service.ext_proc.v3.ExternalProcessor/Process"),
+                    ("content-type", "application/grpc"), ("te", "trailers")]  # fmt: skip
     msgs = [_grpc(m) for m in envoy_messages()]
     next_sid = 1
 
@@ -135,7 +152,8 @@ async def main() -> None:
             sids = range(next_sid, next_sid + 2 * args.concurrency, 2)
             next_sid += 2 * args.concurrency
             out.append([
-                b"".join(f.frame(f.HEADERS, f.END_HEADERS, s, b"") + f.frame(f.DATA, 0, s, msgs[0])
+                b"".join(f.frame(f.HEADERS, f.END_HEADERS, s, encoder.encode(grpc_headers))
+                         + f.frame(f.DATA, 0, s, msgs[0])
                          + f.frame(f.DATA, 0, s, msgs[1]) + f.frame(f.DATA, 0, s, msgs[2]) for s in sids),
                 b"".join(f.frame(f.DATA, 0, s, msgs[3]) for s in sids),
                 b"".join(f.frame(f.DATA, 0, s, msgs[4]) + f.frame(f.DATA, 0, s, msgs[5]) for s in sids),
@@ -169,7 +187,8 @@ async def main() -> None:
         raise RuntimeError(f"{conn.open_streams} streams did not finish")
     rounds.sort()
     print(
-        f"endpoints={args.endpoints} concurrency={args.concurrency} requests/round={args.requests} "
+        f"engine={args.engine} endpoints={args.endpoints} concurrency={args.concurrency} "
+        f"requests/round={args.requests} "
         f"cpu_per_request min={rounds[0]:.1f}us median={rounds[len(rounds) // 2]:.1f}us"
     )
 

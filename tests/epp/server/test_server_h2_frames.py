@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import hpack
 import orjson
 import pytest
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
@@ -85,8 +86,25 @@ def connect(
     return conn, transport
 
 
+GRPC_HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", "/envoy.service.ext_proc.v3.ExternalProcessor/Process"),
+    (":authority", "epp"),
+    ("content-type", "application/grpc"),
+    ("te", "trailers"),
+]
+_ENCODERS: dict[int, hpack.Encoder] = {}
+
+
+def block(conn: H2Connection, headers: list[tuple[str, str]] | None = None) -> bytes:
+    """An HPACK block for ``conn`` (one encoder per connection, as a client keeps)."""
+    encoder = _ENCODERS.setdefault(id(conn), hpack.Encoder())
+    return encoder.encode(headers or GRPC_HEADERS)
+
+
 def open_stream(conn: H2Connection, sid: int) -> None:
-    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, sid, b"\x82"))  # the block is never decoded
+    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, sid, block(conn)))
 
 
 def test_request_routes_with_frames_split_to_the_peer_frame_size(sched: FakeScheduler) -> None:
@@ -135,7 +153,10 @@ def test_ping_settings_padding_continuation_and_reset(sched: FakeScheduler) -> N
     frames = parse(t.data)
     assert (f.PING, f.ACK, 0, b"12345678") in frames and (f.SETTINGS, f.ACK, 0, b"") in frames
     t.data.clear()
-    conn.data_received(f.frame(f.HEADERS, 0, 3, b"\x82") + f.frame(f.CONTINUATION, f.END_HEADERS, 3, b"\x84"))
+    head = block(conn)
+    conn.data_received(
+        f.frame(f.HEADERS, 0, 3, head[:5]) + f.frame(f.CONTINUATION, f.END_HEADERS, 3, head[5:])
+    )
     padded = b"\x04" + grpc_message(request_headers({"x-request-id": "p"})) + b"\x00" * 4
     conn.data_received(f.frame(f.DATA, f.PADDED, 3, padded))
     conn.data_received(f.frame(f.DATA, 0, 3, grpc_message(request_body(BODY))))
@@ -205,7 +226,9 @@ def test_frames_on_streams_we_closed_are_ignored(sched: FakeScheduler) -> None:
     open_stream(conn, 1)
     conn.data_received(f.frame(f.DATA, 0, 1, grpc_message(request_body(b"{}"))))  # violation: stream ends
     t.data.clear()
-    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, 1, b"\x82"))  # late trailers
+    conn.data_received(
+        f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, 1, block(conn, [("grpc-status", "0")]))
+    )
     conn.data_received(f.frame(f.DATA, 0, 1, b"late"))
     assert parse(t.data) == [] and not t.closed
     open_stream(conn, 5)

@@ -1,0 +1,180 @@
+"""The sending side of the HTTP/2 engine's streams: per-stream state, answers queued under the peer's
+windows, and every way a stream ends (trailers, RST_STREAM, the memory budget's accounting).
+
+:class:`StreamSender` is a mix-in of :class:`~epp.server.h2.connection.H2Connection`, which owns the
+attributes declared on it; it is split out only to keep each module readable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
+
+from epp.server.h2 import frames as f
+from epp.server.h2.frames import DATA, END_HEADERS, END_STREAM, HEADERS, RESPONSE_HEADERS, frame
+from epp.server.stream import ExtProcStream
+from scheduler.types import Outcome
+
+__all__ = ["H2Stream", "StreamSender"]
+
+_FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, R + stream id
+_CANCELLED, _RESET = Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET  # globals are cheaper than Enum members
+_OK, _RESOURCE_EXHAUSTED = 0, 8
+
+
+class H2Stream:
+    """One open stream: its ext_proc stream, receive buffer and windows, and answers not yet sent."""
+
+    __slots__ = (
+        "buf",
+        "commit",
+        "ext",
+        "headers_sent",
+        "need",
+        "pending",
+        "pending_bytes",
+        "queued",
+        "recv_window",
+        "remote_closed",
+        "task",
+        "timer",
+        "trailer",
+        "window",
+    )
+
+    def __init__(self, ext: ExtProcStream, window: int, recv_window: int) -> None:
+        self.ext = ext
+        self.buf: bytes | bytearray = b""  # received bytes of messages not yet complete
+        self.need = 0  # len(buf) needed before the next message can be complete
+        self.commit = 0  # bytes of a large message granted beyond the stream window (budget reservation)
+        self.window = window  # what we may send
+        self.recv_window = recv_window  # what the peer may send
+        self.pending: list[bytes] = []  # gRPC-framed messages (prefix, body, ...) waiting to be sent
+        self.pending_bytes = 0
+        self.queued = 0  # pending bytes counted in the connection's budget
+        self.trailer: bytes | None = None  # trailers to send once ``pending`` is flushed
+        self.task: asyncio.Task[None] | None = None  # the async pre-scheduling step, while it runs
+        self.timer: asyncio.TimerHandle | None = None  # grpc-timeout
+        self.headers_sent = False
+        self.remote_closed = False
+
+
+class StreamSender:
+    """Queueing, flushing and ending streams (see the module docstring)."""
+
+    _streams: dict[int, H2Stream]
+    _max_send: int
+    _budget: int
+    _held: int
+    _queued: int
+    _reserved: int
+    _send_window: int
+    _peer_max_frame: int
+
+    def _queue(
+        self, sid: int, stream: H2Stream, responses: list[ProcessingResponse], out: list[bytes]
+    ) -> bool:
+        """Queue ``responses`` for sending; False when the stream ended (an answer too large, or done)."""
+        for response in responses:
+            data = response.SerializeToString()
+            if self._max_send and len(data) > self._max_send:
+                message = f"trying to send message larger than max ({len(data)} vs. {self._max_send})"
+                self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
+                return False
+            stream.pending += (len(data).to_bytes(5, "big"), data)  # gRPC prefix: uncompressed, length
+            stream.pending_bytes += 5 + len(data)
+        if stream.ext.finished:
+            self._finish(sid, stream, _OK, "", _RESET, out)
+            return False
+        return True
+
+    # -- stream endings ----------------------------------------------------------------------------
+
+    def _drop(self, sid: int, stream: H2Stream) -> None:
+        """Forget a stream: its buffers leave the budget, its deadline is cancelled."""
+        if self._streams.pop(sid, None) is None:
+            return
+        self._held -= len(stream.buf)
+        stream.buf = b""
+        self._reserved -= stream.commit
+        self._queued -= stream.queued
+        stream.commit = stream.queued = 0
+        if stream.timer is not None:
+            stream.timer.cancel()
+            stream.timer = None
+
+    def _reset(self, sid: int, stream: H2Stream, code: int, out: list[bytes]) -> None:
+        """A stream error (RFC 9113 5.4.2): RST_STREAM with ``code``; a dispatched request is reset."""
+        self._drop(sid, stream)
+        stream.ext.end(Outcome.STREAM_RESET)
+        out.append(f.rst_stream(sid, code))
+
+    def _remote_end(self, sid: int, stream: H2Stream, out: list[bytes]) -> None:
+        """The client finished sending: the stream ends (a request still open was cancelled)."""
+        stream.remote_closed = True
+        self._finish(sid, stream, _OK, "", _CANCELLED, out)
+
+    def _fail(
+        self, sid: int, stream: H2Stream, status: int, msg: str, out: list[bytes], outcome: Outcome = _RESET
+    ) -> None:
+        stream.pending.clear()
+        stream.pending_bytes = 0
+        self._finish(sid, stream, status, msg, outcome, out)
+
+    def _finish(
+        self, sid: int, stream: H2Stream, status: int, message: str, outcome: Outcome, out: list[bytes]
+    ) -> None:
+        stream.ext.end(outcome, status)
+        if stream.trailer is None:
+            stream.trailer = f.trailers(status, message)
+            self._held -= len(stream.buf)  # nothing more is read from this stream
+            stream.buf = b""
+            self._flush(sid, stream, out)
+
+    def _flush(self, sid: int, stream: H2Stream, out: list[bytes]) -> None:
+        """Send what the windows allow; after the last byte, the trailers (and RST_STREAM NO_ERROR)."""
+        pending = stream.pending
+        if (pending or stream.trailer is not None) and not stream.headers_sent:
+            out.append(frame(HEADERS, END_HEADERS, sid, RESPONSE_HEADERS))
+            stream.headers_sent = True
+        if pending:
+            size = stream.pending_bytes
+            if size <= self._peer_max_frame and size <= self._send_window and size <= stream.window:
+                # the usual case: everything fits in one DATA frame, whose payload is ``pending`` as is
+                out.append(_FRAME_HEADER.pack(size >> 16, size & 0xFFFF, DATA, 0, sid))
+                out += pending
+                pending.clear()
+            else:
+                data, pos = b"".join(pending), 0
+                pending.clear()
+                while pos < size:
+                    n = min(size - pos, self._peer_max_frame, self._send_window, stream.window)
+                    if n <= 0:
+                        break
+                    out.append(frame(DATA, 0, sid, data[pos : pos + n]))
+                    pos += n
+                    self._send_window -= n
+                    stream.window -= n
+                if pos < size:  # the rest waits for a WINDOW_UPDATE (trailers after it)
+                    pending.append(data[pos:])
+                    stream.pending_bytes = size - pos
+                    self._queued += size - pos - stream.queued
+                    stream.queued = size - pos
+                    if self._held + self._queued > self._budget and stream.trailer is None:
+                        message = f"queued answers: over the memory budget ({self._budget} bytes)"
+                        self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
+                    return
+                size = 0  # windows already charged
+            stream.pending_bytes = 0
+            self._send_window -= size
+            stream.window -= size
+        if stream.queued:
+            self._queued -= stream.queued
+            stream.queued = 0
+        if stream.trailer is not None:
+            out.append(frame(HEADERS, END_HEADERS | END_STREAM, sid, stream.trailer))
+            if not stream.remote_closed:
+                out.append(f.rst_stream(sid, f.ErrorCode.NO_ERROR))
+            self._drop(sid, stream)

@@ -1,0 +1,264 @@
+"""The HTTP/2 engine's defensive limits at frame level (fake transport): streams, windows, the memory
+budget, header blocks, floods, timeouts, backpressure, and what request headers decide."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+from srv_helpers import FakeScheduler, StaticSource, request_body, request_headers
+from test_server_h2_frames import BODY, FakeTransport, block, grpc_message, parse, responses
+
+from epp.admission import Admitter
+from epp.protocol import SessionConfig
+from epp.server.h2 import frames as f
+from epp.server.h2.connection import H2Connection
+from epp.server.h2.headers import parse_grpc_timeout
+from epp.server.h2.limits import H2Limits
+from epp.server.metrics import RequestMetrics
+from epp.server.routing import Router
+from epp.server.stream import StreamCore
+from scheduler.types import Outcome
+
+MIB = 1 << 20
+
+
+class PausableTransport(FakeTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = True
+        self.limits: dict[str, int] = {}
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        self.limits["high"] = high
+
+
+def connect(
+    sched: FakeScheduler, limits: H2Limits | None = None, max_message: int = 17 * MIB
+) -> tuple[H2Connection, PausableTransport]:
+    metrics = RequestMetrics(CollectorRegistry())
+    core = StreamCore(
+        SessionConfig(), Router(StaticSource(), Admitter(None, lambda: 1.0), sched, metrics), metrics
+    )
+    conn, transport = H2Connection(core, max_message, limits=limits), PausableTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.data_received(f.PREFACE + f.settings({}) + f.frame(f.SETTINGS, f.ACK, 0))
+    return conn, transport
+
+
+def goaway_code(t: FakeTransport) -> int:
+    kind, _, _, payload = parse(bytes(t.data))[-1]
+    assert kind == f.GOAWAY and t.closed
+    return int(struct.unpack(">II", payload[:8])[1])
+
+
+def settings_of(t: FakeTransport) -> dict[int, int]:
+    payload = parse(bytes(t.data))[0][3]
+    return {k: v for k, v in (struct.unpack_from(">HI", payload, i) for i in range(0, len(payload), 6))}
+
+
+def test_settings_advertise_the_limits_and_the_connection_window_is_the_budget(sched: FakeScheduler) -> None:
+    _, t = connect(
+        sched, H2Limits(max_concurrent_streams=7, stream_window=1 << 17, connection_budget=4 * MIB)
+    )
+    assert settings_of(t) == {0x2: 0, 0x3: 7, 0x4: 1 << 17, 0x5: 1 << 20, 0x6: 16 << 10}
+    update = parse(bytes(t.data))[1]
+    assert update[0] == f.WINDOW_UPDATE and int.from_bytes(update[3], "big") == 4 * MIB - 65535
+
+
+def test_streams_beyond_the_limit_are_refused(sched: FakeScheduler) -> None:
+    conn, t = connect(sched, H2Limits(max_concurrent_streams=2))
+    for sid in (1, 3, 5):
+        conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, sid, block(conn)))
+    assert conn.open_streams == 2
+    assert parse(bytes(t.data))[-1] == (f.RST_STREAM, 0, 5, struct.pack(">I", f.ErrorCode.REFUSED_STREAM))
+
+
+def test_a_message_in_many_frames_is_assembled_and_its_window_replenished(sched: FakeScheduler) -> None:
+    conn, t = connect(sched, H2Limits(stream_window=65535))
+    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, 1, block(conn)))
+    conn.data_received(f.frame(f.DATA, 0, 1, grpc_message(request_headers())))
+    big = orjson.dumps({"model": "m1", "prompt": "hello " * 40000})
+    body = grpc_message(request_body(big))  # ~240 KB: more than the 64 KB stream window
+    t.data.clear()
+    conn.data_received(f.frame(f.DATA, 0, 1, body[:100]))  # the prefix: the rest of the message is granted
+    grants = [
+        int.from_bytes(p, "big") for k, _, s, p in parse(bytes(t.data)) if k == f.WINDOW_UPDATE and s == 1
+    ]
+    assert sum(grants) >= len(body) - 65535
+    for i in range(100, len(body), 1000):
+        conn.data_received(f.frame(f.DATA, 0, 1, body[i : i + 1000]))
+    conn.data_received(f.window_update(0, 1 << 24) + f.window_update(1, 1 << 24))  # room for the echo
+    answers = responses(parse(bytes(t.data)), 1)
+    echoed = b"".join(r.request_body.response.body_mutation.streamed_response.body for r in answers)
+    assert echoed == big
+    assert conn.held_bytes == 0
+
+
+def test_data_beyond_the_windows_is_a_flow_control_error(sched: FakeScheduler) -> None:
+    conn, t = connect(sched, H2Limits(stream_window=65535, connection_budget=65535))
+    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, 1, block(conn)))
+    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, 3, block(conn)))
+    prefix = b"\x00" + (50000).to_bytes(4, "big")  # two partial messages: 40 KB, then 30 KB
+    conn.data_received(f.frame(f.DATA, 0, 1, prefix + b"x" * 39995))
+    assert not t.closed
+    conn.data_received(f.frame(f.DATA, 0, 3, prefix + b"x" * 29995))  # beyond the connection window
+    assert goaway_code(t) == f.ErrorCode.FLOW_CONTROL_ERROR
+
+
+def test_large_messages_beyond_the_budget_end_their_stream(sched: FakeScheduler) -> None:
+    conn, t = connect(sched, H2Limits(connection_budget=8 * MIB))
+    prefix = b"\x00" + (5 * MIB).to_bytes(4, "big")
+    for sid in (1, 3):
+        conn.data_received(
+            f.frame(f.HEADERS, f.END_HEADERS, sid, block(conn)) + f.frame(f.DATA, 0, sid, prefix)
+        )
+    frames = parse(bytes(t.data))
+    trailer = [p for k, fl, s, p in frames if k == f.HEADERS and s == 3 and fl & f.END_STREAM]
+    assert trailer and b"grpc-status\x018" in trailer[0] and b"memory budget" in trailer[0]
+    assert conn.open_streams == 1 and not t.closed
+
+
+def test_header_blocks_are_capped_and_hpack_bombs_end_the_connection(sched: FakeScheduler) -> None:
+    conn, t = connect(sched)
+    conn.data_received(f.frame(f.HEADERS, 0, 1, block(conn)))
+    for _ in range(3):
+        conn.data_received(f.frame(f.CONTINUATION, 0, 1, b"\x00" * 8000))
+    assert goaway_code(t) == f.ErrorCode.ENHANCE_YOUR_CALM
+    conn, t = connect(sched)
+    bomb = b"\x40\x01x\x7f" + bytes([0xA1, 0x1E]) + b"a" * 4000 + b"\xbe" * 5000  # 4 KB value, 5000 times
+    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, 1, bomb))
+    assert goaway_code(t) == f.ErrorCode.COMPRESSION_ERROR
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        f.frame(f.PING, 0, 0, b"12345678"),
+        f.settings({}),
+        f.window_update(0, 1),
+        f.frame(f.PRIORITY, 0, 1, b"\x00\x00\x00\x00\x10"),
+    ],
+)
+def test_control_frame_floods_get_enhance_your_calm(sched: FakeScheduler, frame: bytes) -> None:
+    conn, t = connect(sched, H2Limits(flood_rate=100))
+    conn.data_received(frame * 99)
+    assert not t.closed
+    conn.data_received(frame * 2)
+    assert goaway_code(t) == f.ErrorCode.ENHANCE_YOUR_CALM
+
+
+def test_rapid_reset_gets_enhance_your_calm(sched: FakeScheduler) -> None:
+    conn, t = connect(sched, H2Limits(flood_rate=100))
+    for sid in range(1, 400, 2):
+        if t.closed:
+            break
+        conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, sid, block(conn)) + f.rst_stream(sid, 8))
+    assert goaway_code(t) == f.ErrorCode.ENHANCE_YOUR_CALM
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (f.frame(f.PING, 0, 0, b"1"), f.ErrorCode.FRAME_SIZE_ERROR),
+        (f.window_update(0, 0), f.ErrorCode.PROTOCOL_ERROR),
+        (f.window_update(0, 2**31 - 1), f.ErrorCode.FLOW_CONTROL_ERROR),
+        (f.frame(f.DATA, 0, 9, b"x"), f.ErrorCode.PROTOCOL_ERROR),  # DATA on an idle stream
+        (f.rst_stream(9, 8), f.ErrorCode.PROTOCOL_ERROR),
+        (b"\x20\x00\x00\x00\x00\x00\x00\x00\x01", f.ErrorCode.FRAME_SIZE_ERROR),  # a 2 MiB frame
+    ],
+)
+def test_protocol_violations_are_connection_errors(sched: FakeScheduler, data: bytes, code: int) -> None:
+    conn, t = connect(sched)
+    conn.data_received(data)
+    assert goaway_code(t) == code
+
+
+def test_the_first_frame_must_be_settings(sched: FakeScheduler) -> None:
+    metrics = RequestMetrics(CollectorRegistry())
+    core = StreamCore(
+        SessionConfig(), Router(StaticSource(), Admitter(None, lambda: 1.0), sched, metrics), metrics
+    )
+    conn, t = H2Connection(core, MIB), FakeTransport()
+    conn.connection_made(t)  # type: ignore[arg-type]
+    conn.data_received(f.PREFACE + f.frame(f.PING, 0, 0, b"12345678"))
+    assert goaway_code(t) == f.ErrorCode.PROTOCOL_ERROR
+
+
+def test_stream_window_errors_reset_only_that_stream(sched: FakeScheduler) -> None:
+    conn, t = connect(sched)
+    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, 1, block(conn)) + f.window_update(1, 0))
+    assert parse(bytes(t.data))[-1] == (f.RST_STREAM, 0, 1, struct.pack(">I", f.ErrorCode.PROTOCOL_ERROR))
+    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, 3, block(conn)) + f.window_update(3, 2**31 - 1))
+    assert parse(bytes(t.data))[-1] == (f.RST_STREAM, 0, 3, struct.pack(">I", f.ErrorCode.FLOW_CONTROL_ERROR))
+    assert not t.closed
+
+
+def test_other_methods_get_unimplemented_and_other_content_types_415(sched: FakeScheduler) -> None:
+    conn, t = connect(sched)
+    other = [
+        (":method", "POST"),
+        (":path", "/grpc.health.v1.Health/Check"),
+        ("content-type", "application/grpc"),
+    ]
+    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, 1, block(conn, other)))
+    kind, flags, _, payload = parse(bytes(t.data))[-2]
+    assert kind == f.HEADERS and flags & f.END_STREAM and b"grpc-status\x0212" in payload
+    t.data.clear()
+    plain = [(":method", "POST"), (":path", "/envoy.service.ext_proc.v3.ExternalProcessor/Process"),
+             ("content-type", "application/json")]  # fmt: skip
+    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, 3, block(conn, plain)))
+    assert parse(bytes(t.data))[0][3] == f.STATUS_415
+    assert conn.open_streams == 0 and sched.calls == []
+
+
+def test_write_backpressure_pauses_reading(sched: FakeScheduler) -> None:
+    conn, t = connect(sched)
+    conn.pause_writing()
+    assert not t.reading
+    conn.resume_writing()
+    assert t.reading
+
+
+async def test_grpc_timeout_ends_the_stream_with_deadline_exceeded(sched: FakeScheduler) -> None:
+    conn, t = connect(sched)
+    headers = [
+        (":path", "/envoy.service.ext_proc.v3.ExternalProcessor/Process"),
+        ("content-type", "application/grpc"),
+        ("grpc-timeout", "50m"),
+    ]
+    conn.data_received(f.frame(f.HEADERS, f.END_HEADERS, 1, block(conn, headers)))
+    conn.data_received(f.frame(f.DATA, 0, 1, grpc_message(request_headers({"x-request-id": "t"}))))
+    conn.data_received(f.frame(f.DATA, 0, 1, grpc_message(request_body(BODY))))
+    await asyncio.sleep(0.2)
+    trailer = [p for k, fl, s, p in parse(bytes(t.data)) if k == f.HEADERS and fl & f.END_STREAM]
+    assert trailer and b"grpc-status\x014" in trailer[-1]
+    assert sched.completions() == [("completed", "t", Outcome.TIMEOUT)] and t.limits["high"] == 256 << 10
+
+
+async def test_settings_timeout_closes_a_silent_connection(sched: FakeScheduler) -> None:
+    metrics = RequestMetrics(CollectorRegistry())
+    core = StreamCore(
+        SessionConfig(), Router(StaticSource(), Admitter(None, lambda: 1.0), sched, metrics), metrics
+    )
+    conn, t = H2Connection(core, MIB, limits=H2Limits(settings_timeout=0.05)), PausableTransport()
+    conn.connection_made(t)  # type: ignore[arg-type]
+    conn.data_received(f.PREFACE[:10])  # slowloris
+    await asyncio.sleep(0.15)
+    assert goaway_code(t) == f.ErrorCode.SETTINGS_TIMEOUT
+
+
+def test_grpc_timeout_grammar() -> None:
+    assert parse_grpc_timeout(b"10S") == 10.0 and parse_grpc_timeout(b"250m") == 0.25
+    assert parse_grpc_timeout(b"1H") == 3600.0 and parse_grpc_timeout(b"5n") == pytest.approx(5e-9)
+    for bad in (b"S", b"123456789S", b"10s", b"-1S", b"1.5S"):
+        assert parse_grpc_timeout(bad) is None
