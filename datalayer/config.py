@@ -92,7 +92,7 @@ _ACCEPTS = {  # the extractor types each source's output suits (upstream: the ex
     "models-data-source": ("models-data-extractor",),
     "dcgm-data-source": ("dcgm-extractor",),
 }
-DISCOVERY_TYPES = ("file-discovery",)
+DISCOVERY_TYPES = ("file-discovery", "multicluster-file-discovery")
 DATALAYER_PLUGIN_TYPES = frozenset(SOURCE_TYPES + EXTRACTOR_TYPES + DISCOVERY_TYPES)
 """Plugin types owned by the data layer (the scheduler's registry does not build them)."""
 

@@ -14,7 +14,8 @@
 to 5 s here (upstream: every base tick; a /v1/models poll every 50 ms is wasted load).
 
 ``models-data-extractor``, ``dcgm-extractor``, ``endpoint-notification-source``: no parameters.
-``file-discovery``: ``path`` (required), ``watchFile`` (false); see :mod:`datalayer.discovery.file_plugin`.
+``file-discovery`` and ``multicluster-file-discovery``: ``path`` (required), ``watchFile`` (false); see
+:mod:`datalayer.discovery.file_plugin`.
 ``dcgm-data-source``: see :mod:`datalayer.dcgm`.
 
 ``core-metrics-extractor``: ``engineConfigs`` (see :func:`datalayer.engines.parse_engine_configs`),
@@ -61,6 +62,7 @@ _KEYS = {
     "dcgm-extractor": set(),
     "endpoint-notification-source": set(),
     "file-discovery": {"path", "watchFile"},
+    "multicluster-file-discovery": {"path", "watchFile"},
 }
 
 
@@ -206,6 +208,6 @@ def validate_plugin_params(plugin_type: str, parameters: Any, location: str) -> 
         return {}
     if plugin_type == "dcgm-data-source":
         return _dcgm_params(parameters, location)
-    if plugin_type == "file-discovery":
+    if plugin_type in ("file-discovery", "multicluster-file-discovery"):
         return _file_discovery_params(parameters, location)
     return _source_params(plugin_type, parameters, location)

@@ -84,13 +84,24 @@ class SourcePoller:
         self._failing = False
         if connection is None:  # the layer's settings: the metrics port applies to the primary source
             connection = Connection(settings.scheme, settings.metrics_port if source.primary else 0)
-        host, port = split_address(address)
-        spec = specs.get(address)
-        if connection.port and getattr(source, "use_node_address", False) and spec and spec.node_address:
-            host = spec.node_address  # dcgm-data-source's useNodeAddress (a DaemonSet exporter)
-        port = connection.port or port
+        self._connection = connection
+        self._url_spec = specs.get(address)
+        self.url = self._url_for(self._url_spec)
+
+    def _url_for(self, spec: EndpointSpec | None) -> str:
+        """The scrape URL for ``spec``: its ``metrics_host`` (else its address), or, when the source sets
+        a port, the endpoint's host (the node's with ``useNodeAddress``) at that port, as upstream."""
+        connection = self._connection
+        if not connection.port and spec is not None and spec.metrics_host:
+            host, port = split_address(spec.metrics_host)
+        else:
+            host, port = split_address(self.address)
+            node = spec.node_address if spec is not None else ""
+            if connection.port and node and getattr(self.source, "use_node_address", False):
+                host = node  # dcgm-data-source's useNodeAddress (a DaemonSet exporter)
+            port = connection.port or port
         host = f"[{host}]" if ":" in host else host
-        self.url = f"{connection.scheme}://{host}:{port}{source.path}"
+        return f"{connection.scheme}://{host}:{port}{self.source.path}"
 
     async def run(self) -> None:
         interval = self.source.interval(self._settings.refresh_interval)
@@ -111,6 +122,8 @@ class SourcePoller:
         spec = self._specs.get(self.address)
         if spec is None:
             return
+        if spec is not self._url_spec:  # an update may move the scrape target (metrics_host, node address)
+            self._url_spec, self.url = spec, self._url_for(spec)
         s = self._settings
         source_type = getattr(self.source, "plugin_type", type(self.source).__name__)
         fetched = False

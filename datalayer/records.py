@@ -78,9 +78,12 @@ EMPTY_METRICS = EndpointMetrics()
 
 @dataclass(frozen=True, slots=True)
 class EndpointSpec:
-    """An endpoint as discovery sees it. ``address`` (``ip:port``) is its identity. ``pod_name`` and
-    ``node_address`` (the pod's ``status.hostIP``) are set by Kubernetes discovery only (empty
-    otherwise); the ``dcgm-*`` plugins use them."""
+    """An endpoint as discovery sees it. ``address`` (``ip:port``; a ``host:port`` from
+    ``multicluster-file-discovery``) is its identity. ``pod_name`` and ``node_address`` (the pod's
+    ``status.hostIP``) are set by Kubernetes discovery only (empty otherwise); the ``dcgm-*`` plugins use
+    them. ``metrics_host`` (``host:port``, empty: ``address``) is where the data sources scrape unless a
+    source sets its own ``port`` (upstream's ``MetricsHost``; only ``multicluster-file-discovery`` sets
+    it apart from the address, from an entry's ``metricsAddress`` / ``metricsPort`` labels)."""
 
     address: str
     name: str
@@ -88,6 +91,7 @@ class EndpointSpec:
     engine: str = "vllm"
     pod_name: str = ""
     node_address: str = ""
+    metrics_host: str = ""
 
     @property
     def host(self) -> str:

@@ -39,7 +39,7 @@ from datalayer.discovery import (
     SystemResolver,
     load_endpoints_file,
 )
-from datalayer.discovery.file_plugin import FileDiscoveryPlugin, check_endpoints_file
+from datalayer.discovery.file_plugin import MULTICLUSTER_TYPE, FileDiscoveryPlugin, check_endpoints_file
 from datalayer.records import EndpointSpec
 from epp.label_selector import parse_label_selector
 from epp.options import NO_ENDPOINTS, Options
@@ -127,11 +127,12 @@ def build_config_discovery(options: Options, plugin: PluginSpec | None) -> Built
             f"dataLayer.discovery ({plugin.name}) and {flag} both choose how endpoints are found: keep one"
         )
     path, watch = plugin.parameters["path"], plugin.parameters["watchFile"]
+    multicluster = plugin.plugin_type == MULTICLUSTER_TYPE
     try:
-        check_endpoints_file(path)
+        check_endpoints_file(path, multicluster=multicluster)
     except EndpointsFileError as exc:
         raise DiscoveryError(f"dataLayer.discovery ({plugin.plugin_type} {plugin.name!r}): {exc}") from None
-    return BuiltDiscovery(FileDiscoveryPlugin(plugin.name, path, watch))
+    return BuiltDiscovery(FileDiscoveryPlugin(plugin.name, path, watch, multicluster=multicluster))
 
 
 async def build_discovery(options: Options, *, resolver: Resolver | None = None) -> BuiltDiscovery:

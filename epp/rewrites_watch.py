@@ -1,10 +1,11 @@
 """Kubernetes mode: watch InferenceModelRewrite objects and keep the rewrite store current.
 
-A :class:`RewriteWatch` first asks the API server whether ``inferencemodelrewrites``
-(``inference.networking.x-k8s.io/v1alpha2``) exists in the pool's namespace: when the CRD is not
-installed (404) it logs that once and returns, as GIE starts its reconciler only when discovery finds
-the kind. Otherwise it runs a list + watch (the data layer's :class:`~datalayer.discovery.kube_watch.
-Reflector`: resourceVersion resumption, relist on 410 Gone, backoff on errors) and, after every change,
+A :class:`RewriteWatch` first picks the API group as llm-d-router does (:func:`epp.crd_group.
+served_group`: ``llm-d.ai/v1alpha2``, else the deprecated ``inference.networking.x-k8s.io/v1alpha2``):
+when neither serves ``inferencemodelrewrites`` (the CRD is not installed) it logs that once and returns,
+as upstream starts its reconciler only when discovery finds the kind. Otherwise it runs a list + watch
+(the data layer's :class:`~datalayer.discovery.kube_watch.Reflector`: resourceVersion resumption,
+relist on 410 Gone, backoff on errors) in that group and, after every change,
 rebuilds the set of objects whose ``spec.poolRef`` names this pool (``name`` and ``group``, as GIE's
 reconciler) and swaps it into the :class:`~epp.admission.rewrites.RewriteStore` at once.
 
@@ -15,7 +16,6 @@ per distinct problem; the others still apply.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import structlog
@@ -23,12 +23,13 @@ import structlog
 from datalayer.discovery.kube_watch import Reflector
 from epp.admission.rewrites import ModelRewrite, RewriteStore
 from epp.admission.rewrites_file import RewritesFileError, rewrite_from_document
+from epp.crd_group import LEGACY_GROUP, served_group
 
 __all__ = ["REWRITE_GROUP", "REWRITE_PLURAL", "REWRITE_VERSION", "RewriteWatch"]
 
 log = structlog.get_logger("epp.rewrites")
 
-REWRITE_GROUP = "inference.networking.x-k8s.io"
+REWRITE_GROUP = LEGACY_GROUP  # GIE's group; llm-d-router's is epp.crd_group.LLMD_GROUP
 REWRITE_VERSION = "v1alpha2"
 REWRITE_PLURAL = "inferencemodelrewrites"
 REPORTED_BUDGET = 256  # distinct invalid-object messages remembered to log each once (then forgotten)
@@ -45,40 +46,32 @@ class RewriteWatch:
     ) -> None:
         from kubernetes_asyncio import client
 
-        self._list = partial(
-            client.CustomObjectsApi(api_client).list_namespaced_custom_object,
-            REWRITE_GROUP,
-            REWRITE_VERSION,
-            namespace,
-            REWRITE_PLURAL,
-        )
+        api = client.CustomObjectsApi(api_client)
+        self._api_client = api_client
+        self.namespace = namespace
+        self.group: str | None = None  # chosen by run()
         self.pool_name = pool_name
         self.pool_group = pool_group
         self.store = store
-        self.reflector = Reflector(f"{REWRITE_PLURAL}/{namespace}", self._list, self._changed)
+        self.reflector = Reflector(
+            f"{REWRITE_PLURAL}/{namespace}",
+            lambda **kw: api.list_namespaced_custom_object(
+                self.group, REWRITE_VERSION, namespace, REWRITE_PLURAL, **kw
+            ),
+            self._changed,
+        )
         self._reported: set[str] = set()
 
     @property
     def synced(self) -> bool:
         return self.reflector.synced
 
-    async def installed(self) -> bool:
-        """False when the API server does not know the resource (404: the CRD is not installed)."""
-        resp = await self._list(limit=1, _preload_content=False)
-        try:
-            await resp.read()
-            return bool(resp.status != 404)
-        finally:
-            resp.release()
-
     async def run(self) -> None:
-        """List and watch until cancelled; return at once when the CRD is not installed."""
-        try:
-            present = await self.installed()
-        except Exception as exc:  # the reflector retries and reports errors itself
-            log.debug("InferenceModelRewrite probe failed", error=f"{type(exc).__name__}: {exc}")
-            present = True
-        if not present:
+        """List and watch until cancelled; return at once when no group serves the CRD."""
+        self.group = await served_group(
+            self._api_client, self.namespace, REWRITE_PLURAL, "InferenceModelRewrite"
+        )
+        if self.group is None:
             log.info("InferenceModelRewrite CRD not installed; model rewrites are not watched")
             return
         await self.reflector.run()
@@ -88,7 +81,7 @@ class RewriteWatch:
         for name, obj in sorted(self.reflector.objects.items()):
             doc = {
                 **obj,
-                "apiVersion": obj.get("apiVersion") or f"{REWRITE_GROUP}/{REWRITE_VERSION}",
+                "apiVersion": obj.get("apiVersion") or f"{self.group}/{REWRITE_VERSION}",
                 "kind": obj.get("kind") or "InferenceModelRewrite",
             }
             try:

@@ -104,6 +104,7 @@ def make_spec(
     *,
     pod_name: str = "",
     node_address: str = "",
+    metrics_host: str = "",
 ) -> EndpointSpec:
     """An :class:`EndpointSpec` with the engine taken from the engine-type label: llm-d-router's
     ``llm-d.ai/engine-type``, else GIE's ``inference.networking.k8s.io/engine-type``, else vllm (the
@@ -116,6 +117,7 @@ def make_spec(
         engine=frozen.get(LLMD_ENGINE_LABEL) or frozen.get(ENGINE_LABEL) or DEFAULT_ENGINE,
         pod_name=pod_name,
         node_address=node_address,
+        metrics_host=metrics_host,
     )
 
 

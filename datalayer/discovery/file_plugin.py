@@ -19,25 +19,44 @@ logged. Endpoints missing from a reloaded file are removed. Two entries with the
 the later one wins (upstream keys endpoints by it); two identities at one ``address:port`` cannot be
 two endpoints here (pyepp keys endpoints by address), so the later one is an entry error. Unknown keys
 in an entry are ignored (Go's JSON decoding).
+
+``multicluster-file-discovery`` (llm-d-router) is the same plugin for a cluster-scoped picker whose
+endpoints are peer clusters, reached by their gateway host: an ``address`` may also be an IPv6 address
+or a DNS-1123 subdomain (lower-case labels of letters, digits and ``-``, at most 253 characters; not
+resolved: the destination is ``host:port``). An entry's ``metricsAddress`` label (with ``metricsPort``,
+default the entry's port) moves its scrape target to that host and port, for a peer that serves its pool
+metrics apart from its gateway (ignored by a data source that sets its own ``port``; ``metricsPort``
+without ``metricsAddress`` is ignored). Ours: a ``metricsAddress`` that is no host, or a ``metricsPort``
+outside 1-65535, is an entry error (upstream would accept it and fail every scrape).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
 import yaml
 
-from datalayer.discovery.base import DiscoverySink, SpecTracker, make_spec
+from datalayer.discovery.base import DiscoverySink, SpecTracker, is_ip_literal, join_address, make_spec
 from datalayer.discovery.file import EndpointsFileError, file_stamp
 from datalayer.records import EndpointSpec
 
-__all__ = ["MAX_FILE_BYTES", "FileDiscoveryPlugin", "check_endpoints_file", "parse_upstream_endpoints"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MULTICLUSTER_TYPE",
+    "FileDiscoveryPlugin",
+    "check_endpoints_file",
+    "parse_upstream_endpoints",
+    "valid_host_or_ip",
+]
 
 MAX_FILE_BYTES = 1 << 20
+MULTICLUSTER_TYPE = "multicluster-file-discovery"
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 log = structlog.get_logger("datalayer")
 
 
@@ -45,8 +64,36 @@ def _file_error(path: str, message: str) -> EndpointsFileError:
     return EndpointsFileError(path, "", message)
 
 
-def parse_upstream_endpoints(text: str, path: str) -> tuple[list[EndpointSpec], list[str]]:
-    """(valid endpoints, entry errors); raises :class:`EndpointsFileError` for a file error."""
+def valid_host_or_ip(address: str) -> bool:
+    """An IPv4 / IPv6 literal or a DNS-1123 subdomain (``multicluster-file-discovery``'s addresses)."""
+    if is_ip_literal(address):
+        return True
+    return len(address) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(address) is not None
+
+
+def _valid_port(port: str) -> bool:
+    return port.isascii() and port.isdigit() and 1 <= int(port) <= 65535
+
+
+def _metrics_host(labels: Mapping[str, str], port: str) -> str:
+    """``metricsAddress[:metricsPort]`` from the labels ("" without metricsAddress); ValueError naming a
+    bad label."""
+    address = labels.get("metricsAddress", "")
+    if not address:
+        return ""
+    if not valid_host_or_ip(address):
+        raise ValueError(f"invalid metricsAddress label {address!r}")
+    metrics_port = labels.get("metricsPort") or port
+    if not _valid_port(metrics_port):
+        raise ValueError(f"invalid metricsPort label {metrics_port!r}")
+    return join_address(address, int(metrics_port))
+
+
+def parse_upstream_endpoints(
+    text: str, path: str, *, multicluster: bool = False
+) -> tuple[list[EndpointSpec], list[str]]:
+    """(valid endpoints, entry errors); raises :class:`EndpointsFileError` for a file error.
+    ``multicluster``: ``multicluster-file-discovery``'s addresses and metrics labels (module docstring)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -76,23 +123,38 @@ def parse_upstream_endpoints(text: str, path: str) -> tuple[list[EndpointSpec], 
     taken: set[str] = set()
     for _, entry in sorted(by_id.values(), key=lambda item: item[0]):
         name, address, port = entry.get("name") or "", entry.get("address") or "", entry.get("port") or ""
-        try:
-            if not isinstance(ipaddress.ip_address(address), ipaddress.IPv4Address):
-                raise ValueError
-        except ValueError:
+        if multicluster:
+            if not valid_host_or_ip(address):
+                errors.append(f"endpoint {name!r}: invalid host {address!r}")
+                continue
+        elif not _is_ipv4(address):
             errors.append(f"endpoint {name!r}: invalid IPv4 address {address!r}")
             continue
-        if not port.isdigit() or not 1 <= int(port) <= 65535:
+        if not _valid_port(port):
             errors.append(f"endpoint {name!r}: invalid port {port!r}")
             continue
-        where = f"{address}:{int(port)}"
+        where = join_address(address, int(port))
         if where in taken:
             errors.append(f"endpoint {name!r}: {where} is already another endpoint's address")
             continue
-        taken.add(where)
         labels = {str(k): v for k, v in (entry.get("labels") or {}).items()}
-        specs.append(make_spec(where, name, labels, pod_name=name))
+        metrics_host = ""
+        if multicluster:
+            try:
+                metrics_host = _metrics_host(labels, port)
+            except ValueError as exc:
+                errors.append(f"endpoint {name!r}: {exc}")
+                continue
+        taken.add(where)
+        specs.append(make_spec(where, name, labels, pod_name=name, metrics_host=metrics_host))
     return specs, errors
+
+
+def _is_ipv4(address: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(address), ipaddress.IPv4Address)
+    except ValueError:
+        return False
 
 
 def _read(path: str) -> str:
@@ -109,18 +171,17 @@ def _read(path: str) -> str:
         raise _file_error(path, f"parsing: not UTF-8 (byte {exc.start})") from None
 
 
-def check_endpoints_file(path: str) -> list[EndpointSpec]:
+def check_endpoints_file(path: str, *, multicluster: bool = False) -> list[EndpointSpec]:
     """The start-up load: any file or entry error raises :class:`EndpointsFileError`."""
-    specs, errors = parse_upstream_endpoints(_read(path), path)
+    specs, errors = parse_upstream_endpoints(_read(path), path, multicluster=multicluster)
     if errors:
         raise _file_error(path, "; ".join(errors))
     return specs
 
 
 class FileDiscoveryPlugin:
-    """The discovery source of a ``file-discovery`` plugin (see the module docstring)."""
-
-    plugin_type = "file-discovery"
+    """The discovery source of a ``file-discovery`` plugin, or with ``multicluster`` of a
+    ``multicluster-file-discovery`` one (see the module docstring)."""
 
     def __init__(
         self,
@@ -128,9 +189,12 @@ class FileDiscoveryPlugin:
         path: str,
         watch_file: bool = False,
         *,
+        multicluster: bool = False,
         poll_interval: float = 1.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        self.plugin_type = MULTICLUSTER_TYPE if multicluster else "file-discovery"
+        self.multicluster = multicluster
         self.name = name
         self.path = path
         self.watch_file = watch_file
@@ -149,7 +213,7 @@ class FileDiscoveryPlugin:
             text = _read(self.path)
             if text == self._content:
                 return
-            specs, errors = parse_upstream_endpoints(text, self.path)
+            specs, errors = parse_upstream_endpoints(text, self.path, multicluster=self.multicluster)
         except EndpointsFileError as exc:
             log.error("failed to reload endpoints file; keeping the last endpoints", error=str(exc))
             return

@@ -19,7 +19,9 @@ from epp.admission.objectives import InferenceObjective
 
 __all__ = ["API_VERSIONS", "ObjectivesFileError", "load_objectives_file", "parse_objectives"]
 
-API_VERSIONS = frozenset({"inference.networking.x-k8s.io/v1alpha2", "inference.networking.k8s.io/v1alpha2"})
+API_VERSIONS = frozenset(
+    {"inference.networking.x-k8s.io/v1alpha2", "inference.networking.k8s.io/v1alpha2", "llm-d.ai/v1alpha2"}
+)
 _SPEC_FIELDS = frozenset({"priority", "poolRef"})
 
 

@@ -52,7 +52,7 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.wellknown_configs_test__7.yaml",
     ),
     # 1 file(s)
-    "dataLayer.discovery plugin type multicluster-file-discovery": (
+    "data-layer source type multicluster-metrics-data-source": (
         "llm-d-router/pkg.epp.framework.plugins.README.yaml",
     ),
     # 1 file(s)

@@ -9,8 +9,10 @@ either is stale. Everything on pyepp's side is computed from the code:
 * configs: each corpus file loaded with ``load_picker_config`` (as the server does), counted for every
   repository it appears in (duplicates included);
 * flags: the long options of ``epp.options.build_parser()`` (and ``-v``);
-* metrics: the metric families registered by ``epp.app.build_app`` with default options and a static
-  endpoint (counters with their ``_total`` suffix, as exposed);
+* metrics: the metric families registered by ``epp.app.build_app`` with a static endpoint, default
+  options and the flags that upstream's opt-in families need (``metric_catalog.OPT_IN``, e.g.
+  ``--enable-grpc-stream-metrics``; counters with their ``_total`` suffix, as exposed); the families
+  this picker deliberately never registers are listed with their reason (``metric_catalog.NOT_EXPOSED``);
 * chart keys: the leaf keys of ``deploy/helm/{inferencepool,standalone}/values.yaml``; an upstream key
   counts as present when ours has it, a key under it, or a key above it (a map or list value that holds
   it). Lists of keys show three or more under one two-part prefix as ``prefix.* (n keys)``.
@@ -77,11 +79,15 @@ def our_flags() -> set[str]:
 
 
 def our_metrics() -> set[str]:
+    """The exposed metric names with default options plus every opt-in family's flag."""
     from epp.app import build_app
     from epp.options import parse_options
+    from epp.server.metric_catalog import OPT_IN
+
+    argv = ["--endpoints", "127.0.0.1:8000", *sorted(set(OPT_IN.values()))]
 
     async def build() -> set[str]:
-        app = await build_app(parse_options(["--endpoints", "127.0.0.1:8000"]))
+        app = await build_app(parse_options(argv))
         try:
             registry = app.server.registry
             return {m.name + ("_total" if m.type == "counter" else "") for m in registry.collect()}
@@ -122,6 +128,7 @@ class Surface:
     present: set[str]
     ours_only: set[str]
     keys: bool = False
+    notes: tuple[str, ...] = ()  # extra bullet lines after "pyepp only"
 
 
 @cache
@@ -214,7 +221,21 @@ def _surface_lines(surface: Surface) -> list[str]:
         f"- upstream names pyepp has: {_pct(len(surface.present), len(surface.upstream))}",
         f"- missing: {_names(missing)}",
         f"- pyepp only: {_names(ours_only)}",
+        *surface.notes,
     ]
+
+
+def _not_exposed_notes() -> tuple[str, ...]:
+    """One line per family this picker deliberately never registers (``metric_catalog.NOT_EXPOSED``)."""
+    from epp.server.metric_catalog import NOT_EXPOSED, Scheme, by_key
+
+    lines = []
+    for key, why in sorted(NOT_EXPOSED.items()):
+        family = by_key(key)
+        suffix = "_total" if family.kind == "counter" else ""
+        names = [n + suffix for n in (family.name(Scheme.LLM_D), family.name(Scheme.INFERENCE)) if n]
+        lines.append(f"- not registered by design: {_names(names)}: {why}")
+    return tuple(lines)
 
 
 @cache
@@ -237,10 +258,12 @@ def _surfaces() -> tuple[Surface, ...]:
         Surface(
             "Metrics",
             "Upstream: every metric the EPP and its plugins define in GIE and llm-d-router "
-            "(`tests/compat/upstream/metrics.txt`); pyepp: the metrics `epp` registers with default flags.",
+            "(`tests/compat/upstream/metrics.txt`); pyepp: the metrics `epp` registers with default flags "
+            "plus the flags of upstream's opt-in families (`--enable-grpc-stream-metrics`).",
             metrics,
             set(metrics) & ours,
             ours - set(metrics),
+            notes=_not_exposed_notes(),
         )
     )
     for chart in CHARTS:

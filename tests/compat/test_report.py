@@ -78,3 +78,18 @@ def test_our_side_is_read_from_the_code() -> None:
     assert "help" not in our_flags()
     assert "inferenceExtension.replicas" in our_chart_keys("inferencepool")
     assert our_chart_keys("standalone")
+
+
+def test_metrics_surface_counts_opt_in_families_and_names_the_unregistered_ones() -> None:
+    """Upstream registers the ext_proc stream families only with --enable-grpc-stream-metrics; the report
+    builds the picker with that flag, so they count as present; a family never registered here is
+    listed with its reason instead of only under "missing"."""
+    from tests.compat.report import _surfaces, our_metrics
+
+    assert {
+        "llm_d_epp_extproc_streams_inflight",
+        "llm_d_epp_extproc_stream_duration_seconds",
+        "llm_d_epp_extproc_streams_total",
+    } <= our_metrics()
+    metrics = next(s for s in _surfaces() if s.title == "Metrics")
+    assert any("`llm_d_epp_plugin_data_scope_violations_total`" in n for n in metrics.notes)

@@ -301,6 +301,9 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
 # Types upstream also refuses to build without parameters: pyepp must raise ConfigError too.
 REQUIRED: dict[str, str] = {
     "file-discovery": f"{ROUTER}:{_P}datalayer/discovery/file/plugin.go: \"'path' parameter is required\"",
+    "multicluster-file-discovery": (
+        f"{ROUTER}:{_P}datalayer/discovery/file/multicluster.go: \"'path' parameter is required\""
+    ),
     "by-label": f"{ROUTER}:{_P}scheduling/filter/bylabel/filter.go: \"'label' must be specified\"",
     "endpoint-attribute-filter": (
         f"{ROUTER}:{_P}scheduling/filter/endpointattribute/filter.go: "

@@ -137,6 +137,8 @@ def test_pool_defaults(render: Renderer) -> None:
         "inference.networking.k8s.io/inferencepools": {"get", "list", "watch"},
         "inference.networking.x-k8s.io/inferenceobjectives": {"get", "list", "watch"},
         "inference.networking.x-k8s.io/inferencemodelrewrites": {"get", "list", "watch"},
+        "llm-d.ai/inferenceobjectives": {"get", "list", "watch"},  # llm-d-router's group, preferred
+        "llm-d.ai/inferencemodelrewrites": {"get", "list", "watch"},
     }
     pool = one(objects, "InferencePool")
     assert pool["metadata"]["name"] == "pool"
@@ -322,6 +324,11 @@ def test_standalone_pool_mode_may_watch_objectives_and_model_rewrites(render: Re
     rules = role_rules(objects)
     assert rules["inference.networking.x-k8s.io/inferenceobjectives"] == {"get", "list", "watch"}
     assert rules["inference.networking.x-k8s.io/inferencemodelrewrites"] == {"get", "list", "watch"}
+    assert (
+        rules["llm-d.ai/inferenceobjectives"]
+        == rules["llm-d.ai/inferencemodelrewrites"]
+        == {"get", "list", "watch"}
+    )
 
 
 def test_standalone_ha_is_active_active(render: Renderer) -> None:

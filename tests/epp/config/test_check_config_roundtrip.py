@@ -43,6 +43,7 @@ MINIMAL: dict[str, dict[str, Any]] = {
     },
     "session-id-producer": {"headerName": "x-session-id"},
     "file-discovery": {"path": "/etc/epp/endpoints.yaml"},
+    "multicluster-file-discovery": {"path": "/etc/epp/clusters.yaml"},
 }
 
 # Plugins a type needs next to it (a plugin it references by default).
