@@ -143,3 +143,13 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins.prefix import p2p_source
 
     registry.register("p2p-source-producer", p2p_source.factory)
+
+    from scheduler.plugins.latency import admitter as latency_admitter
+    from scheduler.plugins.latency import producer as latency_producer
+    from scheduler.plugins.latency import scorer as latency_scorer
+    from scheduler.plugins.latency import tier_filter as latency_tier_filter
+
+    registry.register("predicted-latency-producer", latency_producer.factory)
+    registry.register("latency-scorer", latency_scorer.factory)
+    registry.register("slo-headroom-tier-filter", latency_tier_filter.factory)
+    registry.register("latency-slo-admitter", latency_admitter.factory)

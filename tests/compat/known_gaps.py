@@ -66,11 +66,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/docs.architecture.yaml",
         "llm-d-router/test.perf.config.router-configs.precise-prefix.yaml",
     ),
-    # 2 file(s)
-    "plugin type predicted-latency-producer": (
-        "gie/site-src.guides.troubleshooting__2.yaml",
-        "llm-d-router/test.integration.epp.wellknown_configs_test__7.yaml",
-    ),
     # 1 file(s)
     "dataLayer.discovery plugin type multicluster-file-discovery": (
         "llm-d-router/pkg.epp.framework.plugins.README.yaml",
