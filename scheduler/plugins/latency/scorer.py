@@ -11,8 +11,10 @@ algorithm:
 * within the scored set, ``|headroom|`` is min-max normalised per dimension (0.5 when the range is 0)
   and blended ``c = a nTTFT + b nTPOT`` with ``a, b = ttftWeight, tpotWeight`` normalised to sum 1
   (1, 0 when both are 0); a dimension with zero range hands its weight to the other;
-* ``least`` (default): score ``(floor((1 - c) x 100) + 1) / 100``, the endpoint closest to its SLO
-  first (bin packing); ``most``: ``(floor(c x 100) + 1) / 100``. Negative buckets always use ``least``.
+* ``least`` (default): score ``(floor((1 - c) x 99) + 1) / 100``, the endpoint closest to its SLO
+  first (bin packing); ``most``: ``(floor(c x 99) + 1) / 100``. Negative buckets always use ``least``.
+  (Upstream multiplies by 100, which gives 1.01 at the top; pyepp's scores stay in [0.01, 1] so that
+  clamping cannot tie the best endpoint with the next one.)
 
 Without predictions (cold model, ``predictInProduce: false``) the composite fallback:
 ``round(100 x (wKV (1 - kv) + wQ relQueue + wP prefix)) / 100`` with ``relQueue = (maxQ - q) / maxQ``
@@ -117,7 +119,7 @@ class LatencyScorer(LatencyInfoConsumer, PrefixMatchConsumer, PluginBase):
             n_p = (h_p - p_lo) / p_range if p_range > _EPS else 0.5
             combined = a * n_t + b * n_p
             share = combined if most else 1.0 - combined
-            scores[i] = (int(share * _W_MAX) + 1) / _W_MAX
+            scores[i] = (int(share * (_W_MAX - 1)) + 1) / _W_MAX
 
     def composite(
         self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
