@@ -12,12 +12,13 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from e2e_lib import completion, eventually, long_prefix, running, served_by
 
-from epp.stack import StackSpec
+from epp.stack import Stack, StackSpec
 from scheduler.plugins.latency.model import MIN_SAMPLES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -46,10 +47,11 @@ OBJECTIVE = "x-gateway-inference-objective"
 SIM = ("--profile", "8b-h100", "--time-scale", "1")
 
 
-def plugin_state(stack: object) -> dict[str, object]:
-    url = f"{getattr(stack, 'metrics_url')}/debug/plugins/state"
-    state: dict[str, object] = httpx.get(url, timeout=5.0).json()
-    return state
+def model_state(stack: Stack) -> dict[str, Any]:
+    """The predicted-latency-producer's model, from the picker's /debug/plugins/state."""
+    state = httpx.get(f"{stack.metrics_url}/debug/plugins/state", timeout=5.0).json()
+    model: dict[str, Any] = state["predicted-latency-producer"]["model"]
+    return model
 
 
 def test_routes_away_from_the_slow_server_after_warm_up() -> None:
@@ -63,13 +65,10 @@ def test_routes_away_from_the_slow_server_after_warm_up() -> None:
         slow, fast = stack.ports.servers
         for i in range(MIN_SAMPLES + 8):
             assert completion(stack, f"warm up {i}", max_tokens=2).status_code == 200
-        model = plugin_state(stack)["predicted-latency-producer"]["model"]  # type: ignore[index]
-        assert eventually(
-            lambda: plugin_state(stack)["predicted-latency-producer"]["model"]["ready"],  # type: ignore[index]
-            timeout_s=10.0,
-        ), model
+        assert eventually(lambda: bool(model_state(stack)["ready"]), timeout_s=10.0), model_state(stack)
+        assert model_state(stack)["samples"] >= MIN_SAMPLES
         served = Counter(served_by(completion(stack, f"measured {i}", max_tokens=2)) for i in range(20))
-        assert served[fast] >= 18, (served, slow, fast, plugin_state(stack))
+        assert served[fast] >= 18, (served, slow, fast, model_state(stack))
 
 
 def test_admitter_rejects_an_impossible_slo_with_429(tmp_path: Path) -> None:
@@ -83,10 +82,7 @@ def test_admitter_rejects_an_impossible_slo_with_429(tmp_path: Path) -> None:
     with running(spec) as stack:
         for i in range(MIN_SAMPLES + 4):
             assert completion(stack, f"warm up {i}", max_tokens=2).status_code == 200
-        assert eventually(
-            lambda: plugin_state(stack)["predicted-latency-producer"]["model"]["ready"],  # type: ignore[index]
-            timeout_s=10.0,
-        )
+        assert eventually(lambda: bool(model_state(stack)["ready"]), timeout_s=10.0), model_state(stack)
         busy = threading.Thread(
             target=completion, args=(stack, long_prefix("busy", 800)), kwargs={"max_tokens": 400}
         )
