@@ -181,6 +181,7 @@ class LatencyModel:
         self._global_ttft = RidgeStats(len(TTFT_FEATURES))
         self._global_tpot = RidgeStats(len(TPOT_FEATURES))
         self._endpoints: OrderedDict[str, _EndpointStats] = OrderedDict()
+        self._dirty: set[str] = set()
         self._weights = Weights()
         self._lock = threading.Lock()
         self.dropped = 0
@@ -235,9 +236,11 @@ class LatencyModel:
                 if stats is None:
                     stats = self._endpoints[endpoint] = _EndpointStats()
                     if len(self._endpoints) > ENDPOINT_LIMIT:
-                        self._endpoints.popitem(last=False)
+                        evicted, _ = self._endpoints.popitem(last=False)
+                        self._dirty.add(evicted)
                 else:
                     self._endpoints.move_to_end(endpoint)
+                self._dirty.add(endpoint)
                 if ttft is not None:
                     x = features.ttft_vector()
                     self._global_ttft.add(x, ttft)
@@ -257,6 +260,7 @@ class LatencyModel:
         with self._lock:
             for address in addresses:
                 self._endpoints.pop(address, None)
+                self._dirty.add(address)
 
     def _record_error(self, endpoint: str, features: Features, ttft: float) -> None:
         predicted = self.predict(endpoint, features)
@@ -266,16 +270,27 @@ class LatencyModel:
     def _publish(self) -> None:
         g_ttft, g_tpot = self._global_ttft, self._global_tpot
         if g_ttft.n < MIN_SAMPLES:
+            self._dirty.clear()  # the first publication solves every endpoint
             return
         ttft = g_ttft.solve(RIDGE)
         tpot = g_tpot.solve(RIDGE) if g_tpot.n >= MIN_SAMPLES else None
-        ep_ttft: dict[str, tuple[float, ...]] = {}
-        ep_tpot: dict[str, tuple[float, ...]] = {}
-        for address, stats in self._endpoints.items():
+        old = self._weights
+        first = old.ttft is None or (tpot is not None and old.tpot is None)
+        ep_ttft = {} if first else dict(old.endpoint_ttft)
+        ep_tpot = {} if first else dict(old.endpoint_tpot)
+        # Only endpoints with new samples are re-solved (against the new global weights): a refit costs
+        # O(d^3) per endpoint that trained, not per endpoint in the pool.
+        for address in self._endpoints if first else self._dirty:
+            stats = self._endpoints.get(address)
+            if stats is None:
+                ep_ttft.pop(address, None)
+                ep_tpot.pop(address, None)
+                continue
             if stats.ttft.n >= MIN_ENDPOINT_SAMPLES:
                 ep_ttft[address] = stats.ttft.solve(RIDGE, ttft)
             if tpot is not None and stats.tpot.n >= MIN_ENDPOINT_SAMPLES:
                 ep_tpot[address] = stats.tpot.solve(RIDGE, tpot)
+        self._dirty.clear()
         self._weights = Weights(ttft, tpot, ep_ttft, ep_tpot, g_ttft.n, g_tpot.n)
 
     # -- introspection ------------------------------------------------------------------------------

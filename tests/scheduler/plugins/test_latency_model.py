@@ -7,6 +7,7 @@ import random
 from scheduler.plugins.latency.model import (
     BUFFER_LIMIT,
     ENDPOINT_LIMIT,
+    MIN_ENDPOINT_SAMPLES,
     MIN_SAMPLES,
     Features,
     LatencyModel,
@@ -99,10 +100,18 @@ def test_buffer_and_endpoint_models_are_bounded() -> None:
     assert model.pending == BUFFER_LIMIT and model.dropped == 10
     model.refit()
     for i in range(ENDPOINT_LIMIT + 50):
-        model.observe(f"10.0.{i // 250}.{i % 250}:8000", f, 1.0, None)
+        for _ in range(MIN_ENDPOINT_SAMPLES):
+            model.observe(f"10.0.{i // 250}.{i % 250}:8000", f, 1.0, None)
+        if i % 200 == 0:
+            model.refit()
     model.refit()
     assert len(model._endpoints) == ENDPOINT_LIMIT
-    model.forget_endpoints(frozenset({"fast:1"}))
-    assert "fast:1" not in model._endpoints
+    assert len(model._weights.endpoint_ttft) == ENDPOINT_LIMIT  # evicted endpoints' weights go too
+    first = "10.0.4.10:8000"
+    assert first in model._weights.endpoint_ttft
+    model.forget_endpoints(frozenset({first}))
+    model.observe("fast:1", f, 1.0, None)
+    model.refit()
+    assert first not in model._endpoints and first not in model._weights.endpoint_ttft
     state = model.state()
     assert state["ready"] and state["droppedSamples"] == 10 and state["pendingSamples"] == 0
