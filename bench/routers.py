@@ -26,6 +26,7 @@ from epp.stack import ManagedProcess, Stack, StackError, StackSpec, free_ports
 __all__ = [
     "GIE_DEFAULT_CONFIG",
     "LOAD_ONLY_CONFIG",
+    "PREDICTED_CONFIG",
     "PREFIX_ONLY_CONFIG",
     "ROUTERS",
     "TUNED_CONFIG",
@@ -43,6 +44,7 @@ LOAD_ONLY_CONFIG = (CONFIG_DIR / "load-only.yaml").read_text()
 PREFIX_ONLY_CONFIG = (CONFIG_DIR / "prefix-only.yaml").read_text()
 TUNED_CONFIG = (CONFIG_DIR / "tuned.yaml").read_text()
 GIE_DEFAULT_CONFIG = (CONFIG_DIR / "gie-default.yaml").read_text()
+PREDICTED_CONFIG = (CONFIG_DIR / "predicted-latency.yaml").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,7 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-prefix-only", "picker", config=PREFIX_ONLY_CONFIG),
         RouterSpec("picker-tuned", "picker", config=TUNED_CONFIG),
         RouterSpec("picker-gie-default", "picker", config=GIE_DEFAULT_CONFIG),
+        RouterSpec("picker-predicted", "picker", config=PREDICTED_CONFIG),
     )
 }
 

@@ -150,7 +150,6 @@ class _Context:
 class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
     params: PredictedLatencyParams
     plugin_type = "predicted-latency-producer"
-    prefix_match_optional = True
 
     def __init__(
         self,

@@ -243,6 +243,8 @@ def test_config_injects_one_producer_shared_by_its_consumers() -> None:
     plugins = {p.spec.name: p for p in resolved.plugins}
     produced = plugins["predicted-latency-producer"]
     assert produced.implicit and isinstance(produced.plugin, PredictedLatencyProducer)
+    # the producer reads the prefix match (uncached tokens are a feature): a prefix producer is injected
+    assert produced.plugin.producer is plugins["approx-prefix-cache-producer"].plugin
     for name in ("prefix-cache-affinity-filter", "latency-scorer", "latency-slo-admitter"):
         consumer = plugins[name].plugin
         assert isinstance(consumer, LatencyInfoConsumer) and consumer.latency_producer is produced.plugin
