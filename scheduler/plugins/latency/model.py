@@ -66,7 +66,8 @@ MIN_SAMPLES = 32
 MIN_ENDPOINT_SAMPLES = 8
 """Samples an endpoint model needs before it replaces the global model for that endpoint."""
 FORGET = 0.998
-"""Weight of the older statistics per new sample (an effective window of about 500 samples)."""
+"""Weight of the older statistics per new sample (an effective window of about 500 samples); applied per
+training batch."""
 RIDGE = 1.0
 """Ridge penalty (global model: toward 0; endpoint model: toward the global weights)."""
 
@@ -108,22 +109,34 @@ class RidgeStats:
         self.b = [0.0] * dim
         self.n = 0
 
+    def decay(self, samples: int) -> None:
+        """Age the statistics by ``samples`` new samples (each weighs :data:`FORGET` less per newer
+        one; applied once per training batch, so the samples of one batch weigh the same)."""
+        f = FORGET**samples
+        self.a = [v * f for v in self.a]
+        self.b = [v * f for v in self.b]
+
     def add(self, x: Sequence[float], y: float) -> None:
-        """Fold one sample in (older ones weigh :data:`FORGET` less). O(dim^2)."""
+        """Fold one sample in (call :meth:`decay` for the batch first). O(dim^2)."""
         d, a, b = self.dim, self.a, self.b
-        for i in range(d * d):
-            a[i] *= FORGET
         for i in range(d):
-            b[i] = b[i] * FORGET + x[i] * y
             xi, row = x[i], i * d
-            for j in range(d):
+            b[i] += xi * y
+            for j in range(i, d):
                 a[row + j] += xi * x[j]
         self.n += 1
+
+    def matrix(self) -> list[list[float]]:
+        """The symmetric ``A`` (only its upper triangle is accumulated)."""
+        d, a = self.dim, self.a
+        return [[a[min(i, j) * d + max(i, j)] for j in range(d)] for i in range(d)]
 
     def solve(self, ridge: float, prior: Sequence[float] | None = None) -> tuple[float, ...]:
         """``(A + ridge I)^-1 (b + ridge prior)`` (prior 0 when None), by Gaussian elimination."""
         d = self.dim
-        m = [[self.a[i * d + j] + (ridge if i == j else 0.0) for j in range(d)] for i in range(d)]
+        m = self.matrix()
+        for i in range(d):
+            m[i][i] += ridge
         rhs = [self.b[i] + (ridge * prior[i] if prior is not None else 0.0) for i in range(d)]
         for col in range(d):
             pivot = max(range(col, d), key=lambda r: abs(m[r][col]))
@@ -226,10 +239,11 @@ class LatencyModel:
     def refit(self) -> int:
         """Fold the buffered samples in and publish new weights; returns the samples folded."""
         with self._lock:
-            count = 0
             buffer = self._buffer
-            while buffer:
-                endpoint, features, ttft, tpot = buffer.popleft()
+            batch = [buffer.popleft() for _ in range(len(buffer))]
+            self._decay(batch)
+            count = 0
+            for endpoint, features, ttft, tpot in batch:
                 if ttft is not None:
                     self._record_error(endpoint, features, ttft)
                 stats = self._endpoints.get(endpoint)
@@ -254,6 +268,23 @@ class LatencyModel:
                 self._publish()
                 self.refits += 1
             return count
+
+    def _decay(self, batch: Sequence[tuple[str, Features, float | None, float | None]]) -> None:
+        ttft_counts: dict[str, int] = {}
+        tpot_counts: dict[str, int] = {}
+        for endpoint, _, ttft, tpot in batch:
+            if ttft is not None:
+                ttft_counts[endpoint] = ttft_counts.get(endpoint, 0) + 1
+            if tpot is not None:
+                tpot_counts[endpoint] = tpot_counts.get(endpoint, 0) + 1
+        self._global_ttft.decay(sum(ttft_counts.values()))
+        self._global_tpot.decay(sum(tpot_counts.values()))
+        for endpoint, n in ttft_counts.items():
+            if (stats := self._endpoints.get(endpoint)) is not None:
+                stats.ttft.decay(n)
+        for endpoint, n in tpot_counts.items():
+            if (stats := self._endpoints.get(endpoint)) is not None:
+                stats.tpot.decay(n)
 
     def forget_endpoints(self, addresses: frozenset[str]) -> None:
         """Drop the models of endpoints that left the pool (published on the next refit)."""

@@ -44,6 +44,7 @@ Bounds: at most :data:`PENDING_LIMIT` prefix matches wait between scheduling and
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -372,8 +373,14 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         }
 
 
+REFIT_INTERVAL = 0.2
+"""Seconds the trainer waits after a refit before the next one, so completions are folded in batches
+(the solve is paid at most five times a second, not per completion)."""
+
+
 def _train_loop(model_ref: weakref.ref[LatencyModel], wake: threading.Event) -> None:
-    """Refit whenever woken (or every second); ends once the model is gone."""
+    """Refit when woken (or every second), at most every :data:`REFIT_INTERVAL`; ends once the model
+    is gone."""
     while True:
         wake.wait(1.0)
         wake.clear()
@@ -382,6 +389,7 @@ def _train_loop(model_ref: weakref.ref[LatencyModel], wake: threading.Event) -> 
             return
         model.refit()
         del model
+        time.sleep(REFIT_INTERVAL)
 
 
 def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> PredictedLatencyProducer:
