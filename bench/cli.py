@@ -40,6 +40,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("extproc", "bench.extproc_core_bench", ("--quick",), "ext_proc protocol core"),
     Benchmark("extproc-envoy", "bench.extproc_bench", ("--quick",), "picker cost behind the real Envoy"),
     Benchmark("routing", "bench.routing", ("--quick",), "end-to-end routing quality vs peers"),
+    Benchmark(
+        "latency-model", "bench.latency_model", ("--quick",), "predicted-latency model vs alternatives"
+    ),
     Benchmark("soak", "bench.soak", ("--quick",), "~80% of max throughput for 30 min behind Envoy"),
     Benchmark("precise", "bench.precise_bench", ("--quick",), "KV-event ingestion, exact index, block keys"),
     Benchmark(

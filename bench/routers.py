@@ -29,6 +29,7 @@ __all__ = [
     "GIE_DEFAULT_CONFIG",
     "LOAD_ONLY_CONFIG",
     "PRECISE_CONFIG",
+    "PREDICTED_CONFIG",
     "PREFIX_ONLY_CONFIG",
     "ROUTERS",
     "TUNED_CONFIG",
@@ -78,6 +79,7 @@ schedulingProfiles:
   - {{pluginRef: no-hit-lru-scorer, weight: 1}}
   - pluginRef: max-score-picker
 """
+PREDICTED_CONFIG = (CONFIG_DIR / "predicted-latency.yaml").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,7 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-tuned", "picker", config=TUNED_CONFIG),
         RouterSpec("picker-gie-default", "picker", config=GIE_DEFAULT_CONFIG),
         RouterSpec("picker-precise", "picker", config=PRECISE_CONFIG),
+        RouterSpec("picker-predicted", "picker", config=PREDICTED_CONFIG),
     )
 }
 

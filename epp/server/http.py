@@ -5,6 +5,8 @@
 * ``GET /debug/decisions?n=20``: the newest ``n`` scheduling decisions, newest first (JSON list;
   ``n`` defaults to 20, at most the ring's capacity; a non-integer ``n`` is a 400).
 * ``GET /debug/config``: the resolved configuration (flags and EndpointPickerConfig), JSON.
+* ``GET /debug/plugins/state``: ``{plugin name: state}`` for every plugin that reports its state
+  (a ``dump_state()`` method, as llm-d-router's StateDumper; e.g. ``predicted-latency-producer``'s model).
 
 With a bearer token configured every path requires ``Authorization: Bearer <token>`` (401 otherwise,
 compared in constant time): the debug endpoints expose as much about the pool as the metrics do.
@@ -84,12 +86,17 @@ def _json(data: Any, status: int = 200) -> web.Response:
     )
 
 
+async def _json_state(plugin_state: Callable[[], Mapping[str, Any]]) -> web.Response:
+    return _json(plugin_state())
+
+
 def make_http_app(
     registry: CollectorRegistry,
     *,
     snapshot: Callable[[], Sequence[EndpointView]],
     decisions: DecisionLog,
     config: Callable[[], Mapping[str, Any]],
+    plugin_state: Callable[[], Mapping[str, Any]] = dict,
     token: str | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> web.Application:
@@ -131,6 +138,7 @@ def make_http_app(
     app.router.add_get("/debug/endpoints", endpoints)
     app.router.add_get("/debug/decisions", recent)
     app.router.add_get("/debug/config", resolved)
+    app.router.add_get("/debug/plugins/state", lambda _: _json_state(plugin_state))
     return app
 
 

@@ -76,6 +76,11 @@ class ServerSettings:
     reuse_port: bool = False
 
 
+def plugin_states(plugins: Any) -> dict[str, Any]:
+    """``{name: dump_state()}`` of the plugins that report a state (``/debug/plugins/state``)."""
+    return {p.name: p.dump_state() for p in plugins if callable(getattr(p, "dump_state", None))}
+
+
 class EppServer:
     def __init__(
         self,
@@ -117,6 +122,7 @@ class EppServer:
             snapshot=source.snapshot,
             decisions=self.decisions,
             config=config_view,
+            plugin_state=lambda: plugin_states(getattr(scheduler, "plugins", ())),
             token=settings.metrics_token,
             clock=monotonic,
         )

@@ -165,3 +165,13 @@ def register_builtin(registry: Registry) -> None:
         ("low-queue", "low-queue-filter"),
     ):
         registry.register_alias(old, new)
+
+    from scheduler.plugins.latency import admitter as latency_admitter
+    from scheduler.plugins.latency import producer as latency_producer
+    from scheduler.plugins.latency import scorer as latency_scorer
+    from scheduler.plugins.latency import tier_filter as latency_tier_filter
+
+    registry.register("predicted-latency-producer", latency_producer.factory)
+    registry.register("latency-scorer", latency_scorer.factory)
+    registry.register("slo-headroom-tier-filter", latency_tier_filter.factory)
+    registry.register("latency-slo-admitter", latency_admitter.factory)

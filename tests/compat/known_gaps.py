@@ -46,11 +46,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
         "llm-d-router/test.integration.epp.dynamic_attributes_test.yaml",
         "llm-d-router/test.integration.epp.wellknown_configs_test__6.yaml",
     ),
-    # 2 file(s)
-    "plugin type predicted-latency-producer": (
-        "gie/site-src.guides.troubleshooting__2.yaml",
-        "llm-d-router/test.integration.epp.wellknown_configs_test__7.yaml",
-    ),
     # 1 file(s)
     "data-layer source type multicluster-metrics-data-source": (
         "llm-d-router/pkg.epp.framework.plugins.README.yaml",

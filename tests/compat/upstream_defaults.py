@@ -234,6 +234,35 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         "(additionalSessionHeaders: omitempty, no default)",
         {},
     ),
+    "predicted-latency-producer": Upstream(
+        f"{ROUTER}:{_P}requestcontrol/dataproducer/predictedlatency/plugin.go (DefaultConfig)",
+        {
+            "samplingMean": 1000.0,
+            "maxDecodeTokenSamplesForPrediction": 0,
+            "sloBufferFactor": 1.0,
+            "contextTTL": 300.0,
+            "streamingMode": False,
+            "predictInProduce": True,
+        },
+    ),
+    "latency-scorer": Upstream(
+        f"{ROUTER}:{_P}scheduling/scorer/latency/plugin.go (DefaultConfig)",
+        {
+            "ttftWeight": 0.8,
+            "tpotWeight": 0.2,
+            "headroomSelectionStrategy": "least",
+            "compositeKVWeight": 1.0,
+            "compositeQueueWeight": 1.0,
+            "compositePrefixWeight": 1.0,
+        },
+    ),
+    "slo-headroom-tier-filter": Upstream(
+        f"{ROUTER}:{_P}scheduling/filter/sloheadroomtier/plugin.go (DefaultConfig)",
+        {"epsilonExploreNeg": 0.01},
+    ),
+    "latency-slo-admitter": Upstream(
+        f"{ROUTER}:{_P}requestcontrol/admitter/latencyslo/plugin.go (LatencyAdmissionDefaultConfig)", {}
+    ),
     "probabilistic-admitter": Upstream(
         f"{ROUTER}:{_P}requestcontrol/admitter/probabilisticadmitter/plugin.go (default*)",
         {"queueDepthThreshold": 5, "kvCacheUtilThreshold": 0.8, "power": 5.0, "k": 300.0},
@@ -368,6 +397,12 @@ _DISAGG = "pyepp resolves unset profile names when it builds the handler; the re
 
 # (type, parameter) -> why pyepp's resolved default differs. Shrink-only.
 DEFAULT_MISMATCHES: dict[tuple[str, str], str] = {
+    ("predicted-latency-producer", "samplingMean"): (
+        "deprecated and ignored upstream; pyepp rejects it rather than accept and ignore it"
+    ),
+    ("predicted-latency-producer", "maxDecodeTokenSamplesForPrediction"): (
+        "deprecated and ignored upstream; pyepp rejects it rather than accept and ignore it"
+    ),
     ("prefix-cache-affinity-filter", "explorationProbability"): (
         "pyepp keeps GIE's and llm-d-inference-scheduler's 0.01; llm-d-router changed it to 0"
     ),

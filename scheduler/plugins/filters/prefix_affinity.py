@@ -23,7 +23,9 @@ scorers after it balance load only among cache-warm endpoints. Everything is kep
 Parameters (llm-d names): ``affinityThreshold`` (0 < x <= 1, default 0.80),
 ``explorationProbability`` (0 <= p <= 1, default 0.01; llm-d's default is 0), ``maxTTFTPenaltyMs``
 (>= 0, default 18000), ``peakPrefillThroughput`` (tokens/s > 0, default 15928, llm-d's H100
-calibration), ``ttftSource`` (only ``prefillThroughput``), ``requestTimeout`` (duration, ``"2m"``),
+calibration), ``ttftSource`` (``prefillThroughput``, or ``latencyPredictor``: ``ttft(e)`` is the
+``predicted-latency-producer``'s predicted TTFT, named by ``latencyPredictionInfoProducerName``, and the
+gate is skipped while the model has no predictions), ``requestTimeout`` (duration, ``"2m"``),
 ``prefixMatchInfoProducerName`` (llm-d-router's: the producer whose match is read, see
 :mod:`scheduler.plugins.prefix.consumer`), ``inFlightLoadProducerName`` (llm-d-router's: with the gate
 on, read that ``inflight-load-producer``'s tokens, and then ``ttft`` counts in-flight tokens only, as
@@ -45,6 +47,8 @@ from scheduler.interfaces import Handle, Plugin
 from scheduler.params import param, parse_params
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
+from scheduler.plugins.latency.consumer import LatencyInfoConsumer
+from scheduler.plugins.latency.producer import LATENCY_PREDICTION_INFO
 from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.plugins.prefix.match import PrefixMatch
 from scheduler.plugins.scorers.inflight import InflightTracker
@@ -65,13 +69,18 @@ class PrefixAffinityParams:
     exploration_probability: float = param(0.01, ge=0, le=1)
     max_ttft_penalty_ms: float = param(18000.0, ge=0, key="maxTTFTPenaltyMs")
     peak_prefill_throughput: float = param(15928.0, gt=0)
-    ttft_source: str = param("prefillThroughput", choices=("prefillThroughput",), key="ttftSource")
+    ttft_source: str = param(
+        "prefillThroughput", choices=("prefillThroughput", "latencyPredictor"), key="ttftSource"
+    )
     request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
     prefix_match_info_producer_name: str = ""
     in_flight_load_producer_name: str = ""
+    latency_prediction_info_producer_name: str = ""
 
 
-class PrefixAffinityFilter(PrefixMatchConsumer, InflightLoadConsumer, InflightHooks, PluginBase):
+class PrefixAffinityFilter(
+    PrefixMatchConsumer, InflightLoadConsumer, LatencyInfoConsumer, InflightHooks, PluginBase
+):
     plugin_type = "prefix-cache-affinity-filter"
     count_every_profile = True
 
@@ -86,6 +95,8 @@ class PrefixAffinityFilter(PrefixMatchConsumer, InflightLoadConsumer, InflightHo
         self.params = params = params or PrefixAffinityParams()
         self.producer_name = params.prefix_match_info_producer_name
         self.inflight_producer_name = params.in_flight_load_producer_name
+        self.latency_producer_name = params.latency_prediction_info_producer_name
+        self._predicted = params.ttft_source == "latencyPredictor"
         self._threshold = params.affinity_threshold
         self._explore = params.exploration_probability
         self._penalty_ms = params.max_ttft_penalty_ms
@@ -101,11 +112,13 @@ class PrefixAffinityFilter(PrefixMatchConsumer, InflightLoadConsumer, InflightHo
         """The prefix match, and (with the TTFT gate on) an inflight-load-producer's tokens."""
         needs = list(PrefixMatchConsumer.data_needs(self))
         if self._penalty_ms > 0:
-            needs.extend(InflightLoadConsumer.data_needs(self))
+            needs.extend(self.latency_needs() if self._predicted else InflightLoadConsumer.data_needs(self))
         return needs
 
     def bind_producer(self, key: str, producer: Plugin | None) -> None:
-        if key.startswith(f"{INFLIGHT_LOAD}/"):
+        if key.startswith(f"{LATENCY_PREDICTION_INFO}/"):
+            self.bind_latency_producer(producer)
+        elif key.startswith(f"{INFLIGHT_LOAD}/"):
             InflightLoadConsumer.bind_producer(self, key, producer)
         else:
             PrefixMatchConsumer.bind_producer(self, key, producer)
@@ -135,7 +148,15 @@ class PrefixAffinityFilter(PrefixMatchConsumer, InflightLoadConsumer, InflightHo
         sticky = [e for e, keep in zip(endpoints, is_sticky, strict=True) if keep]
         if not sticky or len(sticky) == len(endpoints):
             return endpoints
-        if self._penalty_ms > 0.0:
+        if self._penalty_ms > 0.0 and self._predicted:
+            infos = self.latency_info(cycle, request, endpoints)
+            if infos is not None:
+                ttft = [infos[e.address].ttft if e.address in infos else 0.0 for e in endpoints]
+                best_sticky = min(t for t, keep in zip(ttft, is_sticky, strict=True) if keep)
+                best_other = min(t for t, keep in zip(ttft, is_sticky, strict=True) if not keep)
+                if best_sticky - best_other > self._penalty_ms:
+                    return endpoints
+        elif self._penalty_ms > 0.0:
             inflight, ms = self._inflight_tokens(), self._ms_per_token
             if self.inflight_producer is not None:  # llm-d-router: in-flight tokens only
                 ttft = [inflight.get(e.address, 0) * ms for e in endpoints]

@@ -125,4 +125,7 @@ def test_llm_d_parameter_names() -> None:
     assert isinstance(f, PrefixAffinityFilter)
     assert f.params == PrefixAffinityParams(0.9, 0.0, 5000.0, 20000.0)
     with pytest.raises(ConfigError, match="ttftSource"):
-        factory("f", {"ttftSource": "latencyPredictor"}, PluginHandle())
+        factory("f", {"ttftSource": "sidecar"}, PluginHandle())
+    predicted = factory("f", {"ttftSource": "latencyPredictor"}, PluginHandle())
+    assert isinstance(predicted, PrefixAffinityFilter)
+    assert [n.key for n in predicted.data_needs()][-1] == "LatencyPredictionInfo/predicted-latency-producer"

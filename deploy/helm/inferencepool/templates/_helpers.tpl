@@ -131,7 +131,7 @@ readiness. With inferenceExtension.activeActive (pyepp) every replica serves (no
 {{- fail (printf "inferencePool.parser: expected openai-parser, passthrough-parser or empty, got %q (pyepp has no other parser)" (include "inferencepool.parser" .)) -}}
 {{- end -}}
 {{- if ($ie.latencyPredictor | default dict).enabled -}}
-{{- fail "inferenceExtension.latencyPredictor.enabled: GIE's latency predictor (its training and prediction servers and predicted-latency plugins) is not available in pyepp" -}}
+{{- fail "inferenceExtension.latencyPredictor.enabled: GIE's latency predictor sidecars (training and prediction servers) are not available in pyepp, which learns TTFT/TPOT in process: remove latencyPredictor and list predicted-latency-producer and latency-scorer (optionally slo-headroom-tier-filter, latency-slo-admitter) in the plugins configuration" -}}
 {{- end -}}
 {{- if and (include "inferencepool.standalone" .) (not $ie.endpointsServer.endpointSelector) -}}
 {{- fail "inferenceExtension.endpointsServer.endpointSelector is required in standalone mode (createInferencePool false)" -}}

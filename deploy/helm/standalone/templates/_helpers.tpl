@@ -245,6 +245,6 @@ services:
 {{- fail "inferenceExtension.sidecar: a sidecar with an image needs a name (sidecar.name or the preset's)" -}}
 {{- end -}}
 {{- if ($ie.latencyPredictor | default dict).enabled -}}
-{{- fail "inferenceExtension.latencyPredictor.enabled: GIE's latency predictor (its training and prediction servers and predicted-latency plugins) is not available in pyepp" -}}
+{{- fail "inferenceExtension.latencyPredictor.enabled: GIE's latency predictor sidecars (training and prediction servers) are not available in pyepp, which learns TTFT/TPOT in process: remove latencyPredictor and list predicted-latency-producer and latency-scorer (optionally slo-headroom-tier-filter, latency-slo-admitter) in the plugins configuration" -}}
 {{- end -}}
 {{- end -}}

@@ -1,0 +1,352 @@
+"""The in-process latency model behind ``predicted-latency-producer``: online ridge regression.
+
+Two targets, time to first token (TTFT) and time per output token (TPOT), each learnt by a
+:class:`RidgeStats` (exponentially forgotten sufficient statistics ``A = sum g^k x x^T`` and
+``b = sum g^k x y``) over engineered features of one request on one endpoint:
+
+* TTFT: ``1, uncached prompt tokens, prompt tokens, prefill tokens in flight, waiting queue,
+  running requests, KV-cache utilisation`` (token counts in thousands);
+* TPOT: ``1, running requests, waiting queue, KV-cache utilisation, prompt tokens``.
+
+These are upstream's latency-predictor features (``kv_cache_percentage``, ``input_token_length``,
+``num_request_waiting``, ``num_request_running``, ``prefix_cache_score``, prefill tokens in flight)
+with the prefix score turned into what it costs, the uncached tokens.
+
+Heterogeneous fleets: one global model per target plus one per endpoint, the endpoint's weights being
+the ridge solution *shrunk toward the global weights*
+(``w_e = (A_e + lambda I)^-1 (b_e + lambda w_global)``), so a new endpoint predicts like the fleet and
+moves to its own speed as its samples arrive. The choice (against a global-only model and a per-endpoint
+running mean) is measured by ``python -m bench.latency_model`` and documented in docs/scheduler-plugins.md.
+
+Training is off the request path: :meth:`LatencyModel.observe` appends to a bounded buffer (O(1));
+:meth:`LatencyModel.refit` drains it into the statistics and re-solves the weights, publishing them as
+one immutable :class:`Weights` object that readers pick up atomically (no lock on the read side).
+Memory: at most :data:`BUFFER_LIMIT` buffered samples and :data:`ENDPOINT_LIMIT` endpoint models
+(O(d^2) floats each); the least recently updated endpoint model is dropped beyond that.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BUFFER_LIMIT",
+    "ENDPOINT_LIMIT",
+    "MIN_ENDPOINT_SAMPLES",
+    "MIN_SAMPLES",
+    "TPOT_FEATURES",
+    "TTFT_FEATURES",
+    "Features",
+    "LatencyModel",
+    "RidgeStats",
+    "Weights",
+]
+
+TTFT_FEATURES = (
+    "bias",
+    "uncachedKTokens",
+    "inputKTokens",
+    "prefillKTokensInFlight",
+    "waitingQueue",
+    "runningRequests",
+    "kvCacheUsage",
+)
+TPOT_FEATURES = ("bias", "runningRequests", "waitingQueue", "kvCacheUsage", "inputKTokens")
+
+BUFFER_LIMIT = 4096
+"""Samples waiting for the next refit; beyond it the oldest are dropped (and counted)."""
+ENDPOINT_LIMIT = 1024
+"""Endpoint models kept; the least recently trained one is dropped beyond it."""
+MIN_SAMPLES = 32
+"""Samples the global model needs before it predicts (cold start: no predictions before)."""
+MIN_ENDPOINT_SAMPLES = 8
+"""Samples an endpoint model needs before it replaces the global model for that endpoint."""
+FORGET = 0.998
+"""Weight of the older statistics per new sample (an effective window of about 500 samples); applied per
+training batch."""
+RIDGE = 1.0
+"""Ridge penalty (global model: toward 0; endpoint model: toward the global weights)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """One request on one endpoint, as the model sees it (raw units: tokens, counts, fraction)."""
+
+    input_tokens: int
+    uncached_tokens: int
+    prefill_tokens_in_flight: int
+    waiting: int
+    running: int
+    kv_usage: float
+
+    def ttft_vector(self) -> tuple[float, ...]:
+        return (
+            1.0,
+            self.uncached_tokens / 1000.0,
+            self.input_tokens / 1000.0,
+            self.prefill_tokens_in_flight / 1000.0,
+            float(self.waiting),
+            float(self.running),
+            self.kv_usage,
+        )
+
+    def tpot_vector(self) -> tuple[float, ...]:
+        return (1.0, float(self.running), float(self.waiting), self.kv_usage, self.input_tokens / 1000.0)
+
+
+class RidgeStats:
+    """Forgetting sufficient statistics of a linear least-squares problem in ``dim`` features."""
+
+    __slots__ = ("a", "b", "dim", "n")
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.a = [0.0] * (dim * dim)
+        self.b = [0.0] * dim
+        self.n = 0
+
+    def decay(self, samples: int) -> None:
+        """Age the statistics by ``samples`` new samples (each weighs :data:`FORGET` less per newer
+        one; applied once per training batch, so the samples of one batch weigh the same)."""
+        f = FORGET**samples
+        self.a = [v * f for v in self.a]
+        self.b = [v * f for v in self.b]
+
+    def add(self, x: Sequence[float], y: float) -> None:
+        """Fold one sample in (call :meth:`decay` for the batch first). O(dim^2)."""
+        d, a, b = self.dim, self.a, self.b
+        for i in range(d):
+            xi, row = x[i], i * d
+            b[i] += xi * y
+            for j in range(i, d):
+                a[row + j] += xi * x[j]
+        self.n += 1
+
+    def matrix(self) -> list[list[float]]:
+        """The symmetric ``A`` (only its upper triangle is accumulated)."""
+        d, a = self.dim, self.a
+        return [[a[min(i, j) * d + max(i, j)] for j in range(d)] for i in range(d)]
+
+    def solve(self, ridge: float, prior: Sequence[float] | None = None) -> tuple[float, ...]:
+        """``(A + ridge I)^-1 (b + ridge prior)`` (prior 0 when None), by Gaussian elimination."""
+        d = self.dim
+        m = self.matrix()
+        for i in range(d):
+            m[i][i] += ridge
+        rhs = [self.b[i] + (ridge * prior[i] if prior is not None else 0.0) for i in range(d)]
+        for col in range(d):
+            pivot = max(range(col, d), key=lambda r: abs(m[r][col]))
+            if abs(m[pivot][col]) < 1e-12:
+                continue
+            m[col], m[pivot] = m[pivot], m[col]
+            rhs[col], rhs[pivot] = rhs[pivot], rhs[col]
+            inv = 1.0 / m[col][col]
+            for r in range(col + 1, d):
+                f = m[r][col] * inv
+                if f:
+                    row, top = m[r], m[col]
+                    for c in range(col, d):
+                        row[c] -= f * top[c]
+                    rhs[r] -= f * rhs[col]
+        w = [0.0] * d
+        for r in range(d - 1, -1, -1):
+            if abs(m[r][r]) < 1e-12:
+                continue
+            s = rhs[r] - sum(m[r][c] * w[c] for c in range(r + 1, d))
+            w[r] = s / m[r][r]
+        return tuple(w)
+
+
+def _dot(w: Sequence[float], x: Sequence[float]) -> float:
+    return sum(a * b for a, b in zip(w, x, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """One published solution: global and per-endpoint weights of both targets (immutable)."""
+
+    ttft: tuple[float, ...] | None = None
+    tpot: tuple[float, ...] | None = None
+    endpoint_ttft: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    endpoint_tpot: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    samples: int = 0
+    tpot_samples: int = 0
+
+
+class _EndpointStats:
+    __slots__ = ("tpot", "ttft")
+
+    def __init__(self) -> None:
+        self.ttft = RidgeStats(len(TTFT_FEATURES))
+        self.tpot = RidgeStats(len(TPOT_FEATURES))
+
+
+class LatencyModel:
+    """Online TTFT/TPOT predictor. ``observe`` and ``predict`` are safe from any thread; ``refit`` is
+    run by one trainer at a time (a lock serialises concurrent calls)."""
+
+    def __init__(self) -> None:
+        self._buffer: deque[tuple[str, Features, float | None, float | None]] = deque(maxlen=BUFFER_LIMIT)
+        self._global_ttft = RidgeStats(len(TTFT_FEATURES))
+        self._global_tpot = RidgeStats(len(TPOT_FEATURES))
+        self._endpoints: OrderedDict[str, _EndpointStats] = OrderedDict()
+        self._dirty: set[str] = set()
+        self._weights = Weights()
+        self._lock = threading.Lock()
+        self.dropped = 0
+        self.refits = 0
+        self._errors: deque[float] = deque(maxlen=256)
+
+    # -- request path -------------------------------------------------------------------------------
+
+    def observe(
+        self, endpoint: str, features: Features, ttft_ms: float | None, tpot_ms: float | None
+    ) -> None:
+        """Queue one completed request's observation (either target may be None: not observed) for the
+        next refit (O(1), never blocks)."""
+        if len(self._buffer) == BUFFER_LIMIT:
+            self.dropped += 1
+        self._buffer.append((endpoint, features, ttft_ms, tpot_ms))
+
+    @property
+    def ready(self) -> bool:
+        """Whether the model predicts TTFT (cold start: fewer than :data:`MIN_SAMPLES` samples)."""
+        return self._weights.ttft is not None
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def predict(self, endpoint: str, features: Features) -> tuple[float, float] | None:
+        """Predicted ``(ttft_ms, tpot_ms)`` on ``endpoint`` (None before the model is ready); TPOT is 0
+        until TPOT samples exist. Predictions are floored at 0."""
+        w = self._weights
+        if w.ttft is None:
+            return None
+        ttft_w = w.endpoint_ttft.get(endpoint, w.ttft)
+        ttft = max(0.0, _dot(ttft_w, features.ttft_vector()))
+        tpot = 0.0
+        if w.tpot is not None:
+            tpot = max(0.0, _dot(w.endpoint_tpot.get(endpoint, w.tpot), features.tpot_vector()))
+        return ttft, tpot
+
+    # -- training -----------------------------------------------------------------------------------
+
+    def refit(self) -> int:
+        """Fold the buffered samples in and publish new weights; returns the samples folded."""
+        with self._lock:
+            buffer = self._buffer
+            batch = [buffer.popleft() for _ in range(len(buffer))]
+            self._decay(batch)
+            count = 0
+            for endpoint, features, ttft, tpot in batch:
+                if ttft is not None:
+                    self._record_error(endpoint, features, ttft)
+                stats = self._endpoints.get(endpoint)
+                if stats is None:
+                    stats = self._endpoints[endpoint] = _EndpointStats()
+                    if len(self._endpoints) > ENDPOINT_LIMIT:
+                        evicted, _ = self._endpoints.popitem(last=False)
+                        self._dirty.add(evicted)
+                else:
+                    self._endpoints.move_to_end(endpoint)
+                self._dirty.add(endpoint)
+                if ttft is not None:
+                    x = features.ttft_vector()
+                    self._global_ttft.add(x, ttft)
+                    stats.ttft.add(x, ttft)
+                if tpot is not None:
+                    xt = features.tpot_vector()
+                    self._global_tpot.add(xt, tpot)
+                    stats.tpot.add(xt, tpot)
+                count += 1
+            if count:
+                self._publish()
+                self.refits += 1
+            return count
+
+    def _decay(self, batch: Sequence[tuple[str, Features, float | None, float | None]]) -> None:
+        ttft_counts: dict[str, int] = {}
+        tpot_counts: dict[str, int] = {}
+        for endpoint, _, ttft, tpot in batch:
+            if ttft is not None:
+                ttft_counts[endpoint] = ttft_counts.get(endpoint, 0) + 1
+            if tpot is not None:
+                tpot_counts[endpoint] = tpot_counts.get(endpoint, 0) + 1
+        self._global_ttft.decay(sum(ttft_counts.values()))
+        self._global_tpot.decay(sum(tpot_counts.values()))
+        for endpoint, n in ttft_counts.items():
+            if (stats := self._endpoints.get(endpoint)) is not None:
+                stats.ttft.decay(n)
+        for endpoint, n in tpot_counts.items():
+            if (stats := self._endpoints.get(endpoint)) is not None:
+                stats.tpot.decay(n)
+
+    def forget_endpoints(self, addresses: frozenset[str]) -> None:
+        """Drop the models of endpoints that left the pool (published on the next refit)."""
+        with self._lock:
+            for address in addresses:
+                self._endpoints.pop(address, None)
+                self._dirty.add(address)
+
+    def _record_error(self, endpoint: str, features: Features, ttft: float) -> None:
+        predicted = self.predict(endpoint, features)
+        if predicted is not None and ttft > 0:
+            self._errors.append(abs(predicted[0] - ttft) / ttft)
+
+    def _publish(self) -> None:
+        g_ttft, g_tpot = self._global_ttft, self._global_tpot
+        if g_ttft.n < MIN_SAMPLES:
+            self._dirty.clear()  # the first publication solves every endpoint
+            return
+        ttft = g_ttft.solve(RIDGE)
+        tpot = g_tpot.solve(RIDGE) if g_tpot.n >= MIN_SAMPLES else None
+        old = self._weights
+        first = old.ttft is None or (tpot is not None and old.tpot is None)
+        ep_ttft = {} if first else dict(old.endpoint_ttft)
+        ep_tpot = {} if first else dict(old.endpoint_tpot)
+        # Only endpoints with new samples are re-solved (against the new global weights): a refit costs
+        # O(d^3) per endpoint that trained, not per endpoint in the pool.
+        for address in self._endpoints if first else self._dirty:
+            stats = self._endpoints.get(address)
+            if stats is None:
+                ep_ttft.pop(address, None)
+                ep_tpot.pop(address, None)
+                continue
+            if stats.ttft.n >= MIN_ENDPOINT_SAMPLES:
+                ep_ttft[address] = stats.ttft.solve(RIDGE, ttft)
+            if tpot is not None and stats.tpot.n >= MIN_ENDPOINT_SAMPLES:
+                ep_tpot[address] = stats.tpot.solve(RIDGE, tpot)
+        self._dirty.clear()
+        self._weights = Weights(ttft, tpot, ep_ttft, ep_tpot, g_ttft.n, g_tpot.n)
+
+    # -- introspection ------------------------------------------------------------------------------
+
+    def median_ape(self) -> float | None:
+        """Median absolute percentage error of TTFT over the last 256 samples, predicted before they
+        were learnt (None before any prediction)."""
+        errors = sorted(self._errors)
+        return errors[len(errors) // 2] if errors else None
+
+    def state(self) -> dict[str, Any]:
+        """JSON-ready model state for ``/debug/plugins/state``."""
+        w = self._weights
+        mape = self.median_ape()
+        return {
+            "ready": w.ttft is not None,
+            "samples": w.samples,
+            "tpotSamples": w.tpot_samples,
+            "pendingSamples": len(self._buffer),
+            "droppedSamples": self.dropped,
+            "refits": self.refits,
+            "ttftMedianAbsPctError": None if mape is None else round(mape, 4),
+            "ttftFeatures": list(TTFT_FEATURES),
+            "tpotFeatures": list(TPOT_FEATURES),
+            "ttftWeights": None if w.ttft is None else [round(v, 4) for v in w.ttft],
+            "tpotWeights": None if w.tpot is None else [round(v, 4) for v in w.tpot],
+            "endpointModels": len(w.endpoint_ttft),
+        }

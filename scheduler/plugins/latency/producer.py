@@ -1,0 +1,403 @@
+"""``predicted-latency-producer`` (llm-d-router): per-endpoint TTFT/TPOT predictions, learnt in process.
+
+Upstream trains XGBoost in two sidecars; pyepp learns the same targets with the in-process online
+model of :mod:`scheduler.plugins.latency.model` (no sidecar, no new dependency).
+
+Per request and candidate endpoint it publishes a :class:`LatencyPredictionInfo` (read by
+``latency-scorer``, ``slo-headroom-tier-filter``, ``latency-slo-admitter`` and
+``prefix-cache-affinity-filter`` with ``ttftSource: latencyPredictor``), upstream's semantics:
+
+* ``ttftHeadroom = ttftSLO - ttft`` with ``ttftSLO`` from ``x-slo-ttft-ms`` (0 when absent or not a
+  number, so the headroom is then ``-ttft``); ``ttftValid = ttft < ttftSLO``;
+* with ``streamingMode: true``: ``tpotHeadroom = bufferedTPOT - tpot`` where
+  ``bufferedTPOT = x-slo-tpot-ms x sloBufferFactor``, lowered to the tightest TPOT SLO of the
+  requests running on the endpoint (times ``sloBufferFactor``); ``tpotValid = tpot < bufferedTPOT``;
+* otherwise (and for endpoints whose ``endpointRoleLabel`` label is ``prefill``) TPOT is neutralised:
+  ``tpotValid`` true, ``tpotHeadroom`` 0.
+
+No predictions are published before the model has :data:`~scheduler.plugins.latency.model.MIN_SAMPLES`
+samples, or with ``predictInProduce: false`` (training only); consumers then fall back (the scorer to
+its composite of KV, queue and prefix scores, the filters to keeping everything, the admitter to
+admitting).
+
+Training (lifecycle hooks): at dispatch the target's features are captured (prompt tokens, uncached
+tokens from the prefix match, this picker's prefill tokens in flight and dispatched requests on the
+endpoint, waiting queue, KV utilisation). TTFT is the time from dispatch to the first response chunk
+with ``streamingMode: true``, to the end of the response otherwise (upstream's end-to-end mode); TPOT
+(streaming only) is ``(end - first chunk) / (completion tokens - 1)``. In P/D the TTFT sample belongs to
+the ``prefill`` profile's endpoint, TPOT to the decode one. Only successful requests train. Samples are
+folded in by a background thread (:class:`~scheduler.plugins.latency.model.LatencyModel`), never on the
+decision path.
+
+Parameters: ``sloBufferFactor`` (> 0, 1.0), ``contextTTL`` (duration, "5m": a request with no
+completion by then is dropped), ``streamingMode`` (false), ``endpointRoleLabel`` (""),
+``predictInProduce`` (true), ``prefixMatchInfoProducerName`` (""). Upstream's deprecated
+``samplingMean`` / ``maxDecodeTokenSamplesForPrediction`` (ignored there), its multimodal
+``useEncoderCacheFeatures`` / ``encoderCacheMatchInfoProducerName`` and ``inFlightLoadProducerName``
+(this plugin keeps its own in-flight accounting) are rejected with a ConfigError saying so.
+
+Bounds: at most :data:`PENDING_LIMIT` prefix matches wait between scheduling and dispatch; at most
+:data:`CONTEXT_LIMIT` requests tracked (the oldest dropped beyond), each for at most
+``contextTTL``; the model's own bounds are in its module.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.cycle_state import CycleState, StateKey
+from scheduler.duration import DURATION_EXPECT, parse_duration
+from scheduler.errors import ConfigError
+from scheduler.interfaces import Handle
+from scheduler.params import param, parse_params, plugin_location
+from scheduler.plugins.base import PluginBase
+from scheduler.plugins.filters.kv_headroom import prompt_tokens
+from scheduler.plugins.latency.model import Features, LatencyModel
+from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
+from scheduler.plugins.prefix.match import PrefixMatch
+from scheduler.types import Completion, EndpointView, LLMRequest, Outcome, SchedulingResult
+
+__all__ = [
+    "CONTEXT_LIMIT",
+    "LATENCY_PREDICTION_INFO",
+    "LatencyPredictionInfo",
+    "PredictedLatencyParams",
+    "PredictedLatencyProducer",
+    "factory",
+    "slo_header",
+]
+
+LATENCY_PREDICTION_INFO = "LatencyPredictionInfo"
+DEFAULT_PRODUCER = "predicted-latency-producer"
+TTFT_SLO_HEADER = "x-slo-ttft-ms"
+TPOT_SLO_HEADER = "x-slo-tpot-ms"
+CONTEXT_LIMIT = 65536
+PENDING_LIMIT = 4096  # prefix matches kept between scheduling and dispatch
+_PREFILL = "prefill"
+
+_REJECTED = {
+    "samplingMean": "is deprecated upstream and ignored there; remove it",
+    "maxDecodeTokenSamplesForPrediction": "is deprecated upstream and ignored there; remove it",
+    "useEncoderCacheFeatures": "needs multimodal encoder-cache matching, which pyepp does not implement",
+    "encoderCacheMatchInfoProducerName": (
+        "needs multimodal encoder-cache matching, which pyepp does not implement"
+    ),
+    "inFlightLoadProducerName": (
+        "is not supported: pyepp's predicted-latency-producer keeps its own in-flight accounting"
+    ),
+}
+
+
+def slo_header(request: LLMRequest, name: str) -> float:
+    """The SLO header's value in ms (0 when absent, not a number or not finite, as upstream)."""
+    raw = request.headers.get(name)
+    if not raw:
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        return 0.0
+    return value if value == value and abs(value) != float("inf") else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PredictedLatencyParams:
+    slo_buffer_factor: float = param(1.0, gt=0)
+    context_ttl: float = param(
+        300.0, gt=0, key="contextTTL", convert=parse_duration, expect=DURATION_EXPECT + " > 0"
+    )
+    streaming_mode: bool = False
+    endpoint_role_label: str = ""
+    predict_in_produce: bool = True
+    prefix_match_info_producer_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyPredictionInfo:
+    """One endpoint's prediction for one request (upstream's attribute of the same name; ms)."""
+
+    ttft_valid: bool
+    tpot_valid: bool
+    ttft_headroom: float
+    tpot_headroom: float
+    ttft: float
+    tpot: float
+    dispatched_request_count: int
+
+    @property
+    def valid(self) -> bool:
+        return self.ttft_valid and self.tpot_valid
+
+
+@dataclass(slots=True)
+class _Context:
+    ttft_endpoint: str
+    tpot_endpoint: str
+    features: Features
+    tpot_features: Features
+    dispatched_at: float
+    deadline: float
+    tpot_slo: float
+    first_chunk_at: float | None = None
+    charges: list[tuple[str, int]] = field(default_factory=list)  # (address, prefill tokens)
+
+
+class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
+    params: PredictedLatencyParams
+    plugin_type = "predicted-latency-producer"
+
+    def __init__(
+        self,
+        name: str,
+        clock: Callable[[], float],
+        params: PredictedLatencyParams | None = None,
+        model: LatencyModel | None = None,
+        background: bool = True,
+    ) -> None:
+        super().__init__(name)
+        self.params = params = params or PredictedLatencyParams()
+        self.producer_name = params.prefix_match_info_producer_name
+        self.model = model or LatencyModel()
+        self._clock = clock
+        self._key = StateKey[Mapping[str, LatencyPredictionInfo] | None](f"{name}/predictions")
+        self._contexts: OrderedDict[str, _Context] = OrderedDict()
+        self._prefill_tokens: dict[str, int] = {}
+        self._dispatched: dict[str, int] = {}
+        self._tpot_slos: dict[str, dict[str, float]] = {}
+        self._pending: OrderedDict[str, PrefixMatch | None] = OrderedDict()
+        self._background = background
+        self._wake = threading.Event()
+        self._trainer: threading.Thread | None = None
+
+    def produced_keys(self) -> frozenset[str]:
+        return frozenset({f"{LATENCY_PREDICTION_INFO}/{self.name}"})
+
+    # -- predictions --------------------------------------------------------------------------------
+
+    def features(self, request: LLMRequest, endpoint: EndpointView, match: PrefixMatch | None) -> Features:
+        """The model's features of ``request`` on ``endpoint`` now."""
+        prompt = prompt_tokens(request)
+        address = endpoint.address
+        cached = match.cached_tokens(address) if match is not None else 0
+        metrics = endpoint.metrics
+        return Features(
+            input_tokens=prompt,
+            uncached_tokens=max(0, prompt - cached),
+            prefill_tokens_in_flight=self._prefill_tokens.get(address, 0),
+            waiting=metrics.waiting_queue_size,
+            running=self._dispatched.get(address, 0),
+            kv_usage=metrics.kv_cache_usage,
+        )
+
+    def predict(
+        self, request: LLMRequest, endpoints: Sequence[EndpointView], match: PrefixMatch | None = None
+    ) -> dict[str, LatencyPredictionInfo] | None:
+        """Per-address predictions for ``request`` (None: cold model or ``predictInProduce: false``)."""
+        if not self.params.predict_in_produce or not self.model.ready:
+            return None
+        ttft_slo = slo_header(request, TTFT_SLO_HEADER)
+        tpot_slo = slo_header(request, TPOT_SLO_HEADER)
+        factor, streaming, role = (
+            self.params.slo_buffer_factor,
+            self.params.streaming_mode,
+            self.params.endpoint_role_label,
+        )
+        out: dict[str, LatencyPredictionInfo] = {}
+        for endpoint in endpoints:
+            address = endpoint.address
+            predicted = self.model.predict(address, self.features(request, endpoint, match))
+            if predicted is None:
+                return None
+            ttft, tpot = predicted
+            tpot_valid, tpot_headroom = True, 0.0
+            if streaming and not (role and endpoint.labels.get(role) == _PREFILL):
+                buffered = tpot_slo * factor
+                running = self._tpot_slos.get(address)
+                tightest = min((s for s in running.values() if s > 0), default=0.0) if running else 0.0
+                if tightest > 0:
+                    buffered = min(buffered, tightest * factor)
+                tpot_valid, tpot_headroom = tpot < buffered, buffered - tpot
+            out[address] = LatencyPredictionInfo(
+                ttft < ttft_slo, tpot_valid, ttft_slo - ttft, tpot_headroom, ttft, tpot,
+                self._dispatched.get(address, 0),
+            )  # fmt: skip
+        return out
+
+    def predictions(
+        self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
+    ) -> Mapping[str, LatencyPredictionInfo] | None:
+        """This cycle's predictions (memoised; the first caller's endpoints are the candidates)."""
+        if self._key in cycle:
+            found = cycle.read(self._key)
+            if found is None or all(e.address in found for e in endpoints):
+                return found
+        found = self.predict(request, endpoints, self.prefix_match_for(cycle, request))
+        cycle.write(self._key, found)
+        return found
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def prepare(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> None:
+        if len(self._pending) >= PENDING_LIMIT:
+            self._pending.pop(next(iter(self._pending)))
+        self._pending[request.request_id] = self.prefix_match_for(cycle, request)
+
+    def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
+        if request.request_id in self._contexts:
+            return
+        now = self._clock()
+        self._expire(now)
+        routed = {p: r for p, r in result.profile_results.items() if not r.shadow and r.targets}
+        decode = routed.get(result.primary_profile) or next(iter(routed.values()), None)
+        if decode is None:
+            return
+        prefill = routed.get(_PREFILL, decode)
+        first, last = prefill.targets[0].endpoint, decode.targets[0].endpoint
+        match = self._pending.pop(request.request_id, None)
+        features = self.features(request, first, match)
+        tpot_features = features if last is first else self.features(request, last, match)
+        ctx = _Context(
+            first.address, last.address, features, tpot_features, now, now + self.params.context_ttl,
+            slo_header(request, TPOT_SLO_HEADER),
+        )  # fmt: skip
+        ctx.charges.append((first.address, features.uncached_tokens))
+        self._prefill_tokens[first.address] = (
+            self._prefill_tokens.get(first.address, 0) + features.uncached_tokens
+        )
+        for address in {first.address, last.address}:
+            self._dispatched[address] = self._dispatched.get(address, 0) + 1
+        self._tpot_slos.setdefault(last.address, {})[request.request_id] = ctx.tpot_slo
+        self._contexts[request.request_id] = ctx
+        if len(self._contexts) > CONTEXT_LIMIT:
+            self._drop(next(iter(self._contexts)))
+
+    def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
+        ctx = self._contexts.get(request.request_id)
+        if ctx is None or ctx.first_chunk_at is not None:
+            return
+        ctx.first_chunk_at = self._clock()
+        self._release_prefill(ctx)
+
+    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
+        self._pending.pop(request.request_id, None)
+        ctx = self._drop(request.request_id)
+        if ctx is None or completion.outcome is not Outcome.OK:
+            return
+        end = self._clock()
+        streaming = self.params.streaming_mode
+        first = ctx.first_chunk_at if streaming and ctx.first_chunk_at is not None else end
+        ttft = (first - ctx.dispatched_at) * 1000.0
+        tpot: float | None = None
+        tokens = completion.usage.completion_tokens
+        if streaming and ctx.first_chunk_at is not None and tokens > 1:
+            tpot = (end - ctx.first_chunk_at) * 1000.0 / (tokens - 1)
+        if ctx.ttft_endpoint == ctx.tpot_endpoint:
+            self.model.observe(ctx.ttft_endpoint, ctx.features, ttft, tpot)
+        else:
+            self.model.observe(ctx.ttft_endpoint, ctx.features, ttft, None)
+            if tpot is not None:
+                self.model.observe(ctx.tpot_endpoint, ctx.tpot_features, None, tpot)
+        self._train()
+
+    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
+        for address in addresses:
+            self._prefill_tokens.pop(address, None)
+            self._dispatched.pop(address, None)
+            self._tpot_slos.pop(address, None)
+        self.model.forget_endpoints(addresses)
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _train(self) -> None:
+        if not self._background:
+            self.model.refit()
+            return
+        if self._trainer is None or not self._trainer.is_alive():
+            self._trainer = threading.Thread(
+                target=_train_loop,
+                args=(weakref.ref(self.model), self._wake),
+                name=f"{self.name}-trainer",
+                daemon=True,
+            )
+            self._trainer.start()
+        self._wake.set()
+
+    def _release_prefill(self, ctx: _Context) -> None:
+        for address, tokens in ctx.charges:
+            left = self._prefill_tokens.get(address, 0) - tokens
+            if left > 0:
+                self._prefill_tokens[address] = left
+            else:
+                self._prefill_tokens.pop(address, None)
+        ctx.charges.clear()
+
+    def _drop(self, request_id: str) -> _Context | None:
+        ctx = self._contexts.pop(request_id, None)
+        if ctx is None:
+            return None
+        self._release_prefill(ctx)
+        for address in {ctx.ttft_endpoint, ctx.tpot_endpoint}:
+            left = self._dispatched.get(address, 0) - 1
+            if left > 0:
+                self._dispatched[address] = left
+            else:
+                self._dispatched.pop(address, None)
+        slos = self._tpot_slos.get(ctx.tpot_endpoint)
+        if slos is not None:
+            slos.pop(request_id, None)
+            if not slos:
+                del self._tpot_slos[ctx.tpot_endpoint]
+        return ctx
+
+    def _expire(self, now: float) -> None:
+        contexts = self._contexts
+        while contexts:
+            request_id, ctx = next(iter(contexts.items()))
+            if ctx.deadline > now:
+                break
+            self._drop(request_id)
+
+    def dump_state(self) -> dict[str, Any]:
+        """Model and in-flight state for ``/debug/plugins/state``."""
+        return {
+            "model": self.model.state(),
+            "trackedRequests": len(self._contexts),
+            "dispatchedRequests": dict(sorted(self._dispatched.items())[:100]),
+            "prefillTokensInFlight": dict(sorted(self._prefill_tokens.items())[:100]),
+        }
+
+
+REFIT_INTERVAL = 0.2
+"""Seconds the trainer waits after a refit before the next one, so completions are folded in batches
+(the solve is paid at most five times a second, not per completion)."""
+
+
+def _train_loop(model_ref: weakref.ref[LatencyModel], wake: threading.Event) -> None:
+    """Refit when woken (or every second), at most every :data:`REFIT_INTERVAL`; ends once the model
+    is gone."""
+    while True:
+        wake.wait(1.0)
+        wake.clear()
+        model = model_ref()
+        if model is None:
+            return
+        model.refit()
+        del model
+        time.sleep(REFIT_INTERVAL)
+
+
+def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> PredictedLatencyProducer:
+    plugin_type = PredictedLatencyProducer.plugin_type
+    for key, why in _REJECTED.items():
+        if isinstance(parameters, Mapping) and key in parameters:
+            raise ConfigError(
+                f"{key} {why}", location=f"{plugin_location(plugin_type, name)}: parameters.{key}"
+            )
+    params = parse_params(PredictedLatencyParams, parameters, plugin_type, name)
+    return PredictedLatencyProducer(name, handle.clock, params)

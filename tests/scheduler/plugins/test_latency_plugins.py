@@ -1,0 +1,256 @@
+"""predicted-latency-producer, latency-scorer, slo-headroom-tier-filter, latency-slo-admitter and the
+affinity filter's latencyPredictor TTFT source."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import replace
+
+import pytest
+from plugin_builders import routed, routed_pd
+
+from scheduler.config import load_config_text
+from scheduler.cycle_state import CycleState
+from scheduler.errors import ConfigError
+from scheduler.handle import PluginHandle
+from scheduler.plugins.filters.prefix_affinity import PrefixAffinityFilter, PrefixAffinityParams
+from scheduler.plugins.latency import admitter, producer, scorer, tier_filter
+from scheduler.plugins.latency.consumer import LatencyInfoConsumer
+from scheduler.plugins.latency.model import MIN_SAMPLES, Features
+from scheduler.plugins.latency.producer import PredictedLatencyParams, PredictedLatencyProducer
+from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
+from scheduler.types import Completion, Endpoint, LLMRequest, Metrics, Outcome, Usage
+
+FAST, SLOW = Endpoint("10.0.0.1:8000"), Endpoint("10.0.0.2:8000")
+BUSY = Metrics(running_requests=3, kv_cache_usage=0.5)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def request(i: int = 0, priority: int = 0, **headers: str) -> LLMRequest:
+    hs = {k.replace("_", "-"): v for k, v in headers.items()}
+    return LLMRequest(f"r{i}", "m", "m", token_estimate=1000, headers=hs, priority=priority)
+
+
+def trained(params: PredictedLatencyParams | None = None) -> PredictedLatencyProducer:
+    """A producer whose model learnt TTFT = 100 ms on FAST and 1000 ms on SLOW, TPOT 10 / 40 ms."""
+    p = PredictedLatencyProducer("predicted-latency-producer", Clock(), params, background=False)
+    f = Features(1000, 1000, 0, 0, 0, 0.5)
+    for _ in range(10 * MIN_SAMPLES):
+        p.model.observe(FAST.address, f, 100.0, 10.0)
+        p.model.observe(SLOW.address, f, 1000.0, 40.0)
+    p.model.refit()
+    return p
+
+
+def test_producer_trains_from_the_lifecycle_streaming() -> None:
+    clock = Clock()
+    p = PredictedLatencyProducer("p", clock, PredictedLatencyParams(streaming_mode=True), background=False)
+    r = request()
+    p.prepare(CycleState(), r, [FAST])
+    p.on_dispatched(r, routed(FAST))
+    assert p._dispatched == {FAST.address: 1} and p._prefill_tokens == {FAST.address: 1000}
+    clock.now += 0.25
+    p.on_response_chunk(r, routed(FAST), b"x")
+    assert p._prefill_tokens == {}  # prefill done at the first chunk
+    clock.now += 0.9
+    p.on_completed(r, routed(FAST), Completion(Outcome.OK, usage=Usage(completion_tokens=10)))
+    assert p._dispatched == {} and p.model.refits == 1
+    stats = p.model._endpoints[FAST.address]
+    assert stats.ttft.b[0] == pytest.approx(250.0)  # ttft = 250 ms (bias feature 1)
+    assert stats.tpot.b[0] == pytest.approx(100.0)  # tpot = 900 ms / 9 tokens
+
+
+def test_producer_non_streaming_trains_end_to_end_ttft_and_skips_failures() -> None:
+    clock = Clock()
+    p = PredictedLatencyProducer("p", clock, background=False)
+    r = request()
+    p.on_dispatched(r, routed(FAST))
+    clock.now += 0.1
+    p.on_response_chunk(r, routed(FAST), b"x")
+    clock.now += 0.4
+    p.on_completed(r, routed(FAST), Completion(Outcome.OK, usage=Usage(completion_tokens=10)))
+    stats = p.model._endpoints[FAST.address]
+    assert stats.ttft.b[0] == pytest.approx(500.0) and stats.tpot.n == 0
+    r2 = request(2)
+    p.on_dispatched(r2, routed(FAST))
+    p.on_completed(r2, routed(FAST), Completion(Outcome.UPSTREAM_ERROR))
+    assert stats.ttft.n == 1 and p._contexts == {}
+
+
+def test_producer_pd_trains_ttft_on_prefill_and_tpot_on_decode() -> None:
+    clock = Clock()
+    p = PredictedLatencyProducer("p", clock, PredictedLatencyParams(streaming_mode=True), background=False)
+    r = request()
+    p.on_dispatched(r, routed_pd(FAST, SLOW))
+    assert p._prefill_tokens == {SLOW.address: 1000}
+    clock.now += 0.2
+    p.on_response_chunk(r, routed_pd(FAST, SLOW), b"x")
+    clock.now += 0.3
+    p.on_completed(r, routed_pd(FAST, SLOW), Completion(Outcome.OK, usage=Usage(completion_tokens=4)))
+    assert p.model._endpoints[SLOW.address].ttft.n == 1 and p.model._endpoints[SLOW.address].tpot.n == 0
+    assert p.model._endpoints[FAST.address].tpot.n == 1 and p.model._endpoints[FAST.address].ttft.n == 0
+
+
+def test_producer_expires_requests_after_context_ttl() -> None:
+    clock = Clock()
+    p = PredictedLatencyProducer("p", clock, PredictedLatencyParams(context_ttl=10.0), background=False)
+    p.on_dispatched(request(1), routed(FAST))
+    clock.now += 11
+    p.on_dispatched(request(2), routed(SLOW))
+    assert list(p._contexts) == ["r2"] and p._dispatched == {SLOW.address: 1}
+
+
+def test_producer_background_trainer_refits_off_the_caller() -> None:
+    clock = Clock()
+    p = PredictedLatencyProducer("p", clock)
+    for i in range(MIN_SAMPLES):
+        r = request(i)
+        p.on_dispatched(r, routed(FAST))
+        clock.now += 0.1
+        p.on_completed(r, routed(FAST), Completion(Outcome.OK))
+    assert p._trainer is not None and p._trainer.is_alive()
+    deadline = time.monotonic() + 10.0
+    while not p.model.ready and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert p.model.ready and p.model.pending == 0
+
+
+def test_predictions_and_headroom_follow_the_slo_headers() -> None:
+    p = trained(PredictedLatencyParams(streaming_mode=True))
+    infos = p.predict(
+        request(x_slo_ttft_ms="500", x_slo_tpot_ms="20"),
+        [replace(FAST, metrics=BUSY), replace(SLOW, metrics=BUSY)],
+    )
+    assert infos is not None
+    fast, slow = infos[FAST.address], infos[SLOW.address]
+    assert fast.ttft == pytest.approx(100.0, rel=0.05) and slow.ttft == pytest.approx(1000.0, rel=0.05)
+    assert fast.valid and not slow.valid
+    assert fast.ttft_headroom == pytest.approx(500.0 - fast.ttft)
+    assert slow.tpot_headroom == pytest.approx(20.0 - slow.tpot)
+    # no SLO: headroom is -predicted; not a number counts as absent
+    infos = p.predict(request(x_slo_ttft_ms="soon"), [FAST])
+    assert infos is not None and infos[FAST.address].ttft_headroom == pytest.approx(-infos[FAST.address].ttft)
+    # non-streaming: TPOT neutralised
+    q = trained()
+    info = (q.predict(request(x_slo_tpot_ms="1"), [SLOW]) or {})[SLOW.address]
+    assert info.tpot_valid and info.tpot_headroom == 0.0
+    # training only
+    assert trained(PredictedLatencyParams(predict_in_produce=False)).predict(request(), [FAST]) is None
+
+
+def test_producer_rejects_unsupported_and_invalid_parameters() -> None:
+    for key, value, match in [
+        ("samplingMean", 1000, "deprecated upstream"),
+        ("useEncoderCacheFeatures", True, "multimodal"),
+        ("inFlightLoadProducerName", "x", "own in-flight accounting"),
+        ("sloBufferFactor", 0, "sloBufferFactor"),
+        ("contextTTL", "soon", "contextTTL"),
+    ]:
+        with pytest.raises(ConfigError, match=match) as info:
+            producer.factory("plp", {key: value}, PluginHandle())
+        assert f"parameters.{key}" in str(info.value)
+
+
+def test_scorer_prefers_lowest_predicted_latency_and_falls_back_when_cold() -> None:
+    s = scorer.LatencyScorer("s")
+    cold = PredictedLatencyProducer("p", Clock(), background=False)
+    s.bind_latency_producer(cold)
+    busy = replace(SLOW, metrics=Metrics(waiting_queue_size=4, kv_cache_usage=0.9))
+    # composite: (kvFree + relQueue + prefix) / 3 -> FAST (1 + 1 + 0) / 3, busy (0.1 + 0 + 0) / 3
+    assert s.score(CycleState(), request(), [FAST, busy]) == [0.67, 0.03]
+    s.bind_latency_producer(trained())
+    # no SLO: all negative, both idle -> least |headroom| wins
+    assert s.score(CycleState(), request(), [FAST, SLOW]) == [1.0, 0.01]
+    # SLO met only by FAST: FAST alone is scored
+    assert s.score(CycleState(), request(x_slo_ttft_ms="500"), [FAST, SLOW]) == [0.5, 0.0]
+    most = scorer.LatencyScorer("m", scorer.LatencyScorerParams(headroom_selection_strategy="most"))
+    most.bind_latency_producer(trained())
+    assert most.score(CycleState(), request(x_slo_ttft_ms="5000"), [FAST, SLOW]) == [1.0, 0.01]
+    with pytest.raises(ConfigError, match="headroomSelectionStrategy"):
+        scorer.factory("s", {"headroomSelectionStrategy": "middle"}, PluginHandle())
+
+
+def test_tier_filter_keeps_the_positive_tier() -> None:
+    f = tier_filter.SloHeadroomTierFilter("t", random.Random(1), tier_filter.SloHeadroomTierParams(0.0))
+    f.bind_latency_producer(PredictedLatencyProducer("p", Clock(), background=False))
+    assert list(f.filter(CycleState(), request(x_slo_ttft_ms="500"), [FAST, SLOW])) == [FAST, SLOW]  # cold
+    f.bind_latency_producer(trained())
+    assert list(f.filter(CycleState(), request(x_slo_ttft_ms="500"), [FAST, SLOW])) == [FAST]
+    assert list(f.filter(CycleState(), request(), [FAST, SLOW])) == [FAST, SLOW]  # no SLO: one tier
+    assert "SLO headroom ttft" in f.reason(CycleState(), request(x_slo_ttft_ms="500"), SLOW)
+    always = tier_filter.SloHeadroomTierFilter("t", random.Random(1), tier_filter.SloHeadroomTierParams(1.0))
+    always.bind_latency_producer(trained())
+    assert list(always.filter(CycleState(), request(x_slo_ttft_ms="500"), [FAST, SLOW])) == [SLOW]
+    with pytest.raises(ConfigError, match="epsilonExploreNeg"):
+        tier_filter.factory("t", {"epsilonExploreNeg": 2}, PluginHandle())
+
+
+def test_admitter_rejects_sheddable_requests_no_endpoint_can_serve_in_time() -> None:
+    a = admitter.LatencySloAdmitter("a")
+    a.bind_latency_producer(trained())
+    busy = [replace(FAST, metrics=BUSY), replace(SLOW, metrics=BUSY)]
+    impossible = request(priority=-1, x_slo_ttft_ms="10")
+    reason = a.admit(impossible, busy)
+    assert reason is not None and "x-slo-ttft-ms=10" in reason and "best predicted ttft 10" in reason
+    assert a.admit(request(priority=0, x_slo_ttft_ms="10"), busy) is None  # not sheddable
+    assert a.admit(request(priority=-1), busy) is None  # no SLO
+    assert a.admit(request(priority=-1, x_slo_ttft_ms="500"), busy) is None  # FAST meets it
+    assert a.admit(impossible, [FAST, replace(SLOW, metrics=BUSY)]) is None  # FAST is idle
+    cold = admitter.LatencySloAdmitter("a")
+    cold.bind_latency_producer(PredictedLatencyProducer("p", Clock(), background=False))
+    assert cold.admit(impossible, busy) is None
+
+
+def test_affinity_filter_latency_predictor_source_breaks_stickiness() -> None:
+    params = PrefixAffinityParams(
+        exploration_probability=0.0, max_ttft_penalty_ms=500.0, ttft_source="latencyPredictor"
+    )
+    f = PrefixAffinityFilter("f", random.Random(1), lambda: 0.0, params)
+    f.bind_latency_producer(trained())
+    c = CycleState()
+    c.write(PREFIX_MATCH, PrefixMatch(tuple(range(10)), {SLOW.address: 10}, 16, "p"))
+    assert list(f.filter(c, request(), [FAST, SLOW])) == [FAST, SLOW]  # sticky SLOW is 900 ms slower
+    c2 = CycleState()
+    c2.write(PREFIX_MATCH, PrefixMatch(tuple(range(10)), {FAST.address: 10}, 16, "p"))
+    assert list(f.filter(c2, request(), [FAST, SLOW])) == [FAST]
+
+
+CONFIG = """apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-affinity-filter
+  parameters: {ttftSource: latencyPredictor}
+- type: latency-scorer
+- type: latency-slo-admitter
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-affinity-filter
+  - pluginRef: latency-scorer
+"""
+
+
+def test_config_injects_one_producer_shared_by_its_consumers() -> None:
+    resolved = load_config_text(CONFIG)
+    plugins = {p.spec.name: p for p in resolved.plugins}
+    produced = plugins["predicted-latency-producer"]
+    assert produced.implicit and isinstance(produced.plugin, PredictedLatencyProducer)
+    # the producer reads the prefix match (uncached tokens are a feature): a prefix producer is injected
+    assert produced.plugin.producer is plugins["approx-prefix-cache-producer"].plugin
+    for name in ("prefix-cache-affinity-filter", "latency-scorer", "latency-slo-admitter"):
+        consumer = plugins[name].plugin
+        assert isinstance(consumer, LatencyInfoConsumer) and consumer.latency_producer is produced.plugin
+    bad = CONFIG.replace(
+        "- type: latency-scorer",
+        "- type: latency-scorer\n  parameters: {latencyPredictionInfoProducerName: nope}",
+    )
+    with pytest.raises(ConfigError, match="latencyPredictionInfoProducerName"):
+        load_config_text(bad)
