@@ -5,12 +5,8 @@ suite until its entry is deleted here; a file missing from this table must load.
 with ``python -m tests.compat.gaps`` (it prints the current failures in this form) and check that the
 diff only removes lines. The cause is the first error the loader reports; a file may hit more.
 
-Deliberately different reasons in ``WRONG_REASON_GROUPS``: the Go loader fixtures
-``errorFlowControlMissingPluginText`` and ``errorFlowControlWrongPluginTypeText`` enable the
-``flowControl`` gate and point ``flowControl.priorityBands[0].orderingPolicyRef`` at a plugin that is
-missing or is not an ordering policy; upstream rejects that reference. pyepp rejects the gate itself
-(flow control is not implemented here; it has an issue of its own) before it reads the section, so it
-never resolves flow-control policy references. These files leave the table when flow control lands.
+Deliberately different reasons go in ``WRONG_REASON_GROUPS`` (file -> what pyepp rejects it for
+instead); it is empty now.
 """
 
 from __future__ import annotations
@@ -18,34 +14,6 @@ from __future__ import annotations
 __all__ = ["KNOWN_GAPS", "WRONG_REASON_GROUPS", "gap_reasons", "wrong_reasons"]
 
 KNOWN_GAPS: dict[str, tuple[str, ...]] = {
-    # 25 file(s)
-    "flow control (flowControl section / gate)": (
-        "gie/pkg.epp.config.loader.testdata_test__1.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__3.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__7.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__8.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__9.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__1.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__3.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__7.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__8.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__9.yaml",
-        "llm-d-router/cmd.epp.runner.feature_gate_test__3.yaml",
-        "llm-d-router/deploy.config.probabilistic-admitter-epp-config.yaml",
-        "llm-d-router/deploy.config.sim-program-aware-config.yaml",
-        "llm-d-router/deploy.config.soft-reflective-ceiling-epp-config.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__1.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__10.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__11.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__12.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__2.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__26.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__8.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__9.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.admitter.probabilisticadmitter.README.yaml",
-        "llm-d-router/test.integration.epp.dynamic_attributes_test.yaml",
-        "llm-d-router/test.integration.epp.wellknown_configs_test__6.yaml",
-    ),
     # 8 file(s)
     "plugin type precise-prefix-cache-scorer": (
         "llm-d-inference-scheduler/deploy.config.epp-precise-prefix-cache-config.yaml",
@@ -87,17 +55,15 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
     "plugin type mm-embeddings-cache-producer": (
         "llm-d-router/deploy.config.epp-mm-embeddings-cache-config.yaml",
     ),
-}
-
-WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {
-    # 4 file(s)
-    "flow control (flowControl section / gate)": (
-        "gie/pkg.epp.config.loader.testdata_test__32.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__33.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__33.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__34.yaml",
+    # 1 file(s)
+    "plugin type program-aware-fairness": ("llm-d-router/deploy.config.sim-program-aware-config.yaml",),
+    # 1 file(s)
+    "plugin type soft-reflective-ceiling-policy": (
+        "llm-d-router/deploy.config.soft-reflective-ceiling-epp-config.yaml",
     ),
 }
+
+WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {}
 
 
 def gap_reasons() -> dict[str, str]:

@@ -219,6 +219,18 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         f"{ROUTER}:{_P}requestcontrol/admitter/probabilisticadmitter/plugin.go (default*)",
         {"queueDepthThreshold": 5, "kvCacheUtilThreshold": 0.8, "power": 5.0, "k": 300.0},
     ),
+    # Flow-control policies
+    "fcfs-ordering-policy": Upstream(f"{ROUTER}:{_P}flowcontrol/ordering/fcfs/fcfs.go (no parameters)", {}),
+    "edf-ordering-policy": Upstream(f"{ROUTER}:{_P}flowcontrol/ordering/edf/edf.go (no parameters)", {}),
+    "global-strict-fairness-policy": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/fairness/globalstrict/global_strict.go (no parameters)", {}
+    ),
+    "round-robin-fairness-policy": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/fairness/roundrobin/roundrobin.go (no parameters)", {}
+    ),
+    "static-usage-limit-policy": Upstream(
+        f"{GIE}:{_P}flowcontrol/usagelimits/usagelimitpolicy.go (StaticPolicyFactory)", {"threshold": 1.0}
+    ),
     # Saturation detectors
     "concurrency-detector": Upstream(
         f"{ROUTER}:{_P}flowcontrol/saturationdetector/concurrency/config.go (defaults)",
