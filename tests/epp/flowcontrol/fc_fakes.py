@@ -9,6 +9,7 @@ from scheduler.plugins.flowcontrol.fairness import GlobalStrictFairness, RoundRo
 from scheduler.plugins.flowcontrol.ordering import EdfOrdering, FcfsOrdering
 from scheduler.types import EndpointView, LLMRequest
 
+FC_KEYS = ("fc_queue_duration", "fc_dispatch_cycle", "fc_enqueue_duration", "fc_requests")
 POLICIES = {
     "rr": RoundRobinFairness("rr"),
     "strict": GlobalStrictFairness("strict"),

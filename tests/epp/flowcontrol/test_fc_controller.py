@@ -12,7 +12,7 @@ from epp.flowcontrol.metrics import FlowMetrics, queue_gauges
 from epp.request.errors import RequestError
 from epp.server.metric_catalog import Naming, by_key
 from epp.server.metric_twin import Twin
-from tests.epp.flowcontrol.fc_fakes import Detector, fc_config, request
+from tests.epp.flowcontrol.fc_fakes import FC_KEYS, Detector, fc_config, request
 from tests.epp.server.srv_helpers import ENDPOINTS
 
 
@@ -26,8 +26,7 @@ class Clock:
 
 def make(section: dict[str, object] | None = None, detector: Detector | None = None):  # type: ignore[no-untyped-def]
     registry = CollectorRegistry()
-    twins = {k: Twin(by_key(k), Naming.BOTH, registry) for k in
-             ("fc_queue_duration", "fc_dispatch_cycle", "fc_enqueue_duration", "fc_requests")}  # fmt: skip
+    twins = {k: Twin(by_key(k), Naming.BOTH, registry) for k in FC_KEYS}
     clock = Clock()
     detector = detector or Detector(level=1.0)
     endpoints = list(ENDPOINTS)

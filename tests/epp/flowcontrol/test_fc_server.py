@@ -20,7 +20,7 @@ from epp.server.metric_twin import Twin
 from epp.server.metrics import RequestMetrics
 from epp.server.server import EppServer, ServerSettings
 from scheduler.types import Completion, LLMRequest, SchedulingResult
-from tests.epp.flowcontrol.fc_fakes import Detector, fc_config
+from tests.epp.flowcontrol.fc_fakes import FC_KEYS, Detector, fc_config
 from tests.epp.server.srv_helpers import (
     BODY_JSON,
     FakeScheduler,
@@ -58,8 +58,7 @@ class Harness:
         self.registry = CollectorRegistry()
         self.detector = Detector(limit=limit)
         self.scheduler = CountingScheduler(self.detector)
-        twins = {k: Twin(by_key(k), Naming.BOTH, self.registry) for k in
-                 ("fc_queue_duration", "fc_dispatch_cycle", "fc_enqueue_duration", "fc_requests")}  # fmt: skip
+        twins = {k: Twin(by_key(k), Naming.BOTH, self.registry) for k in FC_KEYS}
         source = StaticSource()
         self.flow = FlowController(
             fc_config(dict(section or {})),
