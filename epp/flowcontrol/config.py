@@ -329,7 +329,7 @@ _IMPLICIT: dict[str, Callable[[], Plugin]] = {
 _KINDS: dict[type, str] = {
     OrderingPolicy: "an ordering policy (e.g. fcfs-ordering-policy or edf-ordering-policy)",
     FairnessPolicy: "a fairness policy (e.g. global-strict-fairness-policy or round-robin-fairness-policy)",
-    UsageLimitPolicy: "a usage limit policy (e.g. static-usage-limit-policy)",
+    UsageLimitPolicy: "a usage limit policy (e.g. static-usage-limit-policy or priority-holdback-policy)",
     SaturationDetector: "a saturation detector (e.g. utilization-detector or concurrency-detector)",
 }
 

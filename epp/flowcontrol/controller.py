@@ -5,7 +5,7 @@ scheduled — as capacity frees up.
 checks and before scheduling:
 
 * nothing is queued and the pool is below the band's ceiling (the saturation detector's value against
-  the usage-limit policy's ceiling for the request's priority, 1.0 by default): None, the request is
+  the usage-limit policy's ceiling for the request's band, 1.0 by default): None, the request is
   scheduled at once (the fast path: one saturation reading, no await);
 * otherwise the request joins the queues (:mod:`epp.flowcontrol.queues`) and a :class:`Ticket` is
   returned; the caller awaits :meth:`FlowController.wait`. Over capacity it is rejected at once.
@@ -13,10 +13,11 @@ checks and before scheduling:
 Dispatch passes run on the event loop (``call_soon``) after every arrival, every completion
 (:meth:`kick`, called by the stream core) and every ``poll_interval`` (5 ms) while requests wait, for
 detectors that read scraped metrics. A pass first expires requests past their TTL, then pops requests
-in strict priority order while the pool stays below the ceiling, re-reading the saturation after each
-one. A popped request's ``dispatch`` callback runs inside the pass: it schedules the request on the
-endpoints as they are at that moment and fires the dispatch hooks, so in-flight accounting (e.g.
-``concurrency-detector``'s) already counts it when the next saturation reading is taken.
+in strict priority order while the pool stays below the ceilings (stopping at the first gated band),
+re-reading the saturation and the ceilings after each one. A popped request's ``dispatch`` callback
+runs inside the pass: it schedules the request on the endpoints as they are at that moment and fires
+the dispatch hooks, so in-flight accounting (e.g. ``concurrency-detector``'s) already counts it when
+the next saturation reading is taken.
 
 Outcomes (GIE's ``QueueOutcome`` names, the ``outcome`` metric label) and what the client gets:
 
@@ -123,7 +124,7 @@ class FlowController:
         self._now = now
         self._perf = perf
         self._recorder = recorder
-        self._ceiling = config.usage_limit.ceiling
+        self._ceilings = config.usage_limit.ceilings
         self._poll = poll_interval
         self._kicked = False
         self._timer: asyncio.TimerHandle | None = None
@@ -151,7 +152,7 @@ class FlowController:
         priority = request.priority
         if not queues.count:
             saturation = self.saturation()
-            if saturation < self._ceiling(saturation, priority):
+            if saturation < self._ceilings(saturation, (priority,))[0]:
                 if recorder is not None:
                     recorder.outcome(request, DISPATCHED, 0.0)
                 return None
@@ -219,12 +220,14 @@ class FlowController:
             self._finish(
                 gone.payload, EVICTED_TTL, f"flow control: request timed out in queue after {ttl:g}s (TTL)"
             )
-        detector, ceiling, recorder = self._detector, self._ceiling, self._recorder
+        detector, ceilings, recorder = self._detector, self._ceilings, self._recorder
         while queues.count:
             saturation = 0.0 if detector is None else detector.saturation(endpoints, now)
+            bands = [b.priority for b in queues.bands()]
+            limits = dict(zip(bands, ceilings(saturation, bands), strict=True))
 
-            def gate(priority: int, s: float = saturation) -> bool:
-                return s < ceiling(s, priority)
+            def gate(priority: int, s: float = saturation, limits: dict[int, float] = limits) -> bool:
+                return s < limits[priority]
 
             item = queues.pop_next(gate)
             if item is None:

@@ -4,7 +4,8 @@
 created from the default templates on first use and dropped again when it empties); in a band, a
 flow per fairness id (created on the first request, dropped when it empties), each flow a queue in the
 band's ordering policy's order; the band's fairness policy picks the flow. :meth:`FlowQueues.pop_next`
-serves bands in strict priority order (highest first), skipping a band its ``gate(priority)`` closes.
+serves bands in strict priority order (highest first) and stops at the first band its
+``gate(priority)`` closes (as upstream's dispatch loop: a lower band never overtakes a gated one).
 
 Capacity (checked by :meth:`FlowQueues.rejection` before :meth:`push`): the band's ``maxRequests`` /
 ``maxBytes`` and the pool's (0: none); and, whatever the configuration says, at most
@@ -152,11 +153,11 @@ class FlowQueues:
         return item
 
     def pop_next(self, gate: Callable[[int], bool]) -> Item | None:
-        """The next request to dispatch, removed from the queues: the highest band ``gate`` opens, its
-        fairness policy's flow, that flow's ordering policy's head. None when nothing may go."""
+        """The next request to dispatch, removed from the queues: the highest band, if ``gate`` opens it;
+        its fairness policy's flow, that flow's ordering policy's head. None when nothing may go."""
         for band in self._order:
             if not gate(band.priority):
-                continue
+                return None
             flow = band.fairness.pick()
             while flow is not None:
                 item = flow.queue.pop()

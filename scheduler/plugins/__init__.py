@@ -151,3 +151,5 @@ def register_builtin(registry: Registry) -> None:
     registry.register("global-strict-fairness-policy", fairness.global_strict_factory)
     registry.register("round-robin-fairness-policy", fairness.round_robin_factory)
     registry.register("static-usage-limit-policy", usage_limit.factory)
+    registry.register("priority-holdback-policy", usage_limit.priority_holdback_factory)
+    registry.register("soft-reflective-ceiling-policy", usage_limit.soft_reflective_factory)

@@ -57,10 +57,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
     ),
     # 1 file(s)
     "plugin type program-aware-fairness": ("llm-d-router/deploy.config.sim-program-aware-config.yaml",),
-    # 1 file(s)
-    "plugin type soft-reflective-ceiling-policy": (
-        "llm-d-router/deploy.config.soft-reflective-ceiling-epp-config.yaml",
-    ),
 }
 
 WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {}

@@ -231,6 +231,9 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
     "static-usage-limit-policy": Upstream(
         f"{GIE}:{_P}flowcontrol/usagelimits/usagelimitpolicy.go (StaticPolicyFactory)", {"threshold": 1.0}
     ),
+    "soft-reflective-ceiling-policy": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/usagelimits/softreflectiveceiling/policy.go (no parameters)", {}
+    ),
     # Saturation detectors
     "concurrency-detector": Upstream(
         f"{ROUTER}:{_P}flowcontrol/saturationdetector/concurrency/config.go (defaults)",
@@ -293,6 +296,9 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
 
 # Types upstream also refuses to build without parameters: pyepp must raise ConfigError too.
 REQUIRED: dict[str, str] = {
+    "priority-holdback-policy": (
+        f"{ROUTER}:{_P}flowcontrol/usagelimits/priorityholdback/config.go: MinCeiling (Required)"
+    ),
     "file-discovery": f"{ROUTER}:{_P}datalayer/discovery/file/plugin.go: \"'path' parameter is required\"",
     "by-label": f"{ROUTER}:{_P}scheduling/filter/bylabel/filter.go: \"'label' must be specified\"",
     "endpoint-attribute-filter": (

@@ -6,7 +6,8 @@ registry that the EPP's flow controller uses to order queued requests.
 * fairness policies (which flow of a priority band goes next): ``global-strict-fairness-policy``,
   ``round-robin-fairness-policy`` (:mod:`.fairness`);
 * usage-limit policies (the saturation ceiling under which a band may dispatch):
-  ``static-usage-limit-policy`` (:mod:`.usage_limit`).
+  ``static-usage-limit-policy``, ``priority-holdback-policy``, ``soft-reflective-ceiling-policy``
+  (:mod:`.usage_limit`).
 
 The contracts are in :mod:`.interfaces`. Policies are pure and hold no per-request state; the
 per-band state a fairness policy needs lives in the object its ``new_state()`` returns.

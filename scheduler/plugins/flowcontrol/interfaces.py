@@ -13,6 +13,7 @@ Everything here runs on the event loop: no locking, no I/O, no awaits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from scheduler.interfaces import Plugin
@@ -112,8 +113,10 @@ class FairnessPolicy(Plugin, Protocol):
 
 @runtime_checkable
 class UsageLimitPolicy(Plugin, Protocol):
-    """Saturation ceilings per priority (GIE ``UsageLimitPolicy``)."""
+    """Saturation ceilings per priority band (GIE's ``UsageLimitPolicy.ComputeLimit``)."""
 
-    def ceiling(self, saturation: float, priority: int) -> float:
-        """A band of ``priority`` may dispatch while the pool's saturation is below this value."""
+    def ceilings(self, saturation: float, priorities: Sequence[int]) -> Sequence[float]:
+        """One ceiling per band of ``priorities`` (the bands holding requests, highest first): a band
+        may dispatch while the pool's ``saturation`` is below its ceiling. Called once per dispatch
+        decision; may keep bounded state (e.g. a duty-cycle counter)."""
         ...
