@@ -1,8 +1,10 @@
 """``epp-bench flow-control``: flow control on vs off, on the simulated fleet through the real Envoy.
 
 Each fleet scenario runs twice in the same invocation, with the same configuration except the
-``flowControl`` gate (``concurrency-detector`` at each server's ``--max-num-seqs``, round-robin
-fairness by tenant; without the gate the legacy admission sheds sheddable requests with 429).
+``flowControl`` gate (``concurrency-detector`` at each server's ``--max-num-seqs``, as detector and
+as a filter; round-robin fairness by tenant; ``priority-holdback-policy`` with ``minCeiling: 0.5``, so
+the lower of two waiting bands stops at half the pool; without the gate the legacy admission sheds
+sheddable requests with 429).
 Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first response byte.
 
 * noisy neighbour: tenant A runs 5x the fleet's slots in clients, tenant B 20%; target: B's TTFT p90
@@ -56,6 +58,8 @@ kind: EndpointPickerConfig
 - type: concurrency-detector
   parameters: {{maxConcurrency: {slots}}}
 - type: round-robin-fairness-policy
+- type: priority-holdback-policy
+  parameters: {{minCeiling: 0.5}}
 - type: queue-scorer
 - type: max-score-picker
 schedulingProfiles:
@@ -65,6 +69,7 @@ saturationDetector: {{pluginRef: concurrency-detector}}
 flowControl:
   saturationDetector: {{pluginRef: concurrency-detector}}
   defaultRequestTTL: 30s
+  usageLimitPolicyPluginRef: priority-holdback-policy
   defaultPriorityBand: {{fairnessPolicyRef: round-robin-fairness-policy}}
   defaultNegativePriorityBand: {{maxRequests: "{slots}", fairnessPolicyRef: round-robin-fairness-policy}}
 """
@@ -152,7 +157,13 @@ def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: 
     spec = StackSpec(
         servers=servers,
         sim_args=("--profile", "8b-h100", "--time-scale", "4", "--max-num-seqs", str(slots)),
-        picker_args=("--config-text", _config(slots, flow), "--objectives-file", str(objectives)),
+        picker_args=(
+            "--config-text",
+            _config(slots, flow),
+            "--objectives-file",
+            str(objectives),
+            "--allow-experimental-plugins",  # priority-holdback-policy is Alpha upstream
+        ),
         single_sim_process=True,
     )
     fleet = servers * slots
