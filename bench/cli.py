@@ -40,6 +40,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("extproc", "bench.extproc_core_bench", ("--quick",), "ext_proc protocol core"),
     Benchmark("extproc-envoy", "bench.extproc_bench", ("--quick",), "picker cost behind the real Envoy"),
     Benchmark("routing", "bench.routing", ("--quick",), "end-to-end routing quality vs peers"),
+    Benchmark("flow-control", "bench.flow_control_bench", ("--quick",), "flow control on vs off, sim fleet"),
     Benchmark(
         "latency-model", "bench.latency_model", ("--quick",), "predicted-latency model vs alternatives"
     ),

@@ -31,6 +31,7 @@ import socket
 import ssl
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import structlog
@@ -55,17 +56,18 @@ from epp.admission import (
 )
 from epp.admission.rewrites import ModelRewriter, RewriteStore
 from epp.admission.rewrites_file import RewritesFileError, load_rewrites_file
-from epp.config_sections import load_picker_config
+from epp.config_sections import load_picker_config, with_flow_control
 from epp.discovery import DiscoveryError, build_config_discovery, build_discovery
 from epp.feature_gates import (
     DATA_LAYER,
-    FLOW_CONTROL_ENV,
+    FLOW_CONTROL,
     HA_POPULATE_NON_LEADER_DATASTORE,
     LEGACY_METRICS,
-    NO_FLOW_CONTROL,
     FeatureGates,
     flow_control_from_env,
 )
+from epp.flowcontrol.controller import FlowController
+from epp.flowcontrol.metrics import FlowMetrics, queue_gauges
 from epp.options import Options
 from epp.protocol import SessionConfig
 from epp.protocol.config import ResponseMetadataFn
@@ -361,8 +363,8 @@ async def build_app(options: Options) -> PickerApp:
         loaded = load_picker_config(options.config_file, options.config_text)
     except ConfigError as exc:
         raise StartupError(f"invalid configuration: {exc}") from None
-    if flow_control_from_env(os.environ):
-        raise StartupError(f"{FLOW_CONTROL_ENV}: {NO_FLOW_CONTROL.replace('this section', 'the variable')}")
+    if flow_control_from_env(os.environ):  # GIE's deprecated switch: the same as the gate
+        loaded = with_flow_control(loaded)
     config = loaded.config
     if config.api_version == LEGACY_API_VERSION and (options.config_file or options.config_text):
         _log.info(  # as llm-d-router logs it
@@ -425,16 +427,27 @@ async def build_app(options: Options) -> PickerApp:
     scheduler_metrics = SchedulerMetrics(registry, naming=naming, namespace=options.pool_namespace)
     scheduler = config.build_scheduler(observer=scheduler_metrics)
     layer.on_endpoints_removed(scheduler.endpoints_removed)
-    detector = config.saturation_detector
+    detector = loaded.saturation_detector
     plugins = [p.plugin for p in config.plugins]
+    pool = options.pool_name or "default"
+    flow = None
+    if loaded.feature_gates.enabled(FLOW_CONTROL) and loaded.flow_control is not None:
+        recorder = FlowMetrics(scheduler_metrics.flow_twins, pool)
+        flow = FlowController(loaded.flow_control, detector, layer.snapshot, layer.now, recorder)
+    elif loaded.flow_control is not None:
+        _log.warning(  # as llm-d-router
+            "the flowControl config section is set but the flowControl feature gate is disabled; "
+            "its settings (other than saturationDetector) are ignored"
+        )
     registry.register(
         PoolCollector(
-            options.pool_name or "default",
+            pool,
             layer.snapshot,
             saturation=lambda eps: detector.saturation(eps, layer.now()) if detector is not None else None,
             index_sizes=index_sizes_reader(plugins),
             stale=_stale_reader(detector, layer.now),
             naming=naming,
+            flow_rows=partial(queue_gauges, flow, pool) if flow is not None else dict,
         )
     )
     commit, build_ref = os.environ.get("EPP_COMMIT", "unknown"), os.environ.get("EPP_BUILD_REF", "dev")
@@ -461,7 +474,11 @@ async def build_app(options: Options) -> PickerApp:
     server = EppServer(
         settings,
         source=layer,
-        admitter=Admitter(detector, layer.now, [p for p in plugins if isinstance(p, RequestAdmitter)]),
+        admitter=Admitter(
+            None if flow is not None else detector,  # flow control queues instead of shedding
+            layer.now,
+            [p for p in plugins if isinstance(p, RequestAdmitter)],
+        ),
         scheduler=scheduler,
         session_config=session_config,
         registry=registry,
@@ -469,6 +486,7 @@ async def build_app(options: Options) -> PickerApp:
         config_view=_config_view(options, config),
         on_result=prefix_hit_observer(plugins, scheduler_metrics.observe_prefix),
         stream_metrics=StreamMetrics(registry, naming) if options.enable_grpc_stream_metrics else None,
+        flow=flow,
     )
     _log_gates(loaded.feature_gates)
     return PickerApp(
@@ -496,6 +514,8 @@ def response_metadata_of(plugins: Sequence[object]) -> ResponseMetadataFn | None
 
 
 def _log_gates(gates: FeatureGates) -> None:
+    if gates.enabled(FLOW_CONTROL):
+        _log.info("flow control on: requests wait in priority bands while the pool is saturated")
     if gates.enabled(DATA_LAYER):
         _log.info("the data layer is always on in pyepp: the 'dataLayer' feature gate can be removed")
     if gates.enabled(LEGACY_METRICS):

@@ -9,10 +9,12 @@ every other top-level section is validated here, through the validator of its ow
   one parser for every path; neither: upstream's default parser list;
 * ``dataLayer`` / ``data``: the data layer's validator (data sources and their extractors, engine
   metric mappings);
-* ``flowControl``: rejected with a clear message, flow control (request queueing with fairness) is not
-  implemented yet;
+* ``flowControl``: :func:`epp.flowcontrol.config.parse_flow_control` (GIE's / llm-d-router's schema);
+  its policy references are resolved against the configuration's plugins once they exist
+  (:func:`~epp.flowcontrol.config.resolve_flow_control`), whenever the section is present or the
+  ``flowControl`` gate is on;
 * ``featureGates``: :func:`epp.feature_gates.parse_feature_gates` (upstream's gates and ``name=false``
-  syntax; enabling ``flowControl`` is rejected). ``enableLegacyMetrics`` replaces the ``dataLayer``
+  syntax). ``enableLegacyMetrics`` replaces the ``dataLayer``
   section's sources with the legacy metrics-only source (flags decide path, scheme, port).
 
 :func:`load_picker_config` loads ``--config-file`` / ``--config-text`` (or the default configuration)
@@ -25,7 +27,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, TextIO
 
 import yaml
@@ -36,7 +39,13 @@ from datalayer.config import (
     plugin_factories,
     validate_datalayer_section,
 )
-from epp.feature_gates import LEGACY_METRICS, NO_FLOW_CONTROL, FeatureGates, parse_feature_gates
+from epp.feature_gates import FLOW_CONTROL, LEGACY_METRICS, FeatureGates, parse_feature_gates
+from epp.flowcontrol.config import (
+    FlowControlConfig,
+    FlowControlSpec,
+    parse_flow_control,
+    resolve_flow_control,
+)
 from epp.request.config import ParserConfigError, validate_parser_section
 from epp.request.parser import RequestParser
 from epp.request.plugins import (
@@ -51,11 +60,17 @@ from scheduler.config.convert import convert_document, equivalent
 from scheduler.config.loader import DEFAULT_SOURCE
 from scheduler.config.yaml_io import TEXT_SOURCE, read_yaml_file, read_yaml_text
 from scheduler.errors import ConfigError
+from scheduler.interfaces import SaturationDetector
 from scheduler.registry import PluginRegistrationError, Registry, default_registry
 
-__all__ = ["LoadedConfig", "check_config", "load_picker_config", "picker_registry", "section_validators"]
-
-_NO_FLOW_CONTROL = NO_FLOW_CONTROL
+__all__ = [
+    "LoadedConfig",
+    "check_config",
+    "load_picker_config",
+    "picker_registry",
+    "section_validators",
+    "with_flow_control",
+]
 
 
 _LEGACY = ("openai", "passthrough")  # pyepp's own names: one parser for every path, as before
@@ -87,8 +102,8 @@ def _request_handler(plugins: Sequence[Mapping[str, Any]] | None) -> SectionVali
     return validate
 
 
-def _flow_control(value: Any, location: str) -> Any:
-    raise ConfigError(_NO_FLOW_CONTROL, location=location)
+def _flow_control(value: Any, location: str) -> FlowControlSpec:
+    return parse_flow_control(value, location)
 
 
 def _feature_gates(value: Any, location: str) -> FeatureGates:
@@ -129,6 +144,21 @@ class LoadedConfig:
     parser: RequestParser
     data_layer: DataLayerConfig  # the dataLayer section (the default sources when absent)
     feature_gates: FeatureGates = field(default_factory=FeatureGates)
+    flow_control: FlowControlConfig | None = None  # the section or the gate is present
+
+    @property
+    def saturation_detector(self) -> SaturationDetector | None:
+        """``flowControl.saturationDetector`` when set (llm-d-router), else the top-level one."""
+        if self.flow_control is not None and self.flow_control.detector is not None:
+            return self.flow_control.detector
+        return self.config.saturation_detector
+
+    def render(self) -> str:
+        """The effective configuration as YAML, the flow-control section with its defaults."""
+        out = self.config.to_dict()
+        if self.flow_control is not None:
+            out["flowControl"] = self.flow_control.as_yaml()
+        return yaml.safe_dump(out, sort_keys=False, default_flow_style=False)
 
 
 def picker_registry() -> Registry:
@@ -195,7 +225,28 @@ def _load_raw(raw: Any, where: str, seed: int = 0) -> LoadedConfig:
         data_layer.endpoint_sources(config.plugin)  # its extractors must be endpoint extractors
     except DataLayerConfigError as exc:
         raise ConfigError(exc.message, location=exc.location) from None
-    return LoadedConfig(config, parser, data_layer, gates)
+    spec = config.sections.get("flowControl")
+    flow = None
+    if spec is not None or gates.enabled(FLOW_CONTROL):
+        declared = tuple(p.plugin.name for p in config.plugins if not p.implicit)
+        try:
+            flow = resolve_flow_control(spec, config.api_version, config.plugin, declared)
+        except ConfigError as exc:
+            raise exc.at(source=where) from None
+    return LoadedConfig(config, parser, data_layer, gates, flow)
+
+
+def with_flow_control(loaded: LoadedConfig) -> LoadedConfig:
+    """``loaded`` with the ``flowControl`` gate on (GIE's deprecated environment switch), the section's
+    defaults resolved when the configuration has no section."""
+    gates = loaded.feature_gates
+    gates = FeatureGates(MappingProxyType({**gates.values, FLOW_CONTROL: True}), gates.defaults)
+    flow = loaded.flow_control
+    if flow is None:
+        config = loaded.config
+        declared = tuple(p.plugin.name for p in config.plugins if not p.implicit)
+        flow = resolve_flow_control(None, config.api_version, config.plugin, declared)
+    return replace(loaded, feature_gates=gates, flow_control=flow)
 
 
 def check_config(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
@@ -230,7 +281,7 @@ def check_config(argv: Sequence[str], *, stdout: TextIO | None = None, stderr: T
             raw, where = read_yaml_file(args[0]), args[0]
         loaded = _load_raw(raw, where)
         if to is None:
-            out.write(loaded.config.render())
+            out.write(loaded.render())
             return 0
         converted = convert_document(raw, loaded.config, to)
         text = yaml.safe_dump(converted, sort_keys=False, default_flow_style=False)

@@ -7,9 +7,10 @@ reject unknown gates at load: "feature gate 'x' is unknown or unregistered").
 
 Gates (the union of GIE's last EPP and llm-d-router's; default in parentheses):
 
-* ``flowControl`` (false): request queueing with fairness and priority bands. Enabling it is rejected:
-  flow control is not implemented in pyepp yet. ``flowControl=false`` loads (the default admission:
-  sheddable requests get 429 while the pool is saturated).
+* ``flowControl`` (false): request queueing with fairness and priority bands, configured by the
+  ``flowControl`` section (:mod:`epp.flowcontrol`; docs/flow-control.md). Off: the legacy admission
+  (sheddable requests get 429 while the pool is saturated); the section is still validated and its
+  ``saturationDetector`` still selects the detector, as in llm-d-router.
 * ``dataLayer`` (false; GIE): a no-op there since the data layer became the default, kept so old
   configurations load; pyepp always runs its data layer and logs that the gate can be removed.
   (llm-d-router removed the gate and rejects it.)
@@ -17,7 +18,7 @@ Gates (the union of GIE's last EPP and llm-d-router's; default in parentheses):
   section: metrics only, per ``--model-server-metrics-*`` and the metric-name flags; the section's
   sources (and /v1/models polling) are not used. (llm-d-router removed the gate and rejects it.)
 * GIE's deprecated ``ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER=true`` environment variable enables
-  ``flowControl`` and is rejected at start the same way.
+  ``flowControl`` as the gate does.
 * ``haPopulateNonLeaderDatastore`` (true; llm-d-router): with ``--ha-enable-leader-election``, replicas
   that do not lead still discover and scrape endpoints (they stay not ready). ``=false`` restores the
   leader-only behaviour: the data layer starts on first acquiring leadership and stops on losing it.
@@ -48,7 +49,6 @@ __all__ = [
     "GATE_DEFAULTS",
     "HA_POPULATE_NON_LEADER_DATASTORE",
     "LEGACY_METRICS",
-    "NO_FLOW_CONTROL",
     "FeatureGates",
     "flow_control_from_env",
     "parse_feature_gates",
@@ -82,11 +82,6 @@ def registered_gates(gates: Mapping[str, bool]) -> Iterator[None]:
     finally:
         _EXTRA_GATES.reset(token)
 
-
-NO_FLOW_CONTROL = (
-    "flow control (request queueing with fairness and priority bands) is not implemented yet in pyepp; "
-    "remove this section (sheddable requests are still rejected with 429 when the pool is saturated)"
-)
 
 _TRUE = frozenset({"1", "t", "true"})
 _FALSE = frozenset({"0", "f", "false"})
@@ -145,10 +140,4 @@ def parse_feature_gates(value: Any, location: str = "featureGates") -> FeatureGa
                 )
             enabled = text in _TRUE
         values[name] = enabled
-    if values[FLOW_CONTROL]:
-        index = max(i for i, e in enumerate(value) if e.partition("=")[0] == FLOW_CONTROL)
-        raise ConfigError(
-            NO_FLOW_CONTROL.replace("this section", "the gate, or set flowControl=false"),
-            location=f"{location}[{index}]",
-        )
     return FeatureGates(MappingProxyType(values), defaults)

@@ -38,7 +38,8 @@ _log = structlog.get_logger("epp.admission")
 class Admitter:
     """Admission control in front of the scheduler.
 
-    ``detector`` is the configuration's SaturationDetector plugin (None disables shedding);
+    ``detector`` is the configuration's SaturationDetector plugin (None disables shedding; with flow
+    control on, the flow controller queues instead of shedding, so it gets None);
     ``clock`` the monotonic clock shared with the data layer; ``admitters`` the configuration's
     RequestAdmitter plugins.
     """
@@ -57,19 +58,27 @@ class Admitter:
         self.shed_total = 0
         self.none_ready_total = 0
 
+    def precheck(
+        self, subset: frozenset[str] | None, endpoints: Sequence[EndpointView]
+    ) -> Sequence[EndpointView]:
+        """Steps 1 and 2 only (empty pool, subset hint): the candidates, or RequestError (503). Flow
+        control runs it before queueing a request, so that one no endpoint can serve is not queued."""
+        if not endpoints:
+            raise RequestError(503, UNAVAILABLE, "no ready endpoints in the pool")
+        if subset is None:
+            return endpoints
+        if not subset:
+            raise RequestError(503, UNAVAILABLE, "the endpoint subset hint is empty")
+        candidates = select_subset(endpoints, subset)
+        if not candidates:
+            raise RequestError(503, UNAVAILABLE, "no endpoint of the pool is in the endpoint subset hint")
+        return candidates
+
     def admit(
         self, request: LLMRequest, subset: frozenset[str] | None, endpoints: Sequence[EndpointView]
     ) -> Sequence[EndpointView]:
         """The endpoints ``request`` may be scheduled on; RequestError (503/429) when rejected."""
-        if not endpoints:
-            raise RequestError(503, UNAVAILABLE, "no ready endpoints in the pool")
-        candidates = endpoints
-        if subset is not None:
-            if not subset:
-                raise RequestError(503, UNAVAILABLE, "the endpoint subset hint is empty")
-            candidates = select_subset(endpoints, subset)
-            if not candidates:
-                raise RequestError(503, UNAVAILABLE, "no endpoint of the pool is in the endpoint subset hint")
+        candidates = self.precheck(subset, endpoints)
         detector = self._detector
         if request.priority < 0 and detector is not None and detector.is_saturated(endpoints, self._clock()):
             self.shed_total += 1

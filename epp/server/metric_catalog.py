@@ -182,7 +182,8 @@ CATALOG: tuple[Family, ...] = (
     Family("prefix_hit_bytes", "histogram", "Matched prefix length in bytes (4 per token), per request.",
            _E + "prefix_indexer_hit_bytes", ("plugin_name", "plugin_type"), _X + "prefix_indexer_hit_bytes",
            (), _HIT_BYTES),
-    # --- flow control (request queueing; not implemented here: no samples except pool saturation)
+    # --- flow control (request queueing; sampled while the flowControl gate is on; in-flight eviction:
+    # never sampled, not implemented)
     Family("fc_queue_duration", "histogram", "Seconds requests spent in flow control, enqueue to outcome.",
            _E + _FC + "request_queue_duration_seconds",
            ("fairness_id", "priority", "outcome", "inference_pool", *_M2),

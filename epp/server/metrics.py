@@ -305,10 +305,12 @@ class SchedulerMetrics:
         self.plugin_errors = Twin(_PLUGIN_ERRORS, naming, registry)
         self.hit_ratio = Twin(by_key("prefix_hit_ratio"), naming, registry)
         self.hit_bytes = Twin(by_key("prefix_hit_bytes"), naming, registry)
-        # Flow control (request queueing) is not implemented: these families are exported with
-        # upstream's names and labels and have no samples.
-        for key in ("fc_queue_duration", "fc_dispatch_cycle", "fc_enqueue_duration", "fc_requests",
-                    "fc_revocations_issued", "fc_revocations", "fc_revocation_confirmation"):  # fmt: skip
+        # Flow control: recorded by epp.flowcontrol.metrics.FlowMetrics from these twins (no samples
+        # while flow control is off). In-flight eviction (revocations) is not implemented: exported
+        # with upstream's names and labels, never sampled.
+        self.flow_twins = {key: Twin(by_key(key), naming, registry) for key in (
+            "fc_queue_duration", "fc_dispatch_cycle", "fc_enqueue_duration", "fc_requests")}  # fmt: skip
+        for key in ("fc_revocations_issued", "fc_revocations", "fc_revocation_confirmation"):
             Twin(by_key(key), naming, registry)
         self._plugins: dict[tuple[str, str, str], Recorder] = {}
         self._prefix: dict[tuple[str, str], tuple[Recorder, Recorder]] = {}

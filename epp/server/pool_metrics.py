@@ -1,5 +1,6 @@
 """Scrape-time gauges of the pool: averages, standard deviations, per-endpoint queues, saturation,
-prefix index sizes, and the flow-control gauges (empty: flow control is not implemented).
+prefix index sizes, and the flow-control gauges (queue size and bytes, capacity utilisation; empty
+while flow control is off).
 
 Computed from the data layer's snapshot when Prometheus scrapes, never per request, with upstream's
 arithmetic: over the ready endpoints (those with fresh metrics), mean and *sample* standard deviation
@@ -16,7 +17,7 @@ selects.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -26,7 +27,7 @@ from scheduler.types import EndpointView
 
 __all__ = ["PoolCollector", "mean_and_stdev"]
 
-_EMPTY_GAUGES = ("fc_queue_size", "fc_queue_bytes", "fc_capacity_requests",
+_FLOW_GAUGES = ("fc_queue_size", "fc_queue_bytes", "fc_capacity_requests",
                  "fc_capacity_bytes", "fc_global_capacity_requests", "fc_global_capacity_bytes",
                  "fc_reclaim_target", "fc_pending_reclaim")  # fmt: skip
 
@@ -58,7 +59,11 @@ class PoolCollector(Collector):
         index_sizes: Callable[[], list[tuple[str, str, int]]] = list,
         stale: Callable[[Sequence[EndpointView]], tuple[str, int] | None] = lambda _: None,
         naming: Naming = Naming.BOTH,
+        flow_rows: Callable[[], Mapping[str, list[tuple[dict[str, str], float]]]] = dict,
     ) -> None:
+        """``flow_rows()``: the flow-control gauges' rows by catalog key
+        (:func:`epp.flowcontrol.metrics.queue_gauges`); keys it leaves out are exported empty."""
+        self._flow_rows = flow_rows
         self._name = pool_name
         self._snapshot = snapshot
         self._saturation = saturation
@@ -126,8 +131,9 @@ class PoolCollector(Collector):
         stale = self._stale(endpoints)
         rows = [] if stale is None else [({"detector": stale[0]}, float(stale[1]))]
         yield from self._gauge("fc_stale_endpoints", rows)
-        for key in _EMPTY_GAUGES:  # flow control is not implemented: no queues, no capacity
-            yield from self._gauge(key, [])
+        flow = self._flow_rows()
+        for key in _FLOW_GAUGES:
+            yield from self._gauge(key, flow.get(key, []))
         sizes = self._index_sizes()
         yield from self._gauge(
             "prefix_size", [({"plugin_name": n, "plugin_type": t}, float(size)) for n, t, size in sizes]

@@ -84,14 +84,33 @@ class Router:
     def scheduler(self) -> RequestScheduler:
         return self._scheduler
 
-    def route(self, session: Session, action: Schedule) -> tuple[list[Action], float]:
-        """The session's actions for ``action`` and the seconds spent scheduling."""
-        request = action.request
+    def received(self, request: LLMRequest) -> None:
+        """Count the request (the request counter and size histogram), once per request."""
         metrics = self._metrics
         metrics.received(
             metrics.bound(request.model, request.target_model, request.fairness_id, request.priority),
             request.body_size,
         )
+
+    def precheck(self, session: Session, action: Schedule) -> list[Action] | None:
+        """Before flow control queues a request: count it, and reject it (503) when no endpoint could
+        serve it (empty pool, subset hint matching none). None: it may wait."""
+        self.received(action.request)
+        try:
+            self._admitter.precheck(action.subset, self._source.snapshot())
+        except RequestError as exc:
+            return session.reject(exc.status, exc.error_type, exc.message)
+        return None
+
+    def route(
+        self, session: Session, action: Schedule, *, counted: bool = False
+    ) -> tuple[list[Action], float]:
+        """The session's actions for ``action`` and the seconds spent scheduling. ``counted``: the
+        request was already counted (by :meth:`precheck`)."""
+        request = action.request
+        metrics = self._metrics
+        if not counted:
+            self.received(request)
         start = self._clock()
         try:
             endpoints = self._source.snapshot()

@@ -27,6 +27,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from epp.admission import Admitter
+from epp.flowcontrol.controller import FlowController
 from epp.protocol import SessionConfig
 from epp.server.decisions import DecisionLog
 from epp.server.grpc_server import start_ext_proc_server, start_health_server
@@ -97,7 +98,10 @@ class EppServer:
         monotonic: Callable[[], float] = time.monotonic,
         on_result: Callable[[LLMRequest, SchedulingResult], None] | None = None,
         stream_metrics: StreamMetrics | None = None,
+        flow: FlowController | None = None,
     ) -> None:
+        """``flow``: the flow controller (None: flow control off); shut down first by :meth:`shutdown`,
+        so queued requests are answered (503) before the streams' grace period."""
         self.settings = settings
         self.source = source
         self.registry = registry
@@ -115,6 +119,7 @@ class EppServer:
             clock,
             stream_metrics=stream_metrics,
             renderer=token_renderer(getattr(scheduler, "plugins", ())),
+            flow=flow,
         )
         self.servicer = ExtProcServicer(self.core, settings.max_send_bytes)
         self._http_app = make_http_app(
@@ -189,6 +194,8 @@ class EppServer:
         if self._health_server is not None:
             health, self._health_server = self._health_server, None
             await health.stop(None)
+        if self.core.flow is not None:
+            self.core.flow.close()
         if self._ext_proc is not None:
             ext_proc, self._ext_proc = self._ext_proc, None
             self.servicer.shutting_down = True

@@ -18,9 +18,13 @@ answered inline by the router (its actions join the batch) — unless the config
 pre-scheduling step (``token-producer``'s vLLM render, :mod:`epp.server.render`) for the request: then
 the walk stops there, :attr:`ExtProcStream.suspended` is true, and the engine awaits
 :meth:`ExtProcStream.settle`, which runs the step, schedules and returns the rest of the batch's
-responses (the engine feeds the stream nothing meanwhile); ``Dispatched`` / ``ResponseStarted`` /
-``ResponseChunk`` / ``Completed`` fire the scheduler's hooks and the metrics synchronously, ``Send``
-responses are returned in order. Hook and metric failures are logged, never raised.
+responses (the engine feeds the stream nothing meanwhile). With flow control on
+(:mod:`epp.flowcontrol`), a request the controller queues suspends the stream the same way: ``settle``
+awaits its dispatch (the controller schedules it then, inside its dispatch pass) or its rejection
+(TTL, shutdown), and a stream that ends while queued takes its request out of the queues.
+``Dispatched`` / ``ResponseStarted`` / ``ResponseChunk`` / ``Completed`` fire the scheduler's hooks
+and the metrics synchronously, ``Send`` responses are returned in order. Hook and metric failures
+are logged, never raised.
 
 Observer streams (``ProcessingRequest.observability_mode`` on the first message, the second ext_proc
 filter of the ``observability`` Envoy variant) are driven by an
@@ -51,6 +55,7 @@ from typing import Any
 import structlog
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
+from epp.flowcontrol.controller import FlowController, Ticket
 from epp.protocol import (
     Action,
     Completed,
@@ -66,6 +71,7 @@ from epp.protocol import (
     State,
 )
 from epp.protocol.session import DEFAULT_FAIRNESS_ID
+from epp.request.errors import RequestError
 from epp.server.awaiting import AwaitingUsage
 from epp.server.metrics import RequestMetrics, StreamMetrics, error_code
 from epp.server.render import TokenRenderer
@@ -98,11 +104,14 @@ class StreamCore:
         awaiting: AwaitingUsage | None = None,
         stream_metrics: StreamMetrics | None = None,
         renderer: TokenRenderer | None = None,
+        flow: FlowController | None = None,
     ) -> None:
         """``stream_metrics``: the opt-in ext_proc stream metrics (None: not recorded). ``renderer``: the
-        async pre-scheduling step (None: requests are scheduled as soon as they are parsed)."""
+        async pre-scheduling step (None: requests are scheduled as soon as they are parsed). ``flow``:
+        the flow controller (None: flow control off; requests are scheduled at once)."""
         self.config = config
         self.renderer = renderer
+        self.flow = flow
         self.stream_metrics = stream_metrics
         self.router = router
         self.scheduler = router.scheduler
@@ -180,6 +189,8 @@ class StreamCore:
             self.scheduler.completed(request, result, completion)
         except Exception:
             _log.exception("completion hook failed", request_id=request.request_id)
+        if self.flow is not None:
+            self.flow.kick()  # capacity freed up: queued requests may go
 
 
 class ExtProcStream:
@@ -192,9 +203,12 @@ class ExtProcStream:
         "_held",
         "_labels",
         "_last_chunk",
+        "_released",
+        "_rendered",
         "_resp_at",
         "_start",
         "_streaming",
+        "_ticket",
         "_ttft",
         "completion",
         "error",
@@ -221,6 +235,9 @@ class ExtProcStream:
         self.error: str | None = None
         self.observer: ObserverSession | None = None
         self._held: tuple[list[Action], int] | None = None  # actions and index of a waiting Schedule
+        self._ticket: Ticket | None = None  # the held request waits in flow control
+        self._rendered = False  # the pre-scheduling step ran
+        self._released: list[ProcessingResponse] = []  # responses of a flow-control dispatch
 
     @property
     def finished(self) -> bool:
@@ -257,30 +274,74 @@ class ExtProcStream:
 
     @property
     def suspended(self) -> bool:
-        """A request waits for the async pre-scheduling step: the engine must ``await settle()`` before
-        it feeds this stream again."""
+        """A request waits for the async pre-scheduling step or in flow control: the engine must
+        ``await settle()`` before it feeds this stream again."""
         return self._held is not None
 
     async def settle(self) -> list[ProcessingResponse]:
-        """Run the pre-scheduling step of the held request, then schedule it; the responses to send.
-
-        Nothing is scheduled if the stream ended meanwhile (a reset or shutdown while waiting)."""
-        held = self._held
-        if held is None:
-            return []
-        actions, i = held
-        schedule = actions[i]
-        assert isinstance(schedule, Schedule) and self._core.renderer is not None
-        try:
-            await self._core.renderer.render(schedule.request, schedule.body)
-        finally:
-            self._held = None
+        """Run the held request's waits — the pre-scheduling step, then flow control — and schedule it;
+        the responses to send. Nothing is scheduled if the stream ended meanwhile (a reset or shutdown
+        while waiting); a cancelled wait takes the request out of the flow-control queues."""
         out: list[ProcessingResponse] = []
-        if not self._closed:
-            more, self.schedule_seconds = self._core.router.route(self.session, schedule)
-            actions.extend(more)
-            self._walk(actions, i + 1, out, False, 0.0)
+        core = self._core
+        while self._held is not None:
+            actions, i = self._held
+            ticket = self._ticket
+            if ticket is None:  # the pre-scheduling step
+                schedule = actions[i]
+                assert isinstance(schedule, Schedule) and core.renderer is not None
+                try:
+                    await core.renderer.render(schedule.request, schedule.body)
+                finally:
+                    self._held = None
+                    self._rendered = True
+                if not self._closed:
+                    self._walk(actions, i, out, False, 0.0)  # from the Schedule: flow control may hold it
+                continue
+            assert core.flow is not None
+            try:
+                error = await core.flow.wait(ticket)
+            finally:
+                self._held = self._ticket = None
+            if error is None:  # dispatched: the callback scheduled it and walked on
+                out.extend(self._released)
+                self._released = []
+            elif not self._closed:
+                actions.extend(self.session.reject(error.status, error.error_type, error.message))
+                self._walk(actions, i + 1, out, False, 0.0)
         return out
+
+    def _release(self, actions: list[Action], i: int) -> None:
+        """Flow control dispatched the held request (called inside its dispatch pass): schedule it on the
+        endpoints as they are now and run the rest of the batch; :meth:`settle` sends the responses."""
+        schedule = actions[i]
+        assert isinstance(schedule, Schedule)
+        router = self._core.router
+        more, self.schedule_seconds = router.route(self.session, schedule, counted=True)
+        actions.extend(more)
+        self._walk(actions, i + 1, self._released, False, 0.0)
+
+    def _queue(self, actions: list[Action], i: int, action: Schedule) -> bool:
+        """Flow control's admission for ``actions[i]``; False when the request waits (held)."""
+        core = self._core
+        flow = core.flow
+        assert flow is not None
+        rejected = core.router.precheck(self.session, action)
+        if rejected is None:
+            try:
+                ticket = flow.offer(action.request, partial(self._release, actions, i))
+            except RequestError as exc:
+                rejected = self.session.reject(exc.status, exc.error_type, exc.message)
+            else:
+                if ticket is None:  # the fast path: schedule now
+                    more, self.schedule_seconds = core.router.route(self.session, action, counted=True)
+                    actions.extend(more)
+                    return True
+                self._ticket = ticket
+                self._held = (actions, i)
+                return False
+        actions.extend(rejected)
+        return True
 
     def _walk(
         self, actions: list[Action], i: int, out: list[ProcessingResponse], responding: bool, t0: float
@@ -298,11 +359,18 @@ class ExtProcStream:
                 out.append(action.response)
             elif isinstance(action, Schedule):
                 renderer = core.renderer
-                if renderer is not None and not action.header_only and renderer.wants(action.request):
+                if action.header_only:
+                    more, self.schedule_seconds = core.router.route(session, action)
+                    actions.extend(more)
+                elif renderer is not None and not self._rendered and renderer.wants(action.request):
                     self._held = (actions, i - 1)
                     return
-                more, self.schedule_seconds = core.router.route(session, action)
-                actions.extend(more)
+                elif core.flow is not None:
+                    if not self._queue(actions, i - 1, action):
+                        return
+                else:
+                    more, self.schedule_seconds = core.router.route(session, action)
+                    actions.extend(more)
             elif isinstance(action, Completed):
                 self.completion = action.completion
                 now = core.clock()
@@ -371,6 +439,9 @@ class ExtProcStream:
         self._closed = True
         core = self._core
         core.active_streams -= 1
+        ticket = self._ticket
+        if ticket is not None and core.flow is not None:  # gone while queued (h2: the reset comes here)
+            core.flow.cancel(ticket)
         if core.stream_metrics is not None:
             if status < 0:
                 status = 0 if self.finished else _STREAM_STATUS.get(outcome, 2)

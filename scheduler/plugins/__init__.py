@@ -2,7 +2,7 @@
 
 Layout: ``scorers/``, ``filters/``, ``pickers/``, ``handlers/`` (profile handlers and P/D deciders),
 ``prefix/`` (the approximate prefix-cache index), ``saturation/`` (saturation detectors),
-``response/`` (plugins acting on the response). Each plugin
+``response/`` (plugins acting on the response), ``flowcontrol/`` (flow-control policies). Each plugin
 module exports its class and a ``factory``; :func:`register_builtin` is the one place that assembles
 them into a registry (one line per plugin type).
 """
@@ -175,3 +175,13 @@ def register_builtin(registry: Registry) -> None:
     registry.register("latency-scorer", latency_scorer.factory)
     registry.register("slo-headroom-tier-filter", latency_tier_filter.factory)
     registry.register("latency-slo-admitter", latency_admitter.factory)
+
+    from scheduler.plugins.flowcontrol import fairness, ordering, usage_limit
+
+    registry.register("fcfs-ordering-policy", ordering.fcfs_factory)
+    registry.register("edf-ordering-policy", ordering.edf_factory)
+    registry.register("global-strict-fairness-policy", fairness.global_strict_factory)
+    registry.register("round-robin-fairness-policy", fairness.round_robin_factory)
+    registry.register("static-usage-limit-policy", usage_limit.factory)
+    registry.register("priority-holdback-policy", usage_limit.priority_holdback_factory)
+    registry.register("soft-reflective-ceiling-policy", usage_limit.soft_reflective_factory)

@@ -18,34 +18,6 @@ from __future__ import annotations
 __all__ = ["KNOWN_GAPS", "WRONG_REASON_GROUPS", "gap_reasons", "wrong_reasons"]
 
 KNOWN_GAPS: dict[str, tuple[str, ...]] = {
-    # 25 file(s)
-    "flow control (flowControl section / gate)": (
-        "gie/pkg.epp.config.loader.testdata_test__1.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__3.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__7.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__8.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__9.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__1.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__3.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__7.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__8.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__9.yaml",
-        "llm-d-router/cmd.epp.runner.feature_gate_test__3.yaml",
-        "llm-d-router/deploy.config.probabilistic-admitter-epp-config.yaml",
-        "llm-d-router/deploy.config.sim-program-aware-config.yaml",
-        "llm-d-router/deploy.config.soft-reflective-ceiling-epp-config.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__1.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__10.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__11.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__12.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__2.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__26.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__8.yaml",
-        "llm-d-router/pkg.epp.config.loader.testdata_test__9.yaml",
-        "llm-d-router/pkg.epp.framework.plugins.requestcontrol.admitter.probabilisticadmitter.README.yaml",
-        "llm-d-router/test.integration.epp.dynamic_attributes_test.yaml",
-        "llm-d-router/test.integration.epp.wellknown_configs_test__6.yaml",
-    ),
     # 1 file(s)
     "data-layer source type multicluster-metrics-data-source": (
         "llm-d-router/pkg.epp.framework.plugins.README.yaml",
@@ -62,17 +34,11 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
     "plugin type mm-embeddings-cache-producer": (
         "llm-d-router/deploy.config.epp-mm-embeddings-cache-config.yaml",
     ),
+    # 1 file(s)
+    "plugin type program-aware-fairness": ("llm-d-router/deploy.config.sim-program-aware-config.yaml",),
 }
 
-WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {
-    # 4 file(s)
-    "flow control (flowControl section / gate)": (
-        "gie/pkg.epp.config.loader.testdata_test__32.yaml",
-        "gie/pkg.epp.config.loader.testdata_test__33.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__33.yaml",
-        "llm-d-inference-scheduler/pkg.epp.config.loader.testdata_test__34.yaml",
-    ),
-}
+WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {}
 
 
 def gap_reasons() -> dict[str, str]:

@@ -267,6 +267,21 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
         f"{ROUTER}:{_P}requestcontrol/admitter/probabilisticadmitter/plugin.go (default*)",
         {"queueDepthThreshold": 5, "kvCacheUtilThreshold": 0.8, "power": 5.0, "k": 300.0},
     ),
+    # Flow-control policies
+    "fcfs-ordering-policy": Upstream(f"{ROUTER}:{_P}flowcontrol/ordering/fcfs/fcfs.go (no parameters)", {}),
+    "edf-ordering-policy": Upstream(f"{ROUTER}:{_P}flowcontrol/ordering/edf/edf.go (no parameters)", {}),
+    "global-strict-fairness-policy": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/fairness/globalstrict/global_strict.go (no parameters)", {}
+    ),
+    "round-robin-fairness-policy": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/fairness/roundrobin/roundrobin.go (no parameters)", {}
+    ),
+    "static-usage-limit-policy": Upstream(
+        f"{GIE}:{_P}flowcontrol/usagelimits/usagelimitpolicy.go (StaticPolicyFactory)", {"threshold": 1.0}
+    ),
+    "soft-reflective-ceiling-policy": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/usagelimits/softreflectiveceiling/policy.go (no parameters)", {}
+    ),
     # Saturation detectors
     "concurrency-detector": Upstream(
         f"{ROUTER}:{_P}flowcontrol/saturationdetector/concurrency/config.go (defaults)",
@@ -329,6 +344,9 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
 
 # Types upstream also refuses to build without parameters: pyepp must raise ConfigError too.
 REQUIRED: dict[str, str] = {
+    "priority-holdback-policy": (
+        f"{ROUTER}:{_P}flowcontrol/usagelimits/priorityholdback/config.go: MinCeiling (Required)"
+    ),
     "file-discovery": f"{ROUTER}:{_P}datalayer/discovery/file/plugin.go: \"'path' parameter is required\"",
     "multicluster-file-discovery": (
         f"{ROUTER}:{_P}datalayer/discovery/file/multicluster.go: \"'path' parameter is required\""

@@ -24,6 +24,7 @@ LEGACY_API = "inference.networking.x-k8s.io/v1alpha1"
 
 # The fewest parameters of the types upstream also refuses to build without any.
 MINIMAL: dict[str, dict[str, Any]] = {
+    "priority-holdback-policy": {"minCeiling": 0.4},
     "by-label": {"label": "llm-d.ai/role"},
     "endpoint-attribute-filter": {
         "attribute": "gpu",

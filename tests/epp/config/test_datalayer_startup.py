@@ -46,8 +46,11 @@ def test_gie_flow_control_env_switch(value: str, enabled: bool) -> None:
     assert flow_control_from_env({}) is False
 
 
-async def test_gie_flow_control_env_switch_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_gie_flow_control_env_switch_turns_flow_control_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER", "true")
     options = parse_options(["--endpoints", "127.0.0.1:1", "--secure-serving=false"])
-    with pytest.raises(StartupError, match="ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER: flow control"):
-        await build_app(options)
+    app = await build_app(options)
+    flow = app.server.core.flow
+    assert flow is not None and flow.config.default_ttl == 0.0  # GIE switch, GIE default: no TTL
+    monkeypatch.delenv("ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER")
+    assert (await build_app(options)).server.core.flow is None

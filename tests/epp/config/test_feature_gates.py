@@ -72,9 +72,6 @@ def test_defaults_are_upstreams() -> None:
         (["dataLayer", "bogus=false"], "featureGates[1]", "unknown feature gate 'bogus'"),
         (["flowControl=maybe"], "featureGates[0]", "not a valid value"),
         (["flowControl="], "featureGates[0]", "not a valid value"),
-        (["flowControl"], "featureGates[0]", "not implemented yet"),
-        (["flowControl=true"], "featureGates[0]", "flowControl=false"),
-        (["flowControl=false", "flowControl"], "featureGates[1]", "not implemented yet"),
     ],
 )
 def test_bad_gates_are_rejected_naming_the_entry(entries: Any, location: str, message: str) -> None:

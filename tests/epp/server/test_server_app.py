@@ -143,8 +143,8 @@ async def test_startup_errors_name_the_problem(tmp_path: Path, model_servers: li
     )
     with pytest.raises(StartupError, match=r"bad\.yaml"):
         await build_app(parse_options(_flags(model_servers, "--config-file", str(bad))))
-    flow = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nflowControl: {}\n"
-    with pytest.raises(StartupError, match=r"flow control .* not implemented yet"):
+    flow = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nflowControl: {x: 1}\n"
+    with pytest.raises(StartupError, match=r"flowControl\.x: unknown field"):
         await build_app(parse_options(_flags(model_servers, "--config-text", flow)))
     with pytest.raises(StartupError, match="--cert-path"):
         await build_app(parse_options(_flags(model_servers, "--cert-path", str(tmp_path))))
@@ -164,10 +164,10 @@ def test_check_config_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["check-config", str(good)]) == 0
     assert "queue-scorer" in capsys.readouterr().out
     bad = tmp_path / "bad.yaml"
-    bad.write_text(good.read_text() + "featureGates: [flowControl]\n")
+    bad.write_text(good.read_text() + "featureGates: [flowControl]\nflowControl: {maxRequests: -1}\n")
     assert main(["check-config", str(bad)]) != 0
     err = capsys.readouterr().err
-    assert "bad.yaml" in err and "featureGates[0]" in err and "not implemented yet" in err
+    assert "bad.yaml" in err and "flowControl.maxRequests" in err and "non-negative" in err
 
 
 @pytest.mark.parametrize("engine", ["grpcio", "h2"])

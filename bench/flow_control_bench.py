@@ -1,0 +1,325 @@
+"""``epp-bench flow-control``: flow control on vs off, on the simulated fleet through the real Envoy.
+
+Each fleet scenario runs twice in the same invocation, with the same configuration except the
+``flowControl`` gate (``concurrency-detector`` at each server's ``--max-num-seqs``, as detector and
+as a filter; round-robin fairness by tenant; ``priority-holdback-policy`` with ``minCeiling: 0.5``, so
+the lower of two waiting bands stops at half the pool; without the gate the legacy admission sheds
+sheddable requests with 429).
+Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first response byte.
+
+* noisy neighbour: tenant A runs 5x the fleet's slots in clients, tenant B 20%; target: B's TTFT p90
+  with flow control <= 1.5x B's solo baseline (the figure without flow control is printed too);
+* priorities under 2x overload: ``critical`` (priority 10) 0.5x, ``sheddable`` (-1) 1.5x; target:
+  critical TTFT p90 <= 1.3x its unloaded value, and only sheddable requests are shed;
+* scheduling regret: one tenant at 2x; target: TTFT p90 and throughput with flow control no worse than
+  without (10% allowance for run-to-run noise on a shared machine);
+* zero lost requests: every request of every scenario gets a 200, or a 429/503 with a JSON reason;
+* picker CPU added by queueing (in process, no network): CPU per request of the controller on the
+  fast path and through the queue; target <= 50 us.
+
+Prints each figure with PASS or MISS. ``--quick``: shorter phases (the ``make bench`` form).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from epp.stack import Stack, StackSpec
+
+__all__ = ["main"]
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+OBJECTIVES = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha2
+kind: InferenceObjective
+metadata: {name: critical}
+spec: {priority: 10}
+---
+apiVersion: inference.networking.x-k8s.io/v1alpha2
+kind: InferenceObjective
+metadata: {name: sheddable}
+spec: {priority: -1}
+"""
+
+
+def _config(slots: int, flow: bool) -> str:
+    gate = "featureGates: [flowControl]\n" if flow else ""
+    return f"""apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+{gate}plugins:
+- type: concurrency-detector
+  parameters: {{maxConcurrency: {slots}}}
+- type: round-robin-fairness-policy
+- type: priority-holdback-policy
+  parameters: {{minCeiling: 0.5}}
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins: [{{pluginRef: concurrency-detector}}, {{pluginRef: queue-scorer}}, {{pluginRef: max-score-picker}}]
+saturationDetector: {{pluginRef: concurrency-detector}}
+flowControl:
+  saturationDetector: {{pluginRef: concurrency-detector}}
+  defaultRequestTTL: 30s
+  usageLimitPolicyPluginRef: priority-holdback-policy
+  defaultPriorityBand: {{fairnessPolicyRef: round-robin-fairness-policy}}
+  defaultNegativePriorityBand: {{maxRequests: "{slots}", fairnessPolicyRef: round-robin-fairness-policy}}
+"""
+
+
+@dataclass
+class Tally:
+    ttft: list[float] = field(default_factory=list)
+    ok: int = 0
+    rejected: int = 0  # 429/503 with a JSON reason
+    lost: int = 0  # anything else
+
+    def p90(self) -> float:
+        if not self.ttft:
+            return math.nan
+        values = sorted(self.ttft)
+        return values[min(len(values) - 1, math.ceil(0.9 * len(values)) - 1)]
+
+
+async def _client(http: httpx.AsyncClient, url: str, headers: dict[str, str], tally: Tally, until: float,
+                  max_tokens: int) -> None:  # fmt: skip
+    body = {
+        "model": MODEL,
+        "prompt": "hello " * 20,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    while time.monotonic() < until:
+        start = time.monotonic()
+        try:
+            async with http.stream("POST", url, json=body, headers=headers) as r:
+                if r.status_code == 200:
+                    first = True
+                    async for _ in r.aiter_bytes():
+                        if first:
+                            tally.ttft.append(time.monotonic() - start)
+                            first = False
+                    tally.ok += 1
+                    continue
+                raw = await r.aread()
+                reason = ""
+                try:
+                    reason = httpx.Response(200, content=raw).json()["error"]["message"]
+                except Exception:
+                    reason = ""
+                if r.status_code in (429, 503) and reason:
+                    tally.rejected += 1
+                    await asyncio.sleep(0.05)  # a client backs off
+                else:
+                    tally.lost += 1
+        except httpx.HTTPError:
+            tally.lost += 1
+
+
+async def _phase(stack: Stack, groups: dict[str, tuple[int, dict[str, str]]], seconds: float,
+                 max_tokens: int) -> dict[str, Tally]:  # fmt: skip
+    tallies = {name: Tally() for name in groups}
+    until = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=400, max_keepalive_connections=400)
+    async with httpx.AsyncClient(timeout=60.0, limits=limits) as http:
+        url = f"{stack.base_url}/v1/completions"
+        tasks = [
+            _client(http, url, headers, tallies[name], until, max_tokens)
+            for name, (clients, headers) in groups.items()
+            for _ in range(clients)
+        ]
+        await asyncio.gather(*tasks)
+    return tallies
+
+
+@dataclass
+class Mode:
+    solo_b: Tally
+    noisy: dict[str, Tally]
+    solo_critical: Tally
+    overload: dict[str, Tally]
+    saturated: Tally
+    seconds: float
+
+
+def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: int, workdir: Path) -> Mode:
+    objectives = workdir / "objectives.yaml"
+    objectives.write_text(OBJECTIVES)
+    spec = StackSpec(
+        servers=servers,
+        sim_args=("--profile", "8b-h100", "--time-scale", "4", "--max-num-seqs", str(slots)),
+        picker_args=(
+            "--config-text",
+            _config(slots, flow),
+            "--objectives-file",
+            str(objectives),
+            "--allow-experimental-plugins",  # priority-holdback-policy is Alpha upstream
+        ),
+        single_sim_process=True,
+    )
+    fleet = servers * slots
+    a, b = {"x-gateway-inference-fairness-id": "tenant-a"}, {"x-gateway-inference-fairness-id": "tenant-b"}
+    crit = {"x-gateway-inference-objective": "critical", "x-gateway-inference-fairness-id": "crit"}
+    shed = {"x-gateway-inference-objective": "sheddable", "x-gateway-inference-fairness-id": "shed"}
+    b_clients = max(1, round(0.2 * fleet))
+    with Stack(spec) as stack:
+        run = asyncio.run
+        solo_b = run(_phase(stack, {"b": (b_clients, b)}, seconds, max_tokens))["b"]
+        noisy = run(_phase(stack, {"a": (5 * fleet, a), "b": (b_clients, b)}, seconds, max_tokens))
+        solo_critical = run(_phase(stack, {"c": (max(1, fleet // 2), crit)}, seconds, max_tokens))["c"]
+        overload = run(
+            _phase(
+                stack,
+                {"critical": (max(1, fleet // 2), crit), "sheddable": (3 * fleet // 2, shed)},
+                seconds,
+                max_tokens,
+            )
+        )
+        saturated = run(_phase(stack, {"a": (2 * fleet, a)}, seconds, max_tokens))["a"]
+    return Mode(solo_b, noisy, solo_critical, overload, saturated, seconds)
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def _cpu_per_request(n: int) -> tuple[float, float]:
+    """Microseconds of CPU per request the controller adds: fast path, and through the queue."""
+    from prometheus_client import CollectorRegistry
+
+    from epp.flowcontrol.config import parse_flow_control, resolve_flow_control
+    from epp.flowcontrol.controller import FlowController
+    from epp.flowcontrol.metrics import FlowMetrics
+    from epp.server.metric_catalog import Naming, by_key
+    from epp.server.metric_twin import Twin
+    from scheduler.plugins.flowcontrol.fairness import RoundRobinFairness
+    from scheduler.types import LLMRequest
+
+    rr = RoundRobinFairness("rr")
+    section = parse_flow_control({"defaultPriorityBand": {"fairnessPolicyRef": "rr"}})
+    config = resolve_flow_control(section, "llm-d.ai/v1alpha1", {"rr": rr}.__getitem__, ("rr",))
+
+    class Detector:
+        name = plugin_type = "bench"
+        level = 0.0
+
+        def saturation(self, endpoints: object, now: float) -> float:
+            return self.level
+
+        def is_saturated(self, endpoints: object, now: float) -> bool:
+            return self.level >= 1
+
+    requests = [LLMRequest(f"r{i}", "m", "m", fairness_id=f"t{i % 8}", priority=i % 3, body_size=100)
+                for i in range(n)]  # fmt: skip
+    endpoints = [object()]
+
+    async def measure() -> tuple[float, float]:
+        detector = Detector()
+        registry = CollectorRegistry()  # the metrics are recorded as in the server
+        keys = ("fc_queue_duration", "fc_dispatch_cycle", "fc_enqueue_duration", "fc_requests")
+        recorder = FlowMetrics({k: Twin(by_key(k), Naming.BOTH, registry) for k in keys}, "pool")
+        snapshot = lambda: endpoints  # noqa: E731
+        flow = FlowController(config, detector, snapshot, recorder=recorder)  # type: ignore[arg-type]
+
+        def noop() -> None:
+            return None
+
+        start = time.process_time()
+        for r in requests:
+            flow.offer(r, noop)
+        fast = (time.process_time() - start) / n * 1e6
+        start = time.process_time()
+        for batch in range(0, n, 3000):  # within the bands' default capacity (5000)
+            detector.level = 1.0
+            for r in requests[batch : batch + 3000]:
+                flow.offer(r, noop)
+            detector.level = 0.0
+            flow.kick()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            assert not flow.queues.count
+        queued = (time.process_time() - start) / n * 1e6
+        return fast, queued
+
+    return asyncio.run(measure())
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="epp-bench flow-control", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short phases (make bench)")
+    parser.add_argument("--seconds", type=float, default=0.0, help="seconds per phase (default 12; quick 4)")
+    parser.add_argument("--servers", type=int, default=2)
+    parser.add_argument("--slots", type=int, default=4, help="--max-num-seqs per server (default 4)")
+    parser.add_argument("--max-tokens", type=int, default=24)
+    args = parser.parse_args(argv)
+    seconds = args.seconds or (4.0 if args.quick else 12.0)
+    fast, queued = _cpu_per_request(20_000 if args.quick else 100_000)
+    verdict = _verdict(max(fast, queued) <= 50)
+    print(
+        f"picker CPU per request added by flow control: fast path {fast:.1f} us, queued {queued:.1f} us "
+        f"(target <= 50 us): {verdict}"
+    )
+    modes: dict[str, Mode] = {}
+    with tempfile.TemporaryDirectory(prefix="epp-bench-fc-") as tmp:
+        for flow in (False, True):
+            name = "on" if flow else "off"
+            print(
+                f"running the fleet scenarios with flow control {name} ({seconds:g}s per phase)...",
+                flush=True,
+            )
+            modes[name] = _run_mode(flow, args.servers, args.slots, seconds, args.max_tokens, Path(tmp))
+    off, on = modes["off"], modes["on"]
+    for line in _report(off, on):
+        print(line)
+    return 0
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms"
+
+
+def _report(off: Mode, on: Mode) -> list[str]:
+    out = []
+    b_solo, b_on, b_off = on.solo_b.p90(), on.noisy["b"].p90(), off.noisy["b"].p90()
+    out.append(
+        f"noisy neighbour: B TTFT p90 solo {_ms(b_solo)}; with A at 5x: flow control on {_ms(b_on)}, "
+        f"off {_ms(b_off)} (target on <= 1.5x solo): {_verdict(b_on <= 1.5 * b_solo)}"
+    )
+    crit_solo, crit, crit_off = on.solo_critical.p90(), on.overload["critical"], off.overload["critical"]
+    shed_on, shed_off = on.overload["sheddable"], off.overload["sheddable"]
+    out.append(
+        f"priorities at 2x: critical TTFT p90 unloaded {_ms(crit_solo)}, loaded {_ms(crit.p90())} "
+        f"(off: {_ms(crit_off.p90())}; target <= 1.3x): {_verdict(crit.p90() <= 1.3 * crit_solo)}"
+    )
+    out.append(
+        f"  shed: sheddable {shed_on.rejected} (off {shed_off.rejected}), critical {crit.rejected} "
+        f"(off {crit_off.rejected}) (target: only sheddable): "
+        f"{_verdict(crit.rejected == 0 and shed_on.rejected > 0)}"
+    )
+    thr_on, thr_off = on.saturated.ok / on.seconds, off.saturated.ok / off.seconds
+    p_on, p_off = on.saturated.p90(), off.saturated.p90()
+    out.append(
+        f"scheduling regret at 2x: TTFT p90 on {_ms(p_on)} / off {_ms(p_off)}, throughput on {thr_on:.1f} / "
+        f"off {thr_off:.1f} req/s (target: no worse, 10% allowance): "
+        f"{_verdict(p_on <= 1.1 * p_off and thr_on >= 0.9 * thr_off)}"
+    )
+    lost = {n: sum(t.lost for t in _tallies(m)) for n, m in (("on", on), ("off", off))}
+    total = {n: sum(t.ok + t.rejected + t.lost for t in _tallies(m)) for n, m in (("on", on), ("off", off))}
+    out.append(
+        f"zero lost requests: on {lost['on']} of {total['on']}, off {lost['off']} of {total['off']} "
+        f"(all others: 200, or 429/503 with a reason): {_verdict(not lost['on'] and not lost['off'])}"
+    )
+    return out
+
+
+def _tallies(m: Mode) -> list[Tally]:
+    return [m.solo_b, *m.noisy.values(), m.solo_critical, *m.overload.values(), m.saturated]

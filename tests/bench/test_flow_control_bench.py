@@ -1,0 +1,34 @@
+"""epp-bench flow-control: the verdicts from figures, and the in-process CPU measurement."""
+
+from __future__ import annotations
+
+from bench.flow_control_bench import Mode, Tally, _cpu_per_request, _report
+
+
+def tally(ttft_ms: float, ok: int = 10, rejected: int = 0, lost: int = 0) -> Tally:
+    return Tally([ttft_ms / 1e3] * 10, ok, rejected, lost)
+
+
+def mode(b_noisy: float, crit: float, sat: float, ok: int, shed: int = 0, lost: int = 0) -> Mode:
+    return Mode(
+        solo_b=tally(40),
+        noisy={"a": tally(500), "b": tally(b_noisy)},
+        solo_critical=tally(40),
+        overload={"critical": tally(crit), "sheddable": tally(300, rejected=shed, lost=lost)},
+        saturated=tally(sat, ok=ok),
+        seconds=1.0,
+    )
+
+
+def test_verdicts() -> None:
+    off = mode(b_noisy=900, crit=400, sat=300, ok=50, shed=5)
+    good = _report(off, mode(b_noisy=50, crit=45, sat=290, ok=50, shed=9))
+    assert [line.rsplit(" ", 1)[1] for line in good] == ["PASS"] * 5
+    bad = _report(off, mode(b_noisy=90, crit=80, sat=400, ok=30, shed=0, lost=1))
+    assert [line.rsplit(" ", 1)[1] for line in bad] == ["MISS"] * 5
+    assert "B TTFT p90 solo 40 ms" in good[0] and "on 50 ms, off 900 ms" in good[0]
+
+
+def test_cpu_measurement_runs_the_controller() -> None:
+    fast, queued = _cpu_per_request(300)
+    assert 0 < fast < 10_000 and 0 < queued < 10_000
