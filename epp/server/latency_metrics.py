@@ -16,8 +16,9 @@ it predicted) into upstream's families, as upstream records them:
   ``ttft_prediction_duration``, ``ttft_slo_violation`` = 1 or 0, and the ``tpot`` four).
 
 The ``llm_d_epp_*`` names add ``plugin_name`` and ``plugin_type``. Label children are bound on first
-use (a series appears once something is recorded in it) and cached, at most
-:data:`~epp.server.metrics.CHILD_CACHE_BUDGET` of them (beyond that they are bound per call).
+use (a series appears once something is recorded in it) and cached per (plugin, model, target model),
+at most :data:`~epp.server.metrics.CHILD_CACHE_BUDGET` such sets, each of at most 16 children (beyond
+the budget a set is bound per call).
 Model names share the picker's cap of distinct values (:class:`epp.server.metrics._Bounded`).
 Upstream passes the two model names of the prediction durations in swapped order; here each name is
 in its own label.
@@ -37,6 +38,13 @@ __all__ = ["PredictedLatencyMetrics"]
 
 _HISTOGRAMS = ("pl_ttft", "pl_tpot", "pl_predicted_ttft", "pl_predicted_tpot",
                "pl_ttft_prediction_duration", "pl_tpot_prediction_duration")  # fmt: skip
+_GAUGE, _VIOLATIONS = "pl_request_metric", "pl_slo_violation"
+# per stage: (actual histogram, predicted histogram, gauge types actual / predicted / violation)
+_STAGES = {kind: (f"pl_{kind}", f"pl_predicted_{kind}", kind, f"predicted_{kind}", f"{kind}_slo_violation")
+           for kind in ("ttft", "tpot")}  # fmt: skip
+_DURATIONS = tuple(
+    (f"pl_{kind}_prediction_duration", f"{kind}_prediction_duration") for kind in ("ttft", "tpot")
+)
 
 
 class PredictedLatencyMetrics:
@@ -51,52 +59,66 @@ class PredictedLatencyMetrics:
     ) -> None:
         """``models`` bounds model-name label values; ``budget``: label children kept for reuse."""
         self._twins = {
-            key: Twin(by_key(key), naming, registry)
-            for key in (*_HISTOGRAMS, "pl_slo_violation", "pl_request_metric")
+            key: Twin(by_key(key), naming, registry) for key in (*_HISTOGRAMS, _VIOLATIONS, _GAUGE)
         }
         self._models = models
         self._budget = budget
-        self._children: dict[tuple[str, str, str, str, str, str], Recorder] = {}
+        self._sets: dict[tuple[str, str, str, str], _LabelSet] = {}
 
-    def _child(self, key: str, plugin_type: str, plugin_name: str, model: str, target: str,
-               kind: str = "") -> Recorder:  # fmt: skip
-        cache_key = (key, plugin_type, plugin_name, model, target, kind)
-        child = self._children.get(cache_key)
-        if child is None:
-            values = {"plugin_name": plugin_name, "plugin_type": plugin_type,
-                      "model_name": self._models(model), "target_model_name": self._models(target),
-                      "type": kind}  # fmt: skip
-            child = self._twins[key].bind(values)
-            if len(self._children) < self._budget:
-                self._children[cache_key] = child
-        return child
+    def _set(self, plugin_type: str, plugin_name: str, model: str, target: str) -> _LabelSet:
+        key = (plugin_type, plugin_name, model, target)
+        found = self._sets.get(key)
+        if found is None:
+            found = _LabelSet(self._twins, {"plugin_name": plugin_name, "plugin_type": plugin_type,
+                                            "model_name": self._models(model),
+                                            "target_model_name": self._models(target)})  # fmt: skip
+            if len(self._sets) < self._budget:
+                self._sets[key] = found
+        return found
 
     def observed(self, plugin_type: str, plugin_name: str, report: LatencyReport) -> None:
         """One request's actual and predicted latencies (and SLO check) from ``plugin_name``."""
-        labels = (plugin_type, plugin_name, report.model_name, report.target_model_name)
-        self._stage(labels, "ttft", report.ttft, report.predicted_ttft, report.ttft_slo)
+        s = self._set(plugin_type, plugin_name, report.model_name, report.target_model_name)
+        s.stage(_STAGES["ttft"], report.ttft, report.predicted_ttft, report.ttft_slo)
         if report.tpot is not None:
-            self._stage(labels, "tpot", report.tpot, report.predicted_tpot, report.tpot_slo)
-
-    def _stage(
-        self, labels: tuple[str, str, str, str], kind: str, actual: float, predicted: float, slo: float
-    ) -> None:
-        child = self._child
-        child(f"pl_{kind}", *labels).observe(actual)
-        child("pl_request_metric", *labels, kind).set(actual)
-        child(f"pl_predicted_{kind}", *labels).observe(predicted)
-        child("pl_request_metric", *labels, f"predicted_{kind}").set(predicted)
-        if slo > 0.0:
-            violated = actual > slo
-            child("pl_request_metric", *labels, f"{kind}_slo_violation").set(1.0 if violated else 0.0)
-            if violated:
-                child("pl_slo_violation", *labels, kind).inc()
+            s.stage(_STAGES["tpot"], report.tpot, report.predicted_tpot, report.tpot_slo)
 
     def predicted(
         self, plugin_type: str, plugin_name: str, model_name: str, target_model_name: str, seconds: float
     ) -> None:
         """One scheduling cycle's predictions took ``seconds``."""
-        labels = (plugin_type, plugin_name, model_name, target_model_name)
-        for kind in ("ttft", "tpot"):
-            self._child(f"pl_{kind}_prediction_duration", *labels).observe(seconds)
-            self._child("pl_request_metric", *labels, f"{kind}_prediction_duration").set(seconds)
+        s = self._set(plugin_type, plugin_name, model_name, target_model_name)
+        for histogram, kind in _DURATIONS:
+            s.child(histogram).observe(seconds)
+            s.child(_GAUGE, kind).set(seconds)
+
+
+class _LabelSet:
+    """The children of one (plugin, model, target model), each bound on first use."""
+
+    __slots__ = ("children", "twins", "values")
+
+    def __init__(self, twins: dict[str, Twin], values: dict[str, str]) -> None:
+        self.twins, self.values = twins, values
+        self.children: dict[tuple[str, str], Recorder] = {}  # <= 6 histograms, 8 gauges, 2 counters
+
+    def child(self, key: str, kind: str = "") -> Recorder:
+        child = self.children.get((key, kind))
+        if child is None:
+            child = self.children[(key, kind)] = self.twins[key].bind({**self.values, "type": kind})
+        return child
+
+    def stage(
+        self, names: tuple[str, str, str, str, str], actual: float, predicted: float, slo: float
+    ) -> None:
+        histogram, predicted_histogram, kind, predicted_kind, violation = names
+        child = self.child
+        child(histogram).observe(actual)
+        child(_GAUGE, kind).set(actual)
+        child(predicted_histogram).observe(predicted)
+        child(_GAUGE, predicted_kind).set(predicted)
+        if slo > 0.0:
+            violated = actual > slo
+            child(_GAUGE, violation).set(1.0 if violated else 0.0)
+            if violated:
+                child(_VIOLATIONS, kind).inc()
