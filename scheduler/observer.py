@@ -13,7 +13,9 @@ implements :class:`scheduler.interfaces.MetricsReporter`. Counters are reported 
 (``pd_decision`` / ``disagg_decision``); gauges are read at scrape time from the
 :class:`InflightLoadSource` a plugin registers with ``watch_inflight_load``. A plugin never bound (no
 such observer, e.g. the library used alone) reports to :data:`NO_PLUGIN_METRICS`, which drops
-everything.
+everything. An observer that also implements :class:`LatencyMetrics` receives the
+``predicted-latency-producer``'s per-request TTFT/TPOT reports (actual, predicted, SLO) and its
+prediction durations.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ __all__ = [
     "NO_PLUGIN_METRICS",
     "InflightLoadSource",
     "InflightSample",
+    "LatencyMetrics",
+    "LatencyReport",
     "LoggingObserver",
     "PluginMetrics",
     "SchedulerObserver",
@@ -139,6 +143,43 @@ class PluginMetrics(Protocol):
     ) -> None: ...
 
     def watch_inflight_load(self, source: InflightLoadSource) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyReport:
+    """One request's latencies as the ``predicted-latency-producer`` saw them, in seconds.
+
+    ``ttft``: dispatch to the first response chunk (streaming mode) or to the end of the response;
+    ``predicted_ttft``: the prediction for the endpoint that served the prefill (0 when none was made);
+    ``ttft_slo``: the ``x-slo-ttft-ms`` header in seconds (0: none). ``tpot``: ``(end - first chunk) /
+    (completion tokens - 1)`` (None outside streaming mode or with fewer than two tokens);
+    ``predicted_tpot``: the decode endpoint's prediction (0 when none); ``tpot_slo``: ``x-slo-tpot-ms``
+    in seconds (0: none).
+    """
+
+    model_name: str
+    target_model_name: str
+    ttft: float
+    predicted_ttft: float
+    ttft_slo: float
+    tpot: float | None
+    predicted_tpot: float
+    tpot_slo: float
+
+
+@runtime_checkable
+class LatencyMetrics(Protocol):
+    """The ``predicted-latency-producer``'s families (upstream: its own ``metrics.go``).
+
+    ``latency_observed``: one successful request's :class:`LatencyReport`; ``latency_predicted``:
+    one scheduling cycle's predictions for all candidates took ``seconds``. Cheap, must not raise.
+    """
+
+    def latency_observed(self, plugin_type: str, plugin_name: str, report: LatencyReport) -> None: ...
+
+    def latency_predicted(
+        self, plugin_type: str, plugin_name: str, model_name: str, target_model_name: str, seconds: float
+    ) -> None: ...
 
 
 class _NoPluginMetrics:

@@ -64,6 +64,7 @@ _M4 = (*_M2, "fairness_id", "priority")
 _POOL = ("name",)
 _PLUGIN = ("extension_point", "plugin_type", "plugin_name")
 _DECISION = ("plugin_name", "plugin_type", "model_name", "decision_type")
+_PL = ("plugin_name", "plugin_type", *_M2)
 _INFLIGHT = ("endpoint_name", "namespace", "producer_name", "fairness_id", "priority")
 
 _GENERAL_LATENCY = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10,
@@ -78,6 +79,10 @@ _NTPOT = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 1
 _TTFT = _GENERAL_LATENCY[:24]  # 5 ms .. 120 s
 _TPOT = (0.0005, 0.00205, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.125, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6,
          0.8, 1, 2)  # fmt: skip
+# predictedlatency/metrics.go's tpotBuckets (its actual and predicted TPOT histograms)
+_PL_TPOT = (0.0005, 0.00205, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.125, 0.15, 0.2, 0.3, 0.4, 0.5,
+            0.6, 0.8, 1, 1.5, 2, 3, 4.5, 6, 12, 18, 24, 30, 36, 48, 60, 90, 120, 180, 270, 360)  # fmt: skip
+_PREDICTION = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 _ITL = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2)
 _FAST = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 _REQ_PROCESSING = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.04, 0.06, 0.1, 0.25, 0.5, 1, 2.5, 5,
@@ -241,6 +246,41 @@ CATALOG: tuple[Family, ...] = (
            "Tokens in flight per endpoint (uncached prompt tokens, plus the output estimate when enabled), "
            "as the inflight-load-producer counts.",
            _E + "inflight_tokens", _INFLIGHT),
+    # predicted-latency-producer (predictedlatency/metrics.go): fed per request the producer tracked.
+    # The actual TTFT/TPOT histograms have only the deprecated name (llm-d-router points them at the
+    # picker-wide llm_d_epp_request_ttft_seconds / request_streaming_tpot_seconds above).
+    Family("pl_ttft", "histogram",
+           "predicted-latency-producer: actual TTFT in seconds (dispatch to first chunk, or to the end "
+           "of the response outside streaming mode).",
+           None, (), _O + "request_ttft_seconds", _M2, _GENERAL_LATENCY),
+    Family("pl_tpot", "histogram",
+           "predicted-latency-producer (streaming mode): actual TPOT in seconds, (end - first chunk) / "
+           "(output tokens - 1).",
+           None, (), _O + "request_tpot_seconds", _M2, _PL_TPOT),
+    Family("pl_predicted_ttft", "histogram",
+           "TTFT predicted at scheduling time for the endpoint that served the request, in seconds.",
+           _E + "request_predicted_ttft_seconds", _PL, _O + "request_predicted_ttft_seconds", _M2,
+           _GENERAL_LATENCY),
+    Family("pl_predicted_tpot", "histogram",
+           "TPOT predicted at scheduling time for the endpoint that decoded the request, in seconds.",
+           _E + "request_predicted_tpot_seconds", _PL, _O + "request_predicted_tpot_seconds", _M2,
+           _PL_TPOT),
+    Family("pl_ttft_prediction_duration", "histogram",
+           "Seconds one scheduling cycle's TTFT predictions (all candidates) took.",
+           _E + "request_ttft_prediction_duration_seconds", _PL,
+           _O + "request_ttft_prediction_duration_seconds", _M2, _PREDICTION),
+    Family("pl_tpot_prediction_duration", "histogram",
+           "Seconds one scheduling cycle's TPOT predictions (all candidates) took.",
+           _E + "request_tpot_prediction_duration_seconds", _PL,
+           _O + "request_tpot_prediction_duration_seconds", _M2, _PREDICTION),
+    Family("pl_slo_violation", "counter",
+           "Requests whose actual TTFT or TPOT exceeded their x-slo-ttft-ms / x-slo-tpot-ms header, by type.",
+           _E + "request_slo_violation", (*_PL, "type"), _O + "request_slo_violation", (*_M2, "type")),
+    Family("pl_request_metric", "gauge",
+           "The last request's value per type: ttft, predicted_ttft, ttft_prediction_duration, "
+           "ttft_slo_violation (1/0), and the same for tpot.",
+           _E + "inference_request_metric", (*_PL, "type"), _O + "inference_request_metric",
+           (*_M2, "type")),
     # --- ext_proc streams (upstream: only with --enable-grpc-stream-metrics)
     Family("extproc_streams_inflight", "gauge", "ext_proc gRPC streams open now.",
            _E + "extproc_streams_inflight", ()),

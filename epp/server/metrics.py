@@ -16,7 +16,9 @@ binds its children again, which is correct, only slower).
 Scheduler metrics are fed by :class:`SchedulerMetrics` (the scheduler's observer seam), which also
 receives the families plugins own (:class:`scheduler.observer.PluginMetrics`): the disaggregation
 decision counters per decision, and the in-flight load gauges, read from the
-``inflight-load-producer`` instances at scrape time by :class:`InflightCollector`. These families are
+``inflight-load-producer`` instances at scrape time by :class:`InflightCollector`, and the
+``predicted-latency-producer``'s latency families (:mod:`epp.server.latency_metrics`, through
+:class:`scheduler.observer.LatencyMetrics`). These families are
 registered whatever the configuration (upstream registers them with the plugin) and have samples
 once a plugin reports. Pool gauges,
 the prefix index size and the saturation gauge are computed at scrape time by
@@ -37,9 +39,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from epp.server.latency_metrics import PredictedLatencyMetrics
 from epp.server.metric_catalog import Family, Naming, Scheme, by_key
 from epp.server.metric_twin import Recorder, Twin
-from scheduler.observer import InflightLoadSource
+from scheduler.observer import InflightLoadSource, LatencyReport
 from scheduler.types import Completion, Outcome, SchedulingResult, Usage
 
 __all__ = [
@@ -321,6 +324,17 @@ class SchedulerMetrics:
         self._models = _Bounded(LABEL_CAP)
         self.inflight = InflightCollector(naming, namespace)
         registry.register(self.inflight)
+        self.latency = PredictedLatencyMetrics(registry, naming, self._models, CHILD_CACHE_BUDGET)
+
+    # -- predicted-latency-producer (scheduler.observer.LatencyMetrics)
+
+    def latency_observed(self, plugin_type: str, plugin_name: str, report: LatencyReport) -> None:
+        self.latency.observed(plugin_type, plugin_name, report)
+
+    def latency_predicted(
+        self, plugin_type: str, plugin_name: str, model_name: str, target_model_name: str, seconds: float
+    ) -> None:
+        self.latency.predicted(plugin_type, plugin_name, model_name, target_model_name, seconds)
 
     # -- plugin-owned families (scheduler.observer.PluginMetrics)
 

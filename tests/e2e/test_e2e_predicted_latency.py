@@ -2,7 +2,8 @@
 
 * Two servers, one with a 200 ms prefill overhead: after warm-up the picker's in-process model
   predicts the slow one's latency and ``latency-scorer`` routes away from it; ``/debug/plugins/state``
-  shows the trained model.
+  shows the trained model; ``/metrics`` has the producer's actual and predicted TTFT per request and
+  one prediction duration per predicted cycle.
 * One busy server: a sheddable request whose ``x-slo-ttft-ms`` no endpoint can meet gets 429 with a
   JSON reason from ``latency-slo-admitter``; a non-sheddable one is served.
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_lib import completion, eventually, long_prefix, running, served_by
+from e2e_lib import completion, eventually, long_prefix, metric_sum, running, served_by
 
 from epp.stack import Stack, StackSpec
 from scheduler.plugins.latency.model import MIN_SAMPLES
@@ -69,6 +70,18 @@ def test_routes_away_from_the_slow_server_after_warm_up() -> None:
         assert model_state(stack)["samples"] >= MIN_SAMPLES
         served = Counter(served_by(completion(stack, f"measured {i}", max_tokens=2)) for i in range(20))
         assert served[fast] >= 18, (served, slow, fast, model_state(stack))
+        requests = MIN_SAMPLES + 8 + 20
+
+        def recorded() -> bool:
+            actual = metric_sum(stack, "inference_objective_request_ttft_seconds_count")
+            return actual == requests
+
+        assert eventually(recorded, timeout_s=5.0)
+        predicted = metric_sum(stack, "llm_d_epp_request_predicted_ttft_seconds_count")
+        assert predicted == requests
+        assert metric_sum(stack, "llm_d_epp_request_predicted_ttft_seconds_sum") > 0
+        timed = metric_sum(stack, "llm_d_epp_request_ttft_prediction_duration_seconds_count")
+        assert 20 <= timed < requests
 
 
 def test_admitter_rejects_an_impossible_slo_with_429(tmp_path: Path) -> None:

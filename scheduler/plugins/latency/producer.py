@@ -36,9 +36,16 @@ completion by then is dropped), ``streamingMode`` (false), ``endpointRoleLabel``
 ``useEncoderCacheFeatures`` / ``encoderCacheMatchInfoProducerName`` and ``inFlightLoadProducerName``
 (this plugin keeps its own in-flight accounting) are rejected with a ConfigError saying so.
 
-Bounds: at most :data:`PENDING_LIMIT` prefix matches wait between scheduling and dispatch; at most
-:data:`CONTEXT_LIMIT` requests tracked (the oldest dropped beyond), each for at most
-``contextTTL``; the model's own bounds are in its module.
+Metrics (upstream's ``predictedlatency/metrics.go``), when the scheduler's observer implements
+:class:`scheduler.observer.LatencyMetrics`: per successful request, the actual TTFT / TPOT (as
+trained on, above), the prediction made at scheduling time for the endpoint that served it (the
+prefill endpoint's TTFT, the decode endpoint's TPOT; 0 when the model made none) and the SLO headers,
+as a :class:`~scheduler.observer.LatencyReport`; per scheduling cycle whose candidates were predicted,
+the seconds the predictions took. Without such an observer nothing is measured or kept.
+
+Bounds: at most :data:`PENDING_LIMIT` prefix matches (and as many prediction sets) wait between
+scheduling and dispatch; at most :data:`CONTEXT_LIMIT` requests tracked (the oldest dropped beyond),
+each for at most ``contextTTL``; the model's own bounds are in its module.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from scheduler.cycle_state import CycleState, StateKey
 from scheduler.duration import DURATION_EXPECT, parse_duration
 from scheduler.errors import ConfigError
 from scheduler.interfaces import Handle
+from scheduler.observer import LatencyMetrics, LatencyReport, PluginMetrics
 from scheduler.params import param, parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
@@ -145,6 +153,8 @@ class _Context:
     deadline: float
     tpot_slo: float
     first_chunk_at: float | None = None
+    predicted_ttft: float = 0.0  # ms, the prediction for ttft_endpoint (metrics only)
+    predicted_tpot: float = 0.0  # ms, the prediction for tpot_endpoint (metrics only)
     charges: list[tuple[str, int]] = field(default_factory=list)  # (address, prefill tokens)
 
 
@@ -171,6 +181,9 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         self._dispatched: dict[str, int] = {}
         self._tpot_slos: dict[str, dict[str, float]] = {}
         self._pending: OrderedDict[str, PrefixMatch | None] = OrderedDict()
+        self._metrics: LatencyMetrics | None = None
+        # Predictions of requests scheduled but not yet dispatched (only while metrics are bound).
+        self._predicted: OrderedDict[str, dict[str, LatencyPredictionInfo]] = OrderedDict()
         self._background = background
         self._wake = threading.Event()
         self._trainer: threading.Thread | None = None
@@ -237,9 +250,31 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             found = cycle.read(self._key)
             if found is None or all(e.address in found for e in endpoints):
                 return found
+        metrics = self._metrics
+        if metrics is None:
+            found = self.predict(request, endpoints, self.prefix_match_for(cycle, request))
+            cycle.write(self._key, found)
+            return found
+        start = time.perf_counter()
         found = self.predict(request, endpoints, self.prefix_match_for(cycle, request))
+        seconds = time.perf_counter() - start
         cycle.write(self._key, found)
+        if found is not None:
+            metrics.latency_predicted(
+                self.plugin_type, self.name, request.model, request.target_model, seconds
+            )
+            kept = self._predicted.get(request.request_id)
+            if kept is None:
+                if len(self._predicted) >= PENDING_LIMIT:
+                    self._predicted.pop(next(iter(self._predicted)))
+                self._predicted[request.request_id] = dict(found)
+            else:
+                kept.update(found)
         return found
+
+    def bind_metrics(self, metrics: PluginMetrics) -> None:
+        """Report to ``metrics`` when it implements :class:`~scheduler.observer.LatencyMetrics`."""
+        self._metrics = metrics if isinstance(metrics, LatencyMetrics) else None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -266,6 +301,11 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             first.address, last.address, features, tpot_features, now, now + self.params.context_ttl,
             slo_header(request, TPOT_SLO_HEADER),
         )  # fmt: skip
+        predicted = self._predicted.pop(request.request_id, None)
+        if predicted is not None:
+            ttft_info, tpot_info = predicted.get(first.address), predicted.get(last.address)
+            ctx.predicted_ttft = ttft_info.ttft if ttft_info is not None else 0.0
+            ctx.predicted_tpot = tpot_info.tpot if tpot_info is not None else 0.0
         ctx.charges.append((first.address, features.uncached_tokens))
         self._prefill_tokens[first.address] = (
             self._prefill_tokens.get(first.address, 0) + features.uncached_tokens
@@ -286,6 +326,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
 
     def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
         self._pending.pop(request.request_id, None)
+        self._predicted.pop(request.request_id, None)
         ctx = self._drop(request.request_id)
         if ctx is None or completion.outcome is not Outcome.OK:
             return
@@ -304,6 +345,12 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             if tpot is not None:
                 self.model.observe(ctx.tpot_endpoint, ctx.tpot_features, None, tpot)
         self._train()
+        if self._metrics is not None and ttft > 0.0:
+            self._metrics.latency_observed(self.plugin_type, self.name, LatencyReport(
+                request.model, request.target_model, ttft / 1000.0, ctx.predicted_ttft / 1000.0,
+                slo_header(request, TTFT_SLO_HEADER) / 1000.0, None if tpot is None else tpot / 1000.0,
+                ctx.predicted_tpot / 1000.0, ctx.tpot_slo / 1000.0,
+            ))  # fmt: skip
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         for address in addresses:

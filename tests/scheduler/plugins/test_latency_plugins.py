@@ -14,6 +14,7 @@ from scheduler.config import load_config_text
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
+from scheduler.observer import InflightLoadSource, LatencyReport
 from scheduler.plugins.filters.prefix_affinity import PrefixAffinityFilter, PrefixAffinityParams
 from scheduler.plugins.latency import admitter, producer, scorer, tier_filter
 from scheduler.plugins.latency.consumer import LatencyInfoConsumer
@@ -254,3 +255,55 @@ def test_config_injects_one_producer_shared_by_its_consumers() -> None:
     )
     with pytest.raises(ConfigError, match="latencyPredictionInfoProducerName"):
         load_config_text(bad)
+
+
+class RecordingLatency:
+    """A scheduler.observer.LatencyMetrics fake (plus the PluginMetrics methods)."""
+
+    def __init__(self) -> None:
+        self.reports: list[LatencyReport] = []
+        self.durations: list[tuple[str, str, float]] = []
+
+    def pd_decision(self, plugin_type: str, plugin_name: str, model_name: str, decision_type: str) -> None:
+        pass
+
+    def disagg_decision(
+        self, plugin_type: str, plugin_name: str, model_name: str, decision_type: str
+    ) -> None:
+        pass
+
+    def watch_inflight_load(self, source: InflightLoadSource) -> None:
+        pass
+
+    def latency_observed(self, plugin_type: str, plugin_name: str, report: LatencyReport) -> None:
+        self.reports.append(report)
+
+    def latency_predicted(
+        self, plugin_type: str, plugin_name: str, model_name: str, target_model_name: str, seconds: float
+    ) -> None:
+        self.durations.append((model_name, target_model_name, seconds))
+
+
+def test_producer_reports_the_prefill_ttft_and_decode_tpot_predictions_in_pd() -> None:
+    p = trained(PredictedLatencyParams(streaming_mode=True))
+    clock = Clock()
+    p._clock = clock
+    metrics = RecordingLatency()
+    p.bind_metrics(metrics)
+    r = LLMRequest("r1", "m", "tm", token_estimate=1000, headers={"x-slo-tpot-ms": "20"})
+    cycle = CycleState()
+    p.prepare(cycle, r, [FAST, SLOW])
+    assert p.predictions(cycle, r, [replace(FAST, metrics=BUSY), replace(SLOW, metrics=BUSY)]) is not None
+    assert [(m, t) for m, t, _ in metrics.durations] == [("m", "tm")] and metrics.durations[0][2] >= 0
+    p.on_dispatched(r, routed_pd(FAST, SLOW))  # prefill on SLOW, decode on FAST
+    clock.now += 0.3
+    p.on_response_chunk(r, routed_pd(FAST, SLOW), b"x")
+    clock.now += 0.2
+    p.on_completed(r, routed_pd(FAST, SLOW), Completion(Outcome.OK, usage=Usage(completion_tokens=5)))
+    (report,) = metrics.reports
+    assert (report.model_name, report.target_model_name) == ("m", "tm")
+    assert report.ttft == pytest.approx(0.3) and report.tpot == pytest.approx(0.05)
+    assert report.predicted_ttft == pytest.approx(1.0, rel=0.05)  # SLOW's TTFT
+    assert report.predicted_tpot == pytest.approx(0.01, rel=0.05)  # FAST's TPOT
+    assert (report.ttft_slo, report.tpot_slo) == (0.0, 0.02)
+    assert p._predicted == {}
