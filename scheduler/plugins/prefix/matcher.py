@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler.cycle_state import CycleState, StateKey
+from scheduler.headers import PREFILLER_HEADER
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.prefix.capacity import CapacityPlanner
 from scheduler.plugins.prefix.hashing import ChainHasher
@@ -36,9 +37,8 @@ from scheduler.plugins.prefix.params import PrefixCacheParams
 from scheduler.plugins.tokens.producer import TokenProducer
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
-__all__ = ["PREFILLER_HEADER", "PrefixMatcher"]
+__all__ = ["PrefixMatcher"]
 
-PREFILLER_HEADER = "x-prefiller-host-port"
 _PENDING_LIMIT = 1024  # hash chains kept from prepare to on_dispatched (bounded: <= ~10 MB)
 
 

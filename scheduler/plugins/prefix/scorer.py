@@ -31,14 +31,13 @@ from scheduler.errors import ConfigError
 from scheduler.interfaces import Handle, Plugin
 from scheduler.params import params_to_dict, parse_params, plugin_location
 from scheduler.plugins.prefix.match import PrefixMatch, PrefixMatchSource
-from scheduler.plugins.prefix.matcher import PREFILLER_HEADER, PrefixMatcher
+from scheduler.plugins.prefix.matcher import PrefixMatcher
 from scheduler.plugins.prefix.params import SCORE_KEYS, PrefixCacheScorerParams, PrefixScoreParams
 from scheduler.producers import DataNeed
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = [
     "DEFAULT_PRODUCER",
-    "PREFILLER_HEADER",
     "PREFIX_MATCH_INFO",
     "PUBLISHED_PREFIX_MATCH",
     "PrefixCacheScorer",
