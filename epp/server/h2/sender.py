@@ -28,10 +28,8 @@ from scheduler.types import Outcome
 
 __all__ = ["H2Stream", "StreamSender"]
 
-_CLIENT_CANCEL, _STREAM_RESET = (
-    Outcome.CLIENT_CANCEL,
-    Outcome.STREAM_RESET,
-)  # globals: cheaper than Enum members
+# Outcome members as globals (cheaper to load than Enum attributes), named after the member.
+_CLIENT_CANCEL, _STREAM_RESET = Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET
 
 
 class H2Stream:
