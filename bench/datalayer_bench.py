@@ -226,7 +226,7 @@ async def run_point(
 ) -> PointResult:
     """Scrape ``ports`` with a real DataLayer and measure CPU share and snapshot age."""
     from datalayer import AiohttpClient, DataLayer, DataLayerOptions, HttpxClient, StaticDiscovery
-    from datalayer.rawhttp import RawHttpClient
+    from datalayer.http.rawhttp import RawHttpClient
 
     clients = {"aiohttp": AiohttpClient, "httpx": HttpxClient, "raw": RawHttpClient}
     http = _Counting(clients[client]())
@@ -291,9 +291,9 @@ def parser_timings(repeat: int = 200) -> dict[str, float]:
 
 
 def http_parse_timings(repeat: int = 2000) -> dict[str, float]:
-    """Microseconds of CPU for :class:`~datalayer.rawhttp.RawHttpClient`'s connection protocol to parse
+    """Microseconds of CPU for :class:`~datalayer.http.rawhttp.RawHttpClient`'s connection protocol to parse
     one ~30 KB ``/metrics`` response (fed in 16 KiB reads, no sockets): Content-Length and chunked."""
-    from datalayer.rawhttp import _Conn
+    from datalayer.http.rawhttp import _Conn
 
     body = vllm_metrics_text(3, 5, 0.4, seed=1).encode()
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"

@@ -80,8 +80,8 @@ from datalayer.http import (
     HttpxClient,
     default_http_client,
 )
+from datalayer.http.rawhttp import RawHttpClient
 from datalayer.layer import DataLayer, DataLayerOptions
-from datalayer.rawhttp import RawHttpClient
 from datalayer.records import (
     ENGINE_LABEL,
     DiscoveryEvent,

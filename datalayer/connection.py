@@ -26,7 +26,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from datalayer.http import AiohttpClient, HttpClient
+from datalayer.http import AiohttpClient, HttpClient, RawHttpClient
 
 __all__ = [
     "Connection",
@@ -135,11 +135,9 @@ ClientFactory = Callable[[Connection], HttpClient]
 
 
 def default_client_factory(connection: Connection) -> HttpClient:
-    """:class:`~datalayer.rawhttp.RawHttpClient` for http, aiohttp with the TLS context for https."""
+    """:class:`~datalayer.http.rawhttp.RawHttpClient` for http, aiohttp with the TLS context for https."""
     if connection.scheme == "https":
         return AiohttpClient(ssl_context=connection.tls.ssl_context())
-    from datalayer.rawhttp import RawHttpClient
-
     return RawHttpClient()
 
 

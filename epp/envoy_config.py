@@ -41,6 +41,13 @@ from typing import Any
 
 import yaml
 
+from epp.protocol.headers import (
+    DESTINATION_SERVED_KEY,
+    DESTINATION_SUBSET_KEY,
+    LB_NAMESPACE,
+    SUBSET_NAMESPACE,
+)
+
 __all__ = [
     "PLACEHOLDERS",
     "TEMPLATE_DIR",
@@ -68,11 +75,6 @@ VARIANTS: dict[str, tuple[str, str]] = {
 }
 
 PLACEHOLDERS = ("LISTEN_ADDRESS", "LISTEN_PORT", "ADMIN_ADDRESS", "ADMIN_PORT", "PICKER_HOST", "PICKER_PORT")
-
-_SUBSET_NAMESPACE = "envoy.lb.subset_hint"
-_SUBSET_KEY = "x-gateway-destination-endpoint-subset"
-_LB_NAMESPACE = "envoy.lb"
-_SERVED_KEY = "x-gateway-destination-endpoint-served"
 
 
 class EnvoyConfigError(ValueError):
@@ -153,7 +155,11 @@ def _set_endpoints(cluster: dict[str, Any], endpoints: Sequence[str], variant: s
 def _subset_hint_filter(header: str) -> dict[str, Any]:
     rule = {
         "header": header,
-        "on_header_present": {"metadata_namespace": _SUBSET_NAMESPACE, "key": _SUBSET_KEY, "type": "STRING"},
+        "on_header_present": {
+            "metadata_namespace": SUBSET_NAMESPACE,
+            "key": DESTINATION_SUBSET_KEY,
+            "type": "STRING",
+        },
         "remove": True,
     }
     return {
@@ -171,13 +177,17 @@ def _report_served_endpoint(doc: dict[str, Any], variant: str) -> None:
         raise EnvoyConfigError(f"variant {variant!r}: the last HTTP filter is not the router")
     listener = doc["static_resources"]["listeners"][0]
     route_config = listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
-    header = {"key": _SERVED_KEY, "value": "%UPSTREAM_HOST%"}
+    header = {"key": DESTINATION_SERVED_KEY, "value": "%UPSTREAM_HOST%"}
     route_config.setdefault("response_headers_to_add", []).append(
         {"header": header, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
     )
     rule = {
-        "header": _SERVED_KEY,
-        "on_header_present": {"metadata_namespace": _LB_NAMESPACE, "key": _SERVED_KEY, "type": "STRING"},
+        "header": DESTINATION_SERVED_KEY,
+        "on_header_present": {
+            "metadata_namespace": LB_NAMESPACE,
+            "key": DESTINATION_SERVED_KEY,
+            "type": "STRING",
+        },
         "remove": True,
     }
     # just before the router: on the response path it runs before every ext_proc filter

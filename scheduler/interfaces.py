@@ -44,6 +44,7 @@ __all__ = [
     "Picker",
     "Plugin",
     "PluginFactory",
+    "PrefixIndexStats",
     "PrepareHook",
     "ProfileHandler",
     "RequestAdmitter",
@@ -283,6 +284,33 @@ class SaturationDetector(Plugin, Protocol):
 
     def is_saturated(self, endpoints: Sequence[EndpointView], now: float) -> bool:
         """True when sheddable (priority < 0) requests should be rejected with 429."""
+        ...
+
+
+@runtime_checkable
+class PrefixIndexStats(Plugin, Protocol):
+    """Optional: a plugin that holds an approximate prefix index, or scores from one, reports it for the
+    ``*_prefix_indexer_*`` metrics (index size, per-request hit bytes and ratio).
+
+    The metrics code finds these plugins by this protocol, never by type name or attribute lookup.
+    """
+
+    def stats_index(self) -> PrefixIndexStats | None:
+        """The plugin whose index this one reads: itself when it holds its own, its producer when it
+        reads one that reports stats, None when the index it reads reports none."""
+        ...
+
+    def index_entries(self) -> int:
+        """Distinct block hashes the index of this plugin holds now (0 when it holds none)."""
+        ...
+
+    @property
+    def block_chars(self) -> int:
+        """Prompt characters per block of the index (4 per token)."""
+        ...
+
+    def max_blocks(self) -> int:
+        """How many leading blocks of a prompt are hashed and matched."""
         ...
 
 

@@ -1,5 +1,8 @@
 """Header and metadata names of the endpoint-picker protocol, and reading Envoy header maps.
 
+Each name is defined once: the control headers in :mod:`epp.request.build` (which reads them), the
+headers scheduler plugins read or write in :mod:`scheduler.headers`; this module re-exports them.
+
 Envoy sends header values in ``raw_value`` (bytes) and, for older versions, in ``value``; both are
 read. Keys arrive lower-case. Repeated headers are joined with ``","`` (RFC 9110 list semantics).
 """
@@ -11,6 +14,16 @@ from typing import cast
 from envoy.config.core.v3.base_pb2 import HeaderMap, Metadata
 from google.protobuf.struct_pb2 import Value
 
+from epp.request.build import (
+    FAIRNESS_HEADER,
+    FAIRNESS_HEADERS,
+    MODEL_REWRITE_HEADER,
+    MODEL_REWRITE_HEADERS,
+    OBJECTIVE_HEADER,
+    OBJECTIVE_HEADERS,
+)
+from scheduler.headers import PREFILLER_HEADER, SERVED_ENDPOINT_HEADER
+
 __all__ = [
     "CONTENT_LENGTH",
     "CONTENT_TYPE",
@@ -21,9 +34,12 @@ __all__ = [
     "DESTINATION_SERVED_KEY",
     "DESTINATION_SUBSET_KEY",
     "FAIRNESS_HEADER",
+    "FAIRNESS_HEADERS",
     "LB_NAMESPACE",
     "MODEL_REWRITE_HEADER",
+    "MODEL_REWRITE_HEADERS",
     "OBJECTIVE_HEADER",
+    "OBJECTIVE_HEADERS",
     "PREFILLER_HEADER",
     "REQUEST_ID_HEADER",
     "SUBSET_HEADER",
@@ -34,29 +50,19 @@ __all__ = [
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 LB_NAMESPACE = "envoy.lb"
-DESTINATION_METADATA_KEY = "x-gateway-destination-endpoint"
+DESTINATION_METADATA_KEY = DESTINATION_HEADER
 DESTINATION_SCORES_METADATA_KEY = "x-gateway-destination-endpoint-scores"  # --emit-endpoint-scores
-DESTINATION_SERVED_KEY = "x-gateway-destination-endpoint-served"
+DESTINATION_SERVED_KEY = SERVED_ENDPOINT_HEADER
+"""``envoy.lb`` metadata key (and response header to plugins) of the endpoint that served."""
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
-DESTINATION_SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 SUBSET_HEADER = "x-gateway-destination-endpoint-subset"
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
-FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
-MODEL_REWRITE_HEADER = "x-gateway-model-name-rewrite"
-PREFILLER_HEADER = "x-prefiller-host-port"
+DESTINATION_SUBSET_KEY = SUBSET_HEADER
+"""``envoy.lb.subset_hint`` metadata key: the proxy copies :data:`SUBSET_HEADER` into it."""
 REQUEST_ID_HEADER = "x-request-id"
 CONTENT_LENGTH = "content-length"
 CONTENT_TYPE = "content-type"
 
-CONTROL_HEADERS = (
-    "x-llm-d-inference-objective",
-    OBJECTIVE_HEADER,
-    "x-llm-d-inference-fairness-id",
-    FAIRNESS_HEADER,
-    "x-llm-d-model-name-rewrite",
-    MODEL_REWRITE_HEADER,
-    SUBSET_HEADER,
-)
+CONTROL_HEADERS = (*OBJECTIVE_HEADERS, *FAIRNESS_HEADERS, *MODEL_REWRITE_HEADERS, SUBSET_HEADER)
 """Headers that steer the picker and are removed before the request reaches the model server."""
 
 

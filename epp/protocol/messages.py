@@ -14,11 +14,19 @@ on every request: the routing response of each destination when it sets nothing 
 (the common case behind Envoy, which sends its own ``x-request-id``), the empty HeadersResponse and
 TrailersResponse of each phase, and the empty last chunk of a streamed body. Callers must not modify
 a returned response (the I/O loops only serialise them).
+
+Test mode: with ``EPP_FROZEN_RESPONSES=1`` in the environment (before the first import; the test suite
+sets it in ``tests/conftest.py``), each shared response is snapshotted (deterministic serialisation)
+when first built and checked on every reuse, and :func:`verify_shared_responses` checks them all (run
+after every test): a modified shared response raises :class:`SharedResponseModifiedError`. Without it
+the caches are plain dicts, so production pays nothing.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 import orjson
 from envoy.config.core.v3.base_pb2 import HeaderValueOption
@@ -43,6 +51,8 @@ from epp.protocol.headers import (
 )
 
 __all__ = [
+    "FROZEN_RESPONSES",
+    "SharedResponseModifiedError",
     "body_response",
     "error_body",
     "header_mutation",
@@ -52,13 +62,68 @@ __all__ = [
     "routing_metadata",
     "streamed_body",
     "trailers_response",
+    "verify_shared_responses",
 ]
+
+FROZEN_RESPONSES = os.environ.get("EPP_FROZEN_RESPONSES", "") not in ("", "0")
+"""Test mode: shared responses are checked for modification (module docstring)."""
+
+_K = TypeVar("_K")
+
+
+class SharedResponseModifiedError(RuntimeError):
+    """A shared response was changed after it was built (test mode only)."""
+
+
+class _CheckedCache(dict[_K, ProcessingResponse]):
+    """A response cache that snapshots each entry when stored and checks it on every ``get``."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+        self.snapshots: dict[_K, bytes] = {}
+
+    def __setitem__(self, key: _K, reply: ProcessingResponse) -> None:
+        super().__setitem__(key, reply)
+        self.snapshots[key] = reply.SerializeToString(deterministic=True)
+
+    def get(self, key: _K, default: ProcessingResponse | None = None) -> ProcessingResponse | None:
+        reply = super().get(key)
+        if reply is None:
+            return default
+        self.check(key, reply)
+        return reply
+
+    def check(self, key: _K, reply: ProcessingResponse) -> None:
+        if reply.SerializeToString(deterministic=True) != self.snapshots[key]:
+            raise SharedResponseModifiedError(
+                f"the shared {self.what} for {key!r} was modified after it was built; responses from "
+                "epp.protocol.messages are shared and must not be changed"
+            )
+
+    def clear(self) -> None:
+        super().clear()
+        self.snapshots.clear()
+
+
+def _cache(what: str) -> dict[_K, ProcessingResponse]:
+    return _CheckedCache(what) if FROZEN_RESPONSES else {}
+
 
 _OVERWRITE = HeaderValueOption.HeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD
 _ROUTING_CACHE_MAX = 4096  # destinations (an address, or a primary,fallback list); cleared when full
-_routing_cache: dict[str, ProcessingResponse] = {}
-_empty_answers: dict[str, ProcessingResponse] = {}  # empty Headers/TrailersResponse by phase
-_empty_chunks: dict[tuple[str, bool], ProcessingResponse] = {}  # empty streamed body: (phase, end_of_stream)
+_routing_cache: dict[str, ProcessingResponse] = _cache("routing response")
+_empty_answers: dict[str, ProcessingResponse] = _cache("empty response")  # Headers/TrailersResponse by phase
+_empty_chunks: dict[tuple[str, bool], ProcessingResponse] = _cache("empty streamed body")  # (phase, end)
+
+
+def verify_shared_responses() -> None:
+    """Raise :class:`SharedResponseModifiedError` if any shared response was modified (test mode; a
+    no-op without it)."""
+    for cache in (_routing_cache, _empty_answers, _empty_chunks):
+        if isinstance(cache, _CheckedCache):
+            for key, reply in cache.items():
+                cache.check(key, reply)
 
 
 def header_mutation(set_headers: Mapping[str, str], remove: Iterable[str] = ()) -> HeaderMutation:

@@ -17,18 +17,24 @@ from epp.request.parser import ParsedBody
 from scheduler.types import LLMRequest
 
 __all__ = [
+    "FAIRNESS_HEADER",
     "FAIRNESS_HEADERS",
     "MODEL_REWRITE_HEADER",
     "MODEL_REWRITE_HEADERS",
+    "OBJECTIVE_HEADER",
     "OBJECTIVE_HEADERS",
     "build_request",
     "header_value",
 ]
 
-MODEL_REWRITE_HEADER = "x-gateway-model-name-rewrite"  # GIE's name (llm-d-router: a deprecated alias)
+# The control headers' names, defined once here (epp.protocol.headers re-exports them); each tuple
+# is in precedence order: llm-d-router's name, then GIE's (a deprecated alias there).
+MODEL_REWRITE_HEADER = "x-gateway-model-name-rewrite"
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
 MODEL_REWRITE_HEADERS = ("x-llm-d-model-name-rewrite", MODEL_REWRITE_HEADER)
-OBJECTIVE_HEADERS = ("x-llm-d-inference-objective", "x-gateway-inference-objective")
-FAIRNESS_HEADERS = ("x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id")
+OBJECTIVE_HEADERS = ("x-llm-d-inference-objective", OBJECTIVE_HEADER)
+FAIRNESS_HEADERS = ("x-llm-d-inference-fairness-id", FAIRNESS_HEADER)
 
 
 def header_value(headers: Mapping[str, str], names: tuple[str, ...]) -> str | None:

@@ -11,22 +11,20 @@
 Labels name the plugin that owns the index, as upstream: a self-contained scorer (GIE's, or one with
 index parameters) is ``prefix-cache-scorer``; a scorer reading llm-d-router's
 ``approx-prefix-cache-producer`` reports under that producer's name and type (several scorers of one
-producer: one observation per request). Both read the scheduler's own records and plugin state, so the
-scheduler needs no metrics code.
+producer: one observation per request). Both read the scheduler's own records and the plugins'
+:class:`~scheduler.interfaces.PrefixIndexStats` (never type names or attribute lookups), so the
+scheduler needs no metrics code. A scorer reading a producer without stats (the precise one) is not
+observed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from scheduler.interfaces import Plugin
+from scheduler.interfaces import Plugin, PrefixIndexStats, Scorer
 from scheduler.types import LLMRequest, SchedulingResult
 
-__all__ = ["PREFIX_SCORER_TYPE", "PRODUCER_TYPE", "index_sizes_reader", "prefix_hit_observer"]
-
-PREFIX_SCORER_TYPE = "prefix-cache-scorer"
-PRODUCER_TYPE = "approx-prefix-cache-producer"
+__all__ = ["index_sizes_reader", "prefix_hit_observer"]
 
 Observe = Callable[[str, str, float, float | None], None]  # (name, type, hit bytes, hit ratio or None)
 
@@ -34,8 +32,11 @@ Observe = Callable[[str, str, float, float | None], None]  # (name, type, hit by
 def prefix_hit_observer(
     plugins: Sequence[Plugin], observe: Observe
 ) -> Callable[[LLMRequest, SchedulingResult], None] | None:
-    """``f(request, result)`` observing the primary endpoint's prefix hit; None without a prefix scorer."""
-    scorers: dict[str, Any] = {p.name: p for p in plugins if p.plugin_type == PREFIX_SCORER_TYPE}
+    """``f(request, result)`` observing the primary endpoint's prefix hit; None without a prefix scorer
+    (a :class:`~scheduler.interfaces.Scorer` that is a :class:`~scheduler.interfaces.PrefixIndexStats`)."""
+    scorers: dict[str, PrefixIndexStats] = {
+        p.name: p for p in plugins if isinstance(p, PrefixIndexStats) and isinstance(p, Scorer)
+    }
     if not scorers:
         return None
 
@@ -53,8 +54,8 @@ def prefix_hit_observer(
                 scorer = scorers.get(name)
                 if scorer is None:
                     continue
-                index = _owner(scorer)
-                if index.name in owners:
+                index = scorer.stats_index()
+                if index is None or index.name in owners:
                     continue
                 owners.add(index.name)
                 chars = index.block_chars
@@ -66,20 +67,9 @@ def prefix_hit_observer(
     return on_result
 
 
-def _owner(scorer: Any) -> Any:
-    """The plugin whose index ``scorer`` reads: its producer under llm-d.ai/v1alpha1, else itself."""
-    return getattr(scorer, "producer", None) or scorer
-
-
 def index_sizes_reader(plugins: Sequence[Plugin]) -> Callable[[], list[tuple[str, str, int]]]:
     """``f() -> [(plugin name, plugin type, entries)]`` for every prefix index in use: that of each
-    self-contained ``prefix-cache-scorer`` and of each ``approx-prefix-cache-producer``."""
-    sized = [
-        (p.name, p.plugin_type, i)
-        for p in plugins
-        if p.plugin_type in (PREFIX_SCORER_TYPE, PRODUCER_TYPE)
-        and _owner(p) is p
-        and (i := getattr(p, "index", None)) is not None
-        and hasattr(i, "__len__")
-    ]
-    return lambda: [(name, kind, len(index)) for name, kind, index in sized]
+    :class:`~scheduler.interfaces.PrefixIndexStats` plugin holding its own (a self-contained
+    ``prefix-cache-scorer``, an ``approx-prefix-cache-producer``)."""
+    held = [p for p in plugins if isinstance(p, PrefixIndexStats) and p.stats_index() is p]
+    return lambda: [(p.name, p.plugin_type, p.index_entries()) for p in held]

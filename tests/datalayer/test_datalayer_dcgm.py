@@ -14,8 +14,8 @@ from datalayer.config import DataLayerConfigError, validate_datalayer_section
 from datalayer.connection import Connection, SourceConnection
 from datalayer.dcgm import GPU_UTILIZATION_KEY, DcgmDataSource, DcgmExtractor
 from datalayer.discovery import make_spec
+from datalayer.http.rawhttp import RawHttpClient
 from datalayer.poller import PollSettings, SourcePoller
-from datalayer.rawhttp import RawHttpClient
 from datalayer.store import EndpointStore
 from scheduler.plugins.attributes import resolve_attribute
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datalayer.http import AiohttpClient, FetchError, HttpClient
-from datalayer.rawhttp import RawHttpClient
+from datalayer.http.rawhttp import RawHttpClient
 
 CAP = 64 * 1024
 
@@ -216,7 +216,7 @@ class _FakeTransport:
 
 
 def _feed(reply: bytes, cuts: list[int], max_bytes: int = CAP) -> tuple[Any, Any]:
-    from datalayer.rawhttp import _Conn
+    from datalayer.http.rawhttp import _Conn
 
     async def run() -> tuple[Any, Any]:
         conn = _Conn()

@@ -24,8 +24,8 @@ from datalayer.discovery.file_plugin import (
     parse_upstream_endpoints,
     valid_host_or_ip,
 )
+from datalayer.http.rawhttp import RawHttpClient
 from datalayer.poller import PollSettings, SourcePoller
-from datalayer.rawhttp import RawHttpClient
 from datalayer.sources import MetricsDataSource
 from datalayer.store import EndpointStore
 from epp.config_sections import load_picker_config

@@ -17,9 +17,9 @@ from datalayer import DataLayer, DataLayerOptions, StaticDiscovery
 from datalayer.config import DataLayerConfigError, plugin_factories, validate_datalayer_section
 from datalayer.connection import Connection, SourceConnection, TlsSettings
 from datalayer.discovery import make_spec
+from datalayer.http.rawhttp import RawHttpClient
 from datalayer.params import go_duration
 from datalayer.promtext import LazySamples
-from datalayer.rawhttp import RawHttpClient
 from datalayer.sources import CoreMetricsExtractor, MetricsDataSource, ModelsDataSource, tick_interval
 
 

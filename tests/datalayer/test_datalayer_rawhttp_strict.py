@@ -14,8 +14,8 @@ import pytest
 from datalayer import DataLayer, DataLayerOptions, StaticDiscovery
 from datalayer.discovery import SpecTracker, make_spec
 from datalayer.http import FetchError
+from datalayer.http.rawhttp import RawHttpClient
 from datalayer.poller import PollSettings, SourcePoller
-from datalayer.rawhttp import RawHttpClient
 from datalayer.records import Health
 from datalayer.sources import MetricsDataSource
 

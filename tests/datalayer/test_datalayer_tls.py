@@ -20,7 +20,7 @@ from datalayer import DataLayer, DataLayerOptions, Health, StaticDiscovery
 from datalayer.config import DataLayerConfigError, validate_datalayer_section
 from datalayer.connection import TlsSettings, TlsSettingsError
 from datalayer.http import default_http_client
-from datalayer.rawhttp import RawHttpClient
+from datalayer.http.rawhttp import RawHttpClient
 
 
 @pytest.fixture(scope="module")

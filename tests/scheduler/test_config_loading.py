@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from scheduler.config import default_config, load_config_file, load_config_text
-from scheduler.config.cli import check_config_main
 from scheduler.errors import ConfigError
 from scheduler.registry import default_registry
 from scheduler.types import Endpoint, LLMRequest
@@ -173,21 +172,6 @@ def test_external_sections_use_registered_validators() -> None:
     assert seen == [(["flowControl"], "featureGates")]
     assert resolved.sections["featureGates"] == {"validated": ["flowControl"]}
     assert "featureGates" in resolved.render()
-
-
-def test_check_config_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert check_config_main([str(CONFIGS / "gie-default.yaml")]) == 0
-    out = capsys.readouterr().out
-    assert "pluginRef: prefix-cache-scorer" in out and "weight: 3.0" in out
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(HEAD + "plugins:\n- type: no-such-plugin\n")
-    assert check_config_main([str(bad)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f'error: {bad}: plugins[0].type: unknown plugin type "no-such-plugin"')
-    assert check_config_main([str(tmp_path / "missing.yaml")]) == 2
-    assert "cannot read configuration file" in capsys.readouterr().err
-    assert check_config_main([]) == 0
-    assert "queue-scorer" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("plugin_type", default_registry(entry_points=False).types())

@@ -41,7 +41,21 @@ from google.protobuf.message import DecodeError
 
 from epp.protocol import RemoteProtocolError
 from epp.server.h2 import frames as f
-from epp.server.h2.frames import DATA, END_HEADERS, END_STREAM, HEADERS, PADDED, RESPONSE_HEADERS, frame
+from epp.server.h2.frames import (
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    FRAME_HEADER,
+    GRPC_DEADLINE_EXCEEDED,
+    GRPC_INTERNAL,
+    GRPC_INVALID_ARGUMENT,
+    GRPC_RESOURCE_EXHAUSTED,
+    GRPC_UNIMPLEMENTED,
+    HEADERS,
+    PADDED,
+    RESPONSE_HEADERS,
+    frame,
+)
 from epp.server.h2.headers import HeaderError, RequestHeaders
 from epp.server.h2.limits import H2Limits
 from epp.server.h2.sender import H2Stream, StreamSender
@@ -53,10 +67,7 @@ __all__ = ["H2Connection"]
 _log = structlog.get_logger("epp.h2")
 _MAX_WINDOW = 2**31 - 1
 _MAX_FRAME = 1 << 20  # what we accept (SETTINGS_MAX_FRAME_SIZE)
-_FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, R + stream id
 _GRPC_PREFIX = struct.Struct(">BI")  # compressed flag, message length
-_INVALID_ARGUMENT, _DEADLINE_EXCEEDED, _RESOURCE_EXHAUSTED = 3, 4, 8
-_UNIMPLEMENTED, _INTERNAL = 12, 13
 _E = f.ErrorCode
 _ONLY_PROCESS = "unknown method: only envoy.service.ext_proc.v3.ExternalProcessor/Process is served"
 
@@ -267,7 +278,7 @@ class H2Connection(StreamSender, asyncio.Protocol):
             pos = 24
         end = len(buf)
         while end - pos >= 9:
-            high, low, kind, flags, sid = _FRAME_HEADER.unpack_from(buf, pos)
+            high, low, kind, flags, sid = FRAME_HEADER.unpack_from(buf, pos)
             length = (high << 16) | low
             if length > _MAX_FRAME:
                 raise _ConnectionError(_E.FRAME_SIZE_ERROR, f"frame of {length} bytes")
@@ -429,7 +440,7 @@ class H2Connection(StreamSender, asyncio.Protocol):
         if not head.grpc_content or not head.path_ok:
             self._spend()
             if head.grpc_content:
-                trailers = RESPONSE_HEADERS + f.trailers(_UNIMPLEMENTED, _ONLY_PROCESS)
+                trailers = RESPONSE_HEADERS + f.trailers(GRPC_UNIMPLEMENTED, _ONLY_PROCESS)
             else:
                 trailers = f.STATUS_415
             out.append(frame(HEADERS, END_HEADERS | END_STREAM, sid, trailers))
@@ -447,7 +458,7 @@ class H2Connection(StreamSender, asyncio.Protocol):
         stream.timer = None
         if self._streams.get(sid) is stream:
             out: list[bytes] = []
-            self._fail(sid, stream, _DEADLINE_EXCEEDED, "Deadline Exceeded", out, Outcome.TIMEOUT)
+            self._fail(sid, stream, GRPC_DEADLINE_EXCEEDED, "Deadline Exceeded", out, Outcome.TIMEOUT)
             self._write(out)
 
     def _on_reset(self, sid: int, payload: bytes) -> None:
@@ -504,10 +515,10 @@ class H2Connection(StreamSender, asyncio.Protocol):
         while end - pos >= 5:
             compressed, size = _GRPC_PREFIX.unpack_from(buf, pos)
             if compressed:
-                self._fail(sid, stream, _UNIMPLEMENTED, "compressed gRPC messages are not supported", out)
+                self._fail(sid, stream, GRPC_UNIMPLEMENTED, "compressed gRPC messages are not supported", out)
                 return False
             if size > self._max_message:
-                self._fail(sid, stream, _RESOURCE_EXHAUSTED, f"message of {size} bytes is too large", out)
+                self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, f"message of {size} bytes is too large", out)
                 return False
             if end - pos - 5 < size:
                 need = 5 + size
@@ -517,11 +528,11 @@ class H2Connection(StreamSender, asyncio.Protocol):
                 responses = stream.ext.feed(message)
             except (DecodeError, RemoteProtocolError) as exc:
                 _log.warning("ext_proc protocol error", error=str(exc))
-                self._fail(sid, stream, _INVALID_ARGUMENT, str(exc) or "invalid ProcessingRequest", out)
+                self._fail(sid, stream, GRPC_INVALID_ARGUMENT, str(exc) or "invalid ProcessingRequest", out)
                 return False
             except Exception:
                 _log.exception("ext_proc stream failed")
-                self._fail(sid, stream, _INTERNAL, "internal error in the endpoint picker", out)
+                self._fail(sid, stream, GRPC_INTERNAL, "internal error in the endpoint picker", out)
                 return False
             pos += 5 + size
             if self._tokens < self._limits.flood_rate:
@@ -568,7 +579,7 @@ class H2Connection(StreamSender, asyncio.Protocol):
         others = self._held - len(stream.buf) + self._queued + self._reserved - stream.commit
         if others + need > self._budget:
             message = f"message of {need - 5} bytes: over the connection memory budget ({self._budget} bytes)"
-            self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
+            self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, message, out)
             return False
         self._reserved += need - stream.commit
         stream.commit = need
@@ -587,7 +598,7 @@ class H2Connection(StreamSender, asyncio.Protocol):
             return  # the stream or the connection ended meanwhile
         out: list[bytes] = []
         if responses is None:
-            self._fail(sid, stream, _INTERNAL, "internal error in the endpoint picker", out)
+            self._fail(sid, stream, GRPC_INTERNAL, "internal error in the endpoint picker", out)
         elif self._queue(sid, stream, responses, out):
             self._drain(sid, stream, out)
         self._write(out)

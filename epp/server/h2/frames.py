@@ -17,7 +17,14 @@ __all__ = [
     "DATA",
     "END_HEADERS",
     "END_STREAM",
+    "FRAME_HEADER",
     "GOAWAY",
+    "GRPC_DEADLINE_EXCEEDED",
+    "GRPC_INTERNAL",
+    "GRPC_INVALID_ARGUMENT",
+    "GRPC_OK",
+    "GRPC_RESOURCE_EXHAUSTED",
+    "GRPC_UNIMPLEMENTED",
     "HEADERS",
     "PADDED",
     "PING",
@@ -65,13 +72,22 @@ class ErrorCode:
     ENHANCE_YOUR_CALM = 11
 
 
-_HEADER = struct.Struct(">BHBBI")
+FRAME_HEADER = struct.Struct(">BHBBI")
+"""The 9-byte frame header: length (24 bits as 8 + 16), type, flags, R bit + stream id."""
+
+# gRPC status codes (grpc/status.h) the engine answers with in trailers.
+GRPC_OK = 0
+GRPC_INVALID_ARGUMENT = 3
+GRPC_DEADLINE_EXCEEDED = 4
+GRPC_RESOURCE_EXHAUSTED = 8
+GRPC_UNIMPLEMENTED = 12
+GRPC_INTERNAL = 13
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     """One frame: 9-byte header + payload (the caller keeps payloads within the peer's frame size)."""
     n = len(payload)
-    return _HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream_id) + payload
+    return FRAME_HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream_id) + payload
 
 
 def settings(values: dict[int, int]) -> bytes:

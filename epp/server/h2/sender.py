@@ -8,20 +8,28 @@ attributes declared on it; it is split out only to keep each module readable.
 from __future__ import annotations
 
 import asyncio
-import struct
 
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
 
 from epp.server.h2 import frames as f
-from epp.server.h2.frames import DATA, END_HEADERS, END_STREAM, HEADERS, RESPONSE_HEADERS, frame
+from epp.server.h2.frames import (
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    FRAME_HEADER,
+    GRPC_OK,
+    GRPC_RESOURCE_EXHAUSTED,
+    HEADERS,
+    RESPONSE_HEADERS,
+    frame,
+)
 from epp.server.stream import ExtProcStream
 from scheduler.types import Outcome
 
 __all__ = ["H2Stream", "StreamSender"]
 
-_FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, R + stream id
-_CANCELLED, _RESET = Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET  # globals are cheaper than Enum members
-_OK, _RESOURCE_EXHAUSTED = 0, 8
+# Outcome members as globals (cheaper to load than Enum attributes), named after the member.
+_CLIENT_CANCEL, _STREAM_RESET = Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET
 
 
 class H2Stream:
@@ -81,12 +89,12 @@ class StreamSender:
             data = response.SerializeToString()
             if self._max_send and len(data) > self._max_send:
                 message = f"trying to send message larger than max ({len(data)} vs. {self._max_send})"
-                self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
+                self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, message, out)
                 return False
             stream.pending += (len(data).to_bytes(5, "big"), data)  # gRPC prefix: uncompressed, length
             stream.pending_bytes += 5 + len(data)
         if stream.ext.finished:
-            self._finish(sid, stream, _OK, "", _RESET, out)
+            self._finish(sid, stream, GRPC_OK, "", _STREAM_RESET, out)
             return False
         return True
 
@@ -108,16 +116,22 @@ class StreamSender:
     def _reset(self, sid: int, stream: H2Stream, code: int, out: list[bytes]) -> None:
         """A stream error (RFC 9113 5.4.2): RST_STREAM with ``code``; a dispatched request is reset."""
         self._drop(sid, stream)
-        stream.ext.end(Outcome.STREAM_RESET)
+        stream.ext.end(_STREAM_RESET)
         out.append(f.rst_stream(sid, code))
 
     def _remote_end(self, sid: int, stream: H2Stream, out: list[bytes]) -> None:
         """The client finished sending: the stream ends (a request still open was cancelled)."""
         stream.remote_closed = True
-        self._finish(sid, stream, _OK, "", _CANCELLED, out)
+        self._finish(sid, stream, GRPC_OK, "", _CLIENT_CANCEL, out)
 
     def _fail(
-        self, sid: int, stream: H2Stream, status: int, msg: str, out: list[bytes], outcome: Outcome = _RESET
+        self,
+        sid: int,
+        stream: H2Stream,
+        status: int,
+        msg: str,
+        out: list[bytes],
+        outcome: Outcome = _STREAM_RESET,
     ) -> None:
         stream.pending.clear()
         stream.pending_bytes = 0
@@ -143,7 +157,7 @@ class StreamSender:
             size = stream.pending_bytes
             if size <= self._peer_max_frame and size <= self._send_window and size <= stream.window:
                 # the usual case: everything fits in one DATA frame, whose payload is ``pending`` as is
-                out.append(_FRAME_HEADER.pack(size >> 16, size & 0xFFFF, DATA, 0, sid))
+                out.append(FRAME_HEADER.pack(size >> 16, size & 0xFFFF, DATA, 0, sid))
                 out += pending
                 pending.clear()
             else:
@@ -164,7 +178,7 @@ class StreamSender:
                     stream.queued = size - pos
                     if self._held + self._queued > self._budget and stream.trailer is None:
                         message = f"queued answers: over the memory budget ({self._budget} bytes)"
-                        self._fail(sid, stream, _RESOURCE_EXHAUSTED, message, out)
+                        self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, message, out)
                     return
                 size = 0  # windows already charged
             stream.pending_bytes = 0

@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 
 from scheduler.cycle_state import CycleState, StateKey
 from scheduler.errors import ConfigError, NoEndpointError
+from scheduler.headers import DATA_PARALLEL_HEADER, ENCODER_HEADER, PREFILLER_HEADER
 from scheduler.interfaces import Handle, PDDecider, Plugin
 from scheduler.observer import NO_PLUGIN_METRICS, PluginMetrics
 from scheduler.params import parse_params, plugin_location
@@ -68,9 +69,6 @@ __all__ = [
 ]
 
 PLUGIN_TYPE = "disagg-profile-handler"
-PREFILLER_HEADER = "x-prefiller-host-port"
-ENCODER_HEADER = "x-encoder-hosts-ports"
-DATA_PARALLEL_HEADER = "x-data-parallel-host-port"
 PEER_ENDPOINT = StateKey[EndpointView]("disagg-profile-handler/peer-endpoint")
 """The endpoint picked by the earlier of decode and prefill, for plugins of the later profile."""
 _SKIPPED = StateKey[set[str]]("disagg-profile-handler/skipped")

@@ -25,8 +25,11 @@ entries) and raised to :attr:`PrefixMatcher.min_block_tokens`; each endpoint's c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from scheduler.cycle_state import CycleState, StateKey
+from scheduler.headers import PREFILLER_HEADER
+from scheduler.interfaces import PrefixIndexStats
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.prefix.capacity import CapacityPlanner
 from scheduler.plugins.prefix.hashing import ChainHasher
@@ -36,14 +39,14 @@ from scheduler.plugins.prefix.params import PrefixCacheParams
 from scheduler.plugins.tokens.producer import TokenProducer
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
-__all__ = ["PREFILLER_HEADER", "PrefixMatcher"]
+__all__ = ["PrefixMatcher"]
 
-PREFILLER_HEADER = "x-prefiller-host-port"
 _PENDING_LIMIT = 1024  # hash chains kept from prepare to on_dispatched (bounded: <= ~10 MB)
 
 
 class PrefixMatcher(PluginBase):
-    """Index, hashing and lifecycle hooks shared by the prefix plugins (no ``score``)."""
+    """Index, hashing and lifecycle hooks shared by the prefix plugins (no ``score``); a
+    :class:`~scheduler.interfaces.PrefixIndexStats`."""
 
     min_block_tokens = 1
     """Smallest block size (tokens) used, whatever was configured or learned."""
@@ -82,6 +85,16 @@ class PrefixMatcher(PluginBase):
     def max_blocks(self) -> int:
         """How many leading blocks of a prompt are hashed and matched."""
         return self.index_params.max_prefix_blocks_to_match
+
+    # -- PrefixIndexStats ---------------------------------------------------------------------------
+
+    def stats_index(self) -> PrefixIndexStats | None:
+        """This plugin: it holds its own index."""
+        return self
+
+    def index_entries(self) -> int:
+        """Distinct block hashes held by the index."""
+        return len(self.index)
 
     # -- per cycle ----------------------------------------------------------------------------------
 
@@ -182,3 +195,7 @@ def _find(result: SchedulingResult, address: str) -> EndpointView | None:
             if target.endpoint.address == address:
                 return target.endpoint
     return None
+
+
+if TYPE_CHECKING:  # mypy: the prefix plugins stay PrefixIndexStats (a rename fails type checking)
+    _STATS: type[PrefixIndexStats] = PrefixMatcher

@@ -28,17 +28,16 @@ from typing import Any
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
-from scheduler.interfaces import Handle, Plugin
+from scheduler.interfaces import Handle, Plugin, PrefixIndexStats
 from scheduler.params import params_to_dict, parse_params, plugin_location
 from scheduler.plugins.prefix.match import PrefixMatch, PrefixMatchSource
-from scheduler.plugins.prefix.matcher import PREFILLER_HEADER, PrefixMatcher
+from scheduler.plugins.prefix.matcher import PrefixMatcher
 from scheduler.plugins.prefix.params import SCORE_KEYS, PrefixCacheScorerParams, PrefixScoreParams
 from scheduler.producers import DataNeed
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = [
     "DEFAULT_PRODUCER",
-    "PREFILLER_HEADER",
     "PREFIX_MATCH_INFO",
     "PUBLISHED_PREFIX_MATCH",
     "PrefixCacheScorer",
@@ -71,6 +70,13 @@ class PrefixCacheScorer(PrefixMatcher):
     def producer(self) -> PrefixMatchSource | None:
         """The producer whose match this scorer reads (None: self-contained)."""
         return self._producer
+
+    def stats_index(self) -> PrefixIndexStats | None:
+        """Its own index when self-contained; else the producer's when that reports stats (the
+        approximate producer does, the precise one does not: None)."""
+        if self._producer is None:
+            return self
+        return self._producer if isinstance(self._producer, PrefixIndexStats) else None
 
     # -- producer model -----------------------------------------------------------------------------
 

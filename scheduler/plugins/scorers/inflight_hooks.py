@@ -24,13 +24,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from scheduler.headers import SERVED_ENDPOINT_HEADER
 from scheduler.plugins.scorers.inflight import InflightTracker, dispatch_targets
 from scheduler.types import Completion, LLMRequest, SchedulingResult
 
 __all__ = ["SERVED_ENDPOINT_HEADER", "InflightHooks"]
-
-SERVED_ENDPOINT_HEADER = "x-gateway-destination-endpoint-served"
-"""Response header (as the EPP passes it to hooks) naming the ``ip:port`` that actually served."""
 
 
 class InflightHooks:

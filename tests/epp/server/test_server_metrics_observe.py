@@ -245,6 +245,39 @@ def test_prefix_hits_are_observed_in_bytes_and_ratio_per_index(text: str, block:
     assert sizes == [(owner, owner, 10)]  # the first prompt's 10 blocks (the consumer scorer holds none)
 
 
+PRECISE_PAIR_CONFIG = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: precise-prefix-cache-producer
+  parameters:
+    tokenProcessorConfig: {blockSizeTokens: 16, hashSeed: "42"}
+- type: prefix-cache-scorer
+  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+  - pluginRef: max-score-picker
+"""
+
+
+def test_a_scorer_reading_the_precise_producer_is_not_observed() -> None:
+    """The precise producer reports no prefix-index stats: its scorer's hits go unobserved (they used to
+    raise AttributeError on a missing ``block_chars``) and no index size is reported."""
+    config = load_config_text(PRECISE_PAIR_CONFIG)
+    registry = CollectorRegistry()
+    plugins = [p.plugin for p in config.plugins]
+    observe = prefix_hit_observer(plugins, SchedulerMetrics(registry).observe_prefix)
+    assert observe is not None
+    pool = [Endpoint("10.0.0.1:8000", "a", {}, True, Metrics(updated_at=1.0))]
+    request = LLMRequest("r1", "m", "m", prompt_text="0123456789abcdef" * 40)
+    observe(request, config.build_scheduler().schedule(request, pool))
+    assert _value(registry, "inference_extension_prefix_indexer_hit_bytes_count") == 0
+    assert index_sizes_reader(plugins)() == []
+
+
 def test_pool_summary_is_upstreams_sample_deviation_rounded() -> None:
     assert mean_and_stdev([1.0, 2.0, 3.0, 4.0]) == (2.5, 1.29)
     assert mean_and_stdev([5.0]) == (5.0, 0.0)

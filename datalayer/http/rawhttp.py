@@ -5,7 +5,8 @@ spends most of its per-request CPU in machinery a plain GET does not need (see d
 the measured difference). This client does only what scraping needs, correctly:
 
 * ``http://host:port/path`` only (``https`` URLs are refused with :class:`FetchError`; use
-  :class:`~datalayer.http.AiohttpClient` for TLS); no redirects, no compression (none is requested);
+  :class:`~datalayer.http.aiohttp_client.AiohttpClient` for TLS); no redirects, no compression (none
+  is requested);
 * one idle-connection pool per ``host:port``; a connection is reused only after a complete response
   without ``Connection: close``; a reused connection that the server had already closed is retried
   once on a fresh connection (nothing was received, so the GET is safely repeated);
@@ -29,7 +30,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from datalayer.http import FetchError, HttpResponse
+from datalayer.http.base import FetchError, HttpResponse, too_large
 
 __all__ = ["RawHttpClient"]
 
@@ -91,7 +92,7 @@ class _Conn(asyncio.Protocol):
         if key == b"content-length":  # llhttp has checked the digits and refuses duplicates
             self._delimited = True
             if int(value) > self._max:
-                raise self._stop(FetchError(f"response body larger than {self._max} bytes"))
+                raise self._stop(too_large(self._max))
         elif key == b"transfer-encoding":
             if value.strip().lower() != b"chunked":
                 text = value.decode("latin-1")[:40]
@@ -108,7 +109,7 @@ class _Conn(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self._size += len(body)
         if self._size > self._max:
-            raise self._stop(FetchError(f"response body larger than {self._max} bytes"))
+            raise self._stop(too_large(self._max))
         self._parts.append(body)
 
     def on_message_complete(self) -> None:
