@@ -140,6 +140,7 @@ EXAMPLES: list[tuple[str, dict[str, Any]]] = [
         "disagg-profile-handler",
         {"deciders": {"prefill": "prefix-based-pd-decider"}, "profiles": {"encode": "e"}},
     ),
+    ("predicted-latency-producer", {"contextTTL": "90s", "sloBufferFactor": 1.2}),
 ]
 
 
