@@ -323,7 +323,15 @@ def write_report(
     return path
 
 
-SLO_HEADER = ["router", "with SLO", "admitted", "rejected (429)", "attainment", "tight attainment"]
+SLO_HEADER = [
+    "router",
+    "with SLO",
+    "admitted",
+    "rejected (429)",
+    "attainment",
+    "tight attainment",
+    "after warm-up",
+]
 
 
 def _slo_and_model_lines(summaries: Sequence[Summary]) -> list[str]:
@@ -337,6 +345,7 @@ def _slo_and_model_lines(summaries: Sequence[Summary]) -> list[str]:
             str(s.slo.rejected),
             "–" if math.isnan(s.slo.rate) else f"{s.slo.rate:.1%}",
             "–" if math.isnan(s.slo.tight_rate) else f"{s.slo.tight_rate:.1%}",
+            "–" if math.isnan(s.slo.warm_rate) else f"{s.slo.warm_rate:.1%}",
         ]
         for s in summaries
         if s.slo is not None

@@ -182,12 +182,15 @@ SCENARIOS: dict[str, Scenario] = {
             "shared-prefix",
             replace(_SHARED, groups=12, prompts_per_group=24, rate=10.0),
             server_speeds=(0.5, 1.0, 1.0, 1.0),
-            slo=SloMix(tight_ttft_ms=400, loose_ttft_ms=3000, tight_fraction=0.5, sheddable_fraction=0.5),
+            slo=SloMix(
+                tight_ttft_ms=400, loose_ttft_ms=3000, tight_fraction=0.5, tpot_ms=50, sheddable_fraction=0.5
+            ),
             routers=("picker-predicted", "picker-default", "vllm-router-cache-aware"),
             opt_in=True,
             notes=(
                 "the heterogeneous fleet (one half-speed server) at 10 simulated req/s; every request "
-                "carries x-slo-ttft-ms, 400 ms (wall clock) for half of them, 3,000 ms for the others; "
+                "carries x-slo-ttft-ms, 400 ms (wall clock; an uncached prompt alone takes about 400 ms "
+                "to prefill) for half of them, 3,000 ms for the others, and x-slo-tpot-ms 50 ms; "
                 "half (drawn independently) name an InferenceObjective of priority -1, which "
                 "latency-slo-admitter may reject with 429. Attainment counts admitted requests only.",
             ),

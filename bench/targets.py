@@ -290,7 +290,8 @@ def _predicted(scenario: Scenario, pred: Summary, summaries: Mapping[str, Summar
             out.append(f"MISS {name}: {what} (no request with an SLO was admitted)")
         else:
             figures = (
-                f"{slo.rate:.1%} of {slo.admitted} admitted, tight {slo.tight_rate:.1%}; "
+                f"{slo.rate:.1%} of {slo.admitted} admitted, tight {slo.tight_rate:.1%}, "
+                f"after warm-up {slo.warm_rate:.1%}; "
                 f"{slo.rejected} of {slo.requests} rejected with 429"
             )
             out.append(_line(slo.rate >= SLO_ATTAINMENT, name, what, figures))

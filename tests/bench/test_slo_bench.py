@@ -85,6 +85,9 @@ def test_attainment_counts_admitted_met_and_rejected() -> None:
     a = attainment(results, slos)
     assert (a.requests, a.admitted, a.met, a.rejected) == (6, 4, 2, 1)
     assert a.rate == 0.5 and (a.tight_admitted, a.tight_met) == (2, 1)
+    assert a.warm_admitted == 0 and math.isnan(a.warm_rate)  # every index is below the default warm-up
+    warm = attainment(results, slos, warmup=2)  # indices 2, 3 admitted; 2 met
+    assert (warm.warm_admitted, warm.warm_met, warm.warm_rate) == (2, 1, 0.5)
     assert math.isnan(attainment([], slos).rate)
 
 
@@ -221,6 +224,6 @@ def test_report_has_the_slo_table_and_the_model_error(tmp_path: Any) -> None:
     run.ttft_mape, run.ttft_mape_samples = 0.12, 180
     path = write_report(tmp_path, {"slo": [run]}, overall_checks=["SKIP all scenarios: x"])
     text = path.read_text()
-    assert "| picker-predicted | 2 | 1 | 1 | 100.0% | 100.0% |" in text
+    assert "| picker-predicted | 2 | 1 | 1 | 100.0% | 100.0% | – |" in text
     assert "TTFT median absolute error 12.0% over its last 180 predictions" in text
     assert "## Targets across scenarios" in text
