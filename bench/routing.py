@@ -7,11 +7,14 @@ with the load generator (:mod:`simulator.loadgen`), and collect what the report 
 sampled every 0.5 s, and for the picker its decision-time histogram delta and CPU seconds. The oracle
 hit rate is computed with the simulator's tokenizer and block size. A short rate sweep of the
 shared-prefix scenario gives the throughput-vs-offered-load plot. ``report.md`` (tables, PASS/MISS
-target lines, plots) is written into ``--out`` (default ``bench/results/<UTC date>/``).
+target lines, plots) is written into ``--out`` (default ``bench/results/<UTC date>/``). A scenario with
+per-request SLOs (:mod:`bench.slo`) also gets each router's SLO attainment and 429 count; a picker
+with a latency model (``picker-predicted``) its TTFT prediction error from ``/debug/plugins/state``.
 
 Usage::
 
     epp-bench routing --scenario shared-prefix [--routers picker-default,envoy-round-robin]
+    epp-bench routing --scenario slo   # opt-in: per-request SLOs, SLO attainment and 429s
     epp-bench routing --quick          # every scenario, no rate sweep (what `make bench` runs)
     epp-bench routing                  # every scenario and the shared-prefix rate sweep
 """
