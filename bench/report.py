@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.slo import SloAttainment, attainment
 from simulator.loadgen import RequestResult
 from simulator.workloads import percentile
 
@@ -43,6 +44,9 @@ class RouterRun:
     notes: list[str] = field(default_factory=list)
     servers: list[str] = field(default_factory=list)  # every replica's label: those given no request count
     max_num_seqs: int = 16  # load above this on a replica means requests wait in its queue
+    slos: dict[int, tuple[float, float]] = field(default_factory=dict)  # index -> (TTFT, TPOT) SLO ms
+    ttft_mape: float = math.nan  # the picker's latency model: recent TTFT median abs % error (fraction)
+    ttft_mape_samples: int = 0  # predictions that error is over (the model's bounded window)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,9 @@ class Summary:
     idle_while_queued: float = math.nan  # fraction of load samples with one replica idle, another queueing
     makespan_s: float = math.nan  # first request sent to last request finished
     shares: tuple[float, ...] = ()  # fraction of the successful requests each server got (run.servers order)
+    slo: SloAttainment | None = None  # requests that carried an SLO (None: the scenario sends none)
+    ttft_mape: float = math.nan
+    ttft_mape_samples: int = 0
 
     def row(self) -> list[str]:
         def ms(v: float) -> str:
@@ -180,6 +187,9 @@ def summarize(run: RouterRun) -> Summary:
         idle_while_queued=_idle_while_queued(run),
         makespan_s=dur,
         shares=tuple(shares.get(label, 0) / len(ok) for label in run.servers) if ok else (),
+        slo=attainment(run.results, run.slos) if run.slos else None,
+        ttft_mape=run.ttft_mape,
+        ttft_mape_samples=run.ttft_mape_samples,
     )
 
 
@@ -271,6 +281,7 @@ def write_report(
     checks: Mapping[str, Sequence[str]] | None = None,
     sweeps: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]] | None = None,
     scenario_notes: Mapping[str, Sequence[str]] | None = None,
+    overall_checks: Sequence[str] = (),
 ) -> Path:
     """Write ``report.md`` and PNG plots into ``out_dir``; return the report path."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -286,7 +297,9 @@ def write_report(
         if not math.isnan(oracle):
             parts.append(f"Oracle (infinite-cache) prefix hit rate: {oracle:.1%}.")
             parts.append("")
-        parts.append(markdown_table([summarize(r).row() for r in runs]))
+        summaries = [summarize(r) for r in runs]
+        parts.append(markdown_table([s.row() for s in summaries]))
+        parts += _slo_and_model_lines(summaries)
         cdf = out_dir / f"{scenario}-ttft-cdf.png"
         _plot_ttft_cdf(runs, cdf)
         parts += ["", f"![TTFT CDF]({cdf.name})"]
@@ -303,9 +316,55 @@ def write_report(
             parts += [f"- {run.router}: {note}" for note in run.notes]
         if checks and scenario in checks:
             parts += ["", "### Targets", ""] + [f"- {c}" for c in checks[scenario]]
+    if overall_checks:
+        parts += ["", "## Targets across scenarios", ""] + [f"- {c}" for c in overall_checks]
     path = out_dir / "report.md"
     path.write_text("\n".join(parts) + "\n")
     return path
+
+
+SLO_HEADER = [
+    "router",
+    "with SLO",
+    "admitted",
+    "rejected (429)",
+    "attainment",
+    "tight attainment",
+    "after warm-up",
+]
+
+
+def _slo_and_model_lines(summaries: Sequence[Summary]) -> list[str]:
+    """The SLO attainment table (runs whose requests carried SLOs) and the latency model's error."""
+    parts: list[str] = []
+    rows = [
+        [
+            s.router,
+            str(s.slo.requests),
+            str(s.slo.admitted),
+            str(s.slo.rejected),
+            "–" if math.isnan(s.slo.rate) else f"{s.slo.rate:.1%}",
+            "–" if math.isnan(s.slo.tight_rate) else f"{s.slo.tight_rate:.1%}",
+            "–" if math.isnan(s.slo.warm_rate) else f"{s.slo.warm_rate:.1%}",
+        ]
+        for s in summaries
+        if s.slo is not None
+    ]
+    if rows:
+        parts += [
+            "",
+            "SLO attainment (admitted requests, client-side TTFT):",
+            "",
+            markdown_table(rows, SLO_HEADER),
+        ]
+    for s in summaries:
+        if not math.isnan(s.ttft_mape):
+            parts += [
+                "",
+                f"{s.router}: latency model TTFT median absolute error {s.ttft_mape:.1%} "
+                f"over its last {s.ttft_mape_samples} predictions",
+            ]
+    return parts
 
 
 def as_json(summary: Summary) -> dict[str, Any]:

@@ -7,11 +7,14 @@ with the load generator (:mod:`simulator.loadgen`), and collect what the report 
 sampled every 0.5 s, and for the picker its decision-time histogram delta and CPU seconds. The oracle
 hit rate is computed with the simulator's tokenizer and block size. A short rate sweep of the
 shared-prefix scenario gives the throughput-vs-offered-load plot. ``report.md`` (tables, PASS/MISS
-target lines, plots) is written into ``--out`` (default ``bench/results/<UTC date>/``).
+target lines, plots) is written into ``--out`` (default ``bench/results/<UTC date>/``). A scenario with
+per-request SLOs (:mod:`bench.slo`) also gets each router's SLO attainment and 429 count; a picker
+with a latency model (``picker-predicted``) its TTFT prediction error from ``/debug/plugins/state``.
 
 Usage::
 
     epp-bench routing --scenario shared-prefix [--routers picker-default,envoy-round-robin]
+    epp-bench routing --scenario slo   # opt-in: per-request SLOs, SLO attainment and 429s
     epp-bench routing --quick          # every scenario, no rate sweep (what `make bench` runs)
     epp-bench routing                  # every scenario and the shared-prefix rate sweep
 """
@@ -41,7 +44,8 @@ from bench.oracle import workload_oracle
 from bench.report import RouterRun, summarize, write_report
 from bench.routers import ROUTERS, RouterSpec, RunningRouter, running_router
 from bench.scenarios import MODEL, SCENARIOS, Scenario, server_args, sim_args, smoke
-from bench.targets import check
+from bench.slo import OBJECTIVES, apply_slo, slo_targets
+from bench.targets import check, check_predicted_overall
 from simulator.loadgen import LoadOptions, RequestResult, run_load
 from simulator.workloads import Workload, build_workload
 
@@ -103,7 +107,24 @@ async def _measure(
             run.picker_cpu_s = proc_cpu_seconds(running.picker_pid) - cpu_before
             text = (await client.get(running.picker_metrics_url + "/metrics")).text
             run.decision_buckets = bucket_delta(hist_before, histogram_buckets(text))
+            await _read_model_error(client, running.picker_metrics_url, run)
         return run
+
+
+async def _read_model_error(client: httpx.AsyncClient, metrics_url: str, run: RouterRun) -> None:
+    """The latency model's recent TTFT median absolute percentage error, when the picker has one."""
+    try:
+        state = (await client.get(metrics_url + "/debug/plugins/state")).json()
+    except (httpx.HTTPError, ValueError) as exc:
+        run.notes.append(f"/debug/plugins/state unreadable: {exc}")
+        return
+    for plugin in state.values() if isinstance(state, dict) else ():
+        model = plugin.get("model") if isinstance(plugin, dict) else None
+        if isinstance(model, dict) and "ttftMedianAbsPctError" in model:
+            mape = model["ttftMedianAbsPctError"]
+            run.ttft_mape = math.nan if mape is None else float(mape)
+            run.ttft_mape_samples = int(model.get("ttftErrorSamples") or 0)
+            return
 
 
 def run_router(
@@ -116,9 +137,17 @@ def run_router(
     raw: Path | None = None,
     progress: bool = True,
 ) -> RouterRun:
-    """One router on one scenario, on a freshly started fleet."""
+    """One router on one scenario, on a freshly started fleet. A scenario with an SLO mix gives a
+    picker its objectives file (the sheddable InferenceObjective)."""
+    picker_args: list[str] = []
+    if scenario.slo is not None and spec.kind == "picker":
+        workdir.mkdir(parents=True, exist_ok=True)
+        objectives = workdir / "objectives.yaml"
+        objectives.write_text(OBJECTIVES, encoding="utf-8")
+        picker_args = ["--objectives-file", str(objectives)]
     with running_router(
         spec,
+        picker_args=picker_args,
         servers=scenario.servers,
         sim_args=sim_args(scenario),
         server_args=server_args(scenario),
@@ -129,6 +158,7 @@ def run_router(
         _log(f"{scenario.name}: {spec.name}: {len(workload.requests)} requests")
         run = asyncio.run(_measure(running, scenario, workload, raw, progress))
     run.oracle_hit_rate = oracle
+    run.slos = slo_targets(workload)
     s = summarize(run)
     _log(
         f"{scenario.name}: {spec.name}: TTFT p90 {s.ttft_p90 * 1000:.0f} ms, {s.output_tps:.0f} tok/s, "
@@ -154,10 +184,15 @@ def _routers_for(scenario: Scenario, names: Sequence[str] | None) -> list[Router
     return [ROUTERS[n] for n in chosen]
 
 
+def _workload(scenario: Scenario, rate: float | None = None) -> Workload:
+    workload = build_workload(scenario.workload, scenario.real_params(rate))
+    return workload if scenario.slo is None else apply_slo(workload, scenario.slo)
+
+
 def run_scenario(
     scenario: Scenario, routers: Sequence[RouterSpec], out: Path, progress: bool = True
 ) -> list[RouterRun]:
-    workload = build_workload(scenario.workload, scenario.real_params())
+    workload = _workload(scenario)
     oracle = workload_oracle(workload.requests, BLOCK_SIZE, MODEL)
     n, dur = len(workload.requests), workload.duration_s
     _log(f"{scenario.name}: {n} requests over {dur:.1f}s, oracle {oracle:.1%}")
@@ -184,7 +219,7 @@ def run_sweep(
     """Output tokens/s per router at each of ``scenario.sweep_rates`` (offered load in simulated req/s)."""
     points: dict[str, list[tuple[float, float]]] = {r.name: [] for r in routers}
     for rate in scenario.sweep_rates:
-        workload = build_workload(scenario.workload, scenario.real_params(rate))
+        workload = _workload(scenario, rate)
         for spec in routers:
             work = out / "raw" / "work" / f"sweep-{rate:g}" / spec.name
             run = run_router(spec, scenario, workload, math.nan, work, progress=progress)
@@ -198,7 +233,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--scenario",
         action="append",
-        help=f"one of {', '.join(SCENARIOS)} or 'all' (repeatable; default all)",
+        help=f"one of {', '.join(SCENARIOS)} or 'all' (repeatable; default all; "
+        f"'all' leaves out the opt-in {', '.join(n for n, s in SCENARIOS.items() if s.opt_in)})",
     )
     p.add_argument(
         "--routers", help=f"comma-separated subset of: {', '.join(ROUTERS)} (default: {', '.join(COMPARED)})"
@@ -216,7 +252,7 @@ def _parser() -> argparse.ArgumentParser:
 def _scenarios(ns: argparse.Namespace) -> list[Scenario]:
     names: list[str] = []
     for n in ns.scenario or ["all"]:
-        names += list(SCENARIOS) if n == "all" else [n]
+        names += [k for k, s in SCENARIOS.items() if not s.opt_in] if n == "all" else [n]
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         raise SystemExit(
@@ -268,15 +304,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             sweeps[scenario.name] = run_sweep(
                 scenario, [ROUTERS[n] for n in sweep_names], out, not ns.no_progress
             )
+    overall = check_predicted_overall({n: {r.router: summarize(r) for r in rs} for n, rs in results.items()})
     report = write_report(
         out,
         results,
         header_notes=_notes(argv, scenarios, started),
         checks=checks,
+        overall_checks=overall,
         sweeps=sweeps,
         scenario_notes={s.name: s.notes for s in scenarios},
     )
-    for lines in checks.values():
+    for lines in [*checks.values(), overall]:
         for line in lines:
             print(line)
     print(f"report: {report}")

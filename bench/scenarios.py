@@ -20,13 +20,15 @@ more than three cache-hitting servers can prefill (about 12 req/s each), so send
 the server that holds it leaves one server idle while the others queue.
 
 ``smoke`` scales a scenario down (fewer requests, faster clock) for the end-to-end test. Every
-scenario runs in ``make bench`` (``epp-bench routing --quick``: all scenarios, no rate sweep).
+scenario but the opt-in ones (``slo``: per-request SLOs for the predicted-latency profile, run with
+``--scenario slo``) runs in ``make bench`` (``epp-bench routing --quick``: all scenarios, no rate sweep).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from bench.slo import SloMix
 from simulator.workloads import WorkloadParams
 
 __all__ = ["MODEL", "SCENARIOS", "Scenario", "capacity_shares", "server_args", "sim_args", "smoke"]
@@ -50,6 +52,8 @@ class Scenario:
     routers: tuple[str, ...] = ()  # () = every router
     sweep_rates: tuple[float, ...] = ()  # simulated req/s for the throughput-vs-load plot
     server_speeds: tuple[float, ...] = ()  # relative engine speed per server (() = all 1.0)
+    slo: SloMix | None = None  # per-request SLO headers (bench.slo); pickers get its objectives file
+    opt_in: bool = False  # run only when named (--scenario NAME), not by 'all' / --quick
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def real_params(self, rate: float | None = None) -> WorkloadParams:
@@ -171,6 +175,24 @@ SCENARIOS: dict[str, Scenario] = {
             notes=(
                 "one server (the first) runs its engine at half the speed of the others; its capacity share "
                 "is 0.5 / 3.5 = 14% of the requests.",
+            ),
+        ),
+        Scenario(
+            "slo",
+            "shared-prefix",
+            replace(_SHARED, groups=12, prompts_per_group=24, rate=10.0),
+            server_speeds=(0.5, 1.0, 1.0, 1.0),
+            slo=SloMix(
+                tight_ttft_ms=400, loose_ttft_ms=3000, tight_fraction=0.5, tpot_ms=50, sheddable_fraction=0.5
+            ),
+            routers=("picker-predicted", "picker-default", "vllm-router-cache-aware"),
+            opt_in=True,
+            notes=(
+                "the heterogeneous fleet (one half-speed server) at 10 simulated req/s; every request "
+                "carries x-slo-ttft-ms, 400 ms (wall clock; an uncached prompt alone takes about 400 ms "
+                "to prefill) for half of them, 3,000 ms for the others, and x-slo-tpot-ms 50 ms; "
+                "half (drawn independently) name an InferenceObjective of priority -1, which "
+                "latency-slo-admitter may reject with 429. Attainment counts admitted requests only.",
             ),
         ),
         Scenario(

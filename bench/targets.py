@@ -23,6 +23,18 @@ When ``picker-precise`` ran (the default profile with ``precise-prefix-cache-sco
 servers' KV events): its hit rate at least, and its TTFT p90 at most, those of ``picker-default`` and
 of cache_aware.
 
+When ``picker-predicted`` ran (the predicted-latency profile, ``deploy/configs/predicted-latency.yaml``;
+issue 18's targets):
+
+* TTFT p90 never worse than 1.05x the best fixed-weight picker profile's (:data:`FIXED_WEIGHT`) in
+  the same run, and at most cache_aware's;
+* the latency model's TTFT median absolute percentage error (its last up to 256 predictions, read
+  from ``/debug/plugins/state`` at the end of the run) at most 20%;
+* in a scenario with per-request SLOs (``Scenario.slo``): SLO attainment of the admitted requests
+  at least 95% (the 429 rejections are printed beside it);
+* across the scenarios of one ``epp-bench routing`` run (:func:`check_predicted_overall`): TTFT p90 at
+  most 0.7x the best fixed-weight profile's in at least two scenarios.
+
 A target whose routers were not run is reported as ``SKIP`` with the reason; nothing is silently left
 out. Each line is ``PASS|MISS|SKIP <scenario>: <what> (<figures>)``.
 """
@@ -35,9 +47,33 @@ from collections.abc import Mapping
 from bench.report import Summary
 from bench.scenarios import Scenario, capacity_shares
 
-__all__ = ["CACHE_AWARE", "LOAD_ONLY", "PICKER", "PRECISE", "ROUND_ROBIN", "UNSHARED", "check"]
+__all__ = [
+    "CACHE_AWARE",
+    "FIXED_WEIGHT",
+    "LOAD_ONLY",
+    "PICKER",
+    "PRECISE",
+    "PREDICTED",
+    "ROUND_ROBIN",
+    "UNSHARED",
+    "check",
+    "check_predicted_overall",
+]
 
 PICKER = "picker-default"
+PREDICTED = "picker-predicted"
+FIXED_WEIGHT = (
+    "picker-default",
+    "picker-tuned",
+    "picker-gie-default",
+    "picker-load-only",
+    "picker-prefix-only",
+    "picker-precise",
+)
+"""The picker profiles with fixed scorer weights, against which the predicted-latency profile is measured."""
+SLO_ATTAINMENT = 0.95
+MAX_TTFT_MAPE = 0.20
+PREDICTED_VS_FIXED = 0.7
 PRECISE = "picker-precise"
 CACHE_AWARE = "vllm-router-cache-aware"
 ROUND_ROBIN = "envoy-round-robin"
@@ -188,8 +224,10 @@ def check(scenario: Scenario, summaries: Mapping[str, Summary]) -> list[str]:
     """PASS/MISS/SKIP lines for ``scenario`` (see the module docstring)."""
     name = scenario.name
     pick = summaries.get(PICKER)
+    predicted = summaries.get(PREDICTED)
+    extra = _predicted(scenario, predicted, summaries) if predicted is not None else []
     if pick is None:
-        return [_skip(name, "every target", PICKER)]
+        return [_skip(name, "every target", PICKER), *extra]
     rr = summaries.get(ROUND_ROBIN)
     out = _vs_cache_aware(name, pick, summaries.get(CACHE_AWARE))
     if scenario.workload not in UNSHARED:
@@ -205,7 +243,83 @@ def check(scenario: Scenario, summaries: Mapping[str, Summary]) -> list[str]:
     precise = summaries.get(PRECISE)
     if precise is not None:
         out += _precise(name, precise, {n: summaries.get(n) for n in (PICKER, CACHE_AWARE)})
+    return out + extra
+
+
+def _best_fixed(summaries: Mapping[str, Summary]) -> Summary | None:
+    fixed = [summaries[n] for n in FIXED_WEIGHT if n in summaries and not math.isnan(summaries[n].ttft_p90)]
+    return min(fixed, key=lambda x: x.ttft_p90) if fixed else None
+
+
+def _predicted(scenario: Scenario, pred: Summary, summaries: Mapping[str, Summary]) -> list[str]:
+    """The predicted-latency profile's targets in one scenario (see the module docstring)."""
+    name = scenario.name
+    out = []
+    best = _best_fixed(summaries)
+    what = "picker-predicted TTFT p90 at most 1.05x the best fixed-weight profile's"
+    if best is None:
+        out.append(_skip(name, what, "a fixed-weight picker profile"))
+    else:
+        ratio = pred.ttft_p90 / best.ttft_p90 if best.ttft_p90 > 0 else math.inf
+        figures = f"{_ms(pred.ttft_p90)} vs {_ms(best.ttft_p90)} ({best.router}), {ratio:.2f}x"
+        out.append(_line(ratio <= 1.05, name, what, figures))
+    ca = summaries.get(CACHE_AWARE)
+    what = "picker-predicted TTFT p90 at most cache_aware's"
+    if ca is None:
+        out.append(_skip(name, what, CACHE_AWARE))
+    else:
+        out.append(
+            _line(pred.ttft_p90 <= ca.ttft_p90, name, what, f"{_ms(pred.ttft_p90)} vs {_ms(ca.ttft_p90)}")
+        )
+    what = f"picker-predicted TTFT median abs % error at most {MAX_TTFT_MAPE:.0%}"
+    if math.isnan(pred.ttft_mape):
+        out.append(f"SKIP {name}: {what} (the model made no prediction that was then observed)")
+    else:
+        out.append(
+            _line(
+                pred.ttft_mape <= MAX_TTFT_MAPE,
+                name,
+                what,
+                f"{pred.ttft_mape:.1%} over the last {pred.ttft_mape_samples} predictions",
+            )
+        )
+    if scenario.slo is not None:
+        what = f"picker-predicted SLO attainment of admitted requests at least {SLO_ATTAINMENT:.0%}"
+        slo = pred.slo
+        if slo is None or not slo.admitted:
+            out.append(f"MISS {name}: {what} (no request with an SLO was admitted)")
+        else:
+            figures = (
+                f"{slo.rate:.1%} of {slo.admitted} admitted, tight {slo.tight_rate:.1%}, "
+                f"after warm-up {slo.warm_rate:.1%}; "
+                f"{slo.rejected} of {slo.requests} rejected with 429"
+            )
+            out.append(_line(slo.rate >= SLO_ATTAINMENT, name, what, figures))
     return out
+
+
+def check_predicted_overall(per_scenario: Mapping[str, Mapping[str, Summary]]) -> list[str]:
+    """The cross-scenario target: picker-predicted's TTFT p90 at most 0.7x the best fixed-weight
+    profile's in at least two scenarios ([] when picker-predicted ran nowhere)."""
+    ratios: list[tuple[str, float]] = []
+    for scenario, summaries in per_scenario.items():
+        pred, best = summaries.get(PREDICTED), _best_fixed(summaries)
+        if pred is not None and best is not None and best.ttft_p90 > 0:
+            ratios.append((scenario, pred.ttft_p90 / best.ttft_p90))
+    if not ratios and not any(PREDICTED in s for s in per_scenario.values()):
+        return []
+    what = (
+        f"picker-predicted TTFT p90 at most {PREDICTED_VS_FIXED:g}x the best fixed-weight profile's "
+        "in 2 scenarios"
+    )
+    figures = ", ".join(f"{n} {r:.2f}x" for n, r in ratios) or "none"
+    good = sum(r <= PREDICTED_VS_FIXED for _, r in ratios)
+    if good < 2 and len(ratios) < 2:
+        return [
+            f"SKIP all scenarios: {what} "
+            f"(run in {len(ratios)} scenario(s) beside a fixed-weight profile: {figures})"
+        ]
+    return [_line(good >= 2, "all scenarios", what, f"{good} of {len(ratios)}: {figures}")]
 
 
 def _precise(name: str, precise: Summary, peers: Mapping[str, Summary | None]) -> list[str]:

@@ -9,7 +9,8 @@ recorded as errors) so a run is bounded in time as well as in requests.
 Per request (:class:`RequestResult`, one JSON line each in ``jsonl``): TTFT from sending to the
 first streamed *content* token (the first SSE frame carrying non-empty text), inter-token latencies
 between content frames, end-to-end latency, status, error text, output/prompt/cached tokens from the
-usage chunk or body, and ``x-inference-port`` (which server answered). Non-streamed requests have
+usage chunk or body, and ``x-inference-port`` (which server answered). Each request carries the
+run's ``headers`` and its own (``RequestSpec.headers``, e.g. per-request SLOs). Non-streamed requests have
 TTFT = e2e. A live progress line goes to stderr.
 """
 
@@ -84,9 +85,10 @@ def _usage_into(res: RequestResult, usage: dict[str, Any] | None) -> None:
     res.cached_tokens = int(details.get("cached_tokens") or 0)
 
 
-def _headers(opts: LoadOptions) -> dict[str, str]:
-    # vllm-router (like vLLM) rejects a JSON body without this content type (415).
-    return {"content-type": "application/json", **dict(opts.headers)}
+def _headers(opts: LoadOptions, spec: RequestSpec) -> dict[str, str]:
+    # vllm-router (like vLLM) rejects a JSON body without this content type (415). A request's own
+    # headers (RequestSpec.headers) override the run's.
+    return {"content-type": "application/json", **dict(opts.headers), **dict(spec.headers)}
 
 
 async def _one(
@@ -98,7 +100,7 @@ async def _one(
     last = start
     try:
         async with session.post(
-            opts.base_url + spec.path, data=orjson.dumps(spec.body), headers=_headers(opts)
+            opts.base_url + spec.path, data=orjson.dumps(spec.body), headers=_headers(opts, spec)
         ) as resp:
             res.status = resp.status
             res.server = resp.headers.get("x-inference-port", "")

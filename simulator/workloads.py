@@ -81,6 +81,7 @@ class RequestSpec:
     group: str = ""
     session: str = ""
     prompt_text: str = ""  # the text whose tokens the server will prefix-cache
+    headers: tuple[tuple[str, str], ...] = ()  # extra HTTP headers of this request (e.g. x-slo-ttft-ms)
 
     @property
     def model(self) -> str:

@@ -344,6 +344,7 @@ class LatencyModel:
             "droppedSamples": self.dropped,
             "refits": self.refits,
             "ttftMedianAbsPctError": None if mape is None else round(mape, 4),
+            "ttftErrorSamples": len(self._errors),
             "ttftFeatures": list(TTFT_FEATURES),
             "tpotFeatures": list(TPOT_FEATURES),
             "ttftWeights": None if w.ttft is None else [round(v, 4) for v in w.ttft],

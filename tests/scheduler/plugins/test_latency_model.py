@@ -69,6 +69,8 @@ def test_learns_a_heterogeneous_fleet_within_ten_percent_after_2000_samples() ->
     assert sorted(errors_tpot)[200] < 0.10
     mape = model.median_ape()
     assert mape is not None and mape < 0.10
+    assert model.state()["ttftMedianAbsPctError"] == round(mape, 4)
+    assert model.state()["ttftErrorSamples"] == 256  # the bounded window, full after 1000 samples
     # the slow endpoint is predicted about 3x the fast one for the same request
     f = sample(rng)
     fast, slow = model.predict("fast:1", f), model.predict("slow:1", f)
