@@ -7,8 +7,9 @@ larger than ``max_bytes`` (they stop reading at the cap, so a server streaming g
 
 Implementations (each keeps one keep-alive pool; create and close them on the loop that uses them):
 :class:`~datalayer.rawhttp.RawHttpClient` (plain http, the cheapest per request: the default for
-scraping), :class:`AiohttpClient` (http and https) and :class:`HttpxClient`. Measured costs are in
-docs/datalayer.md; :func:`default_http_client` picks by scheme.
+scraping) and :class:`AiohttpClient` (http and https); the benchmark's httpx client is
+:class:`bench.httpx_client.HttpxClient`. Measured costs are in docs/datalayer.md;
+:func:`default_http_client` picks by scheme.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
-import httpx
 
-__all__ = ["AiohttpClient", "FetchError", "HttpClient", "HttpResponse", "HttpxClient", "default_http_client"]
+__all__ = ["AiohttpClient", "FetchError", "HttpClient", "HttpResponse", "default_http_client"]
 
 
 class FetchError(Exception):
@@ -44,36 +44,6 @@ class HttpClient(Protocol):
 
 def _too_large(max_bytes: int) -> FetchError:
     return FetchError(f"response body larger than {max_bytes} bytes")
-
-
-class HttpxClient:
-    """:class:`HttpClient` over one shared ``httpx.AsyncClient`` (keep-alive pool)."""
-
-    def __init__(self, *, max_connections: int = 1024, verify_tls: bool = False) -> None:
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._client = httpx.AsyncClient(limits=limits, verify=verify_tls, trust_env=False)
-
-    async def get(self, url: str, *, timeout: float, max_bytes: int) -> HttpResponse:
-        try:
-            async with asyncio.timeout(timeout), self._client.stream("GET", url) as resp:
-                declared = resp.headers.get("content-length")
-                if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                    raise _too_large(max_bytes)
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in resp.aiter_bytes():
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise _too_large(max_bytes)
-                    chunks.append(chunk)
-                return HttpResponse(resp.status_code, b"".join(chunks))
-        except TimeoutError:
-            raise FetchError(f"timed out after {timeout:g}s") from None
-        except httpx.HTTPError as exc:
-            raise FetchError(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from None
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
 
 class AiohttpClient:
