@@ -111,6 +111,7 @@ def test_classifiers_urls_and_python_matrix_agree() -> None:
     assert recipe == [
         f'.venv-{v}/bin/pytest -q -p no:cacheprovider -m "not e2e and not slow"' for v in pythons[1:]
     ]
+    assert "\nmake test-matrix </dev/null\n" in (ROOT / ".ci" / "test-matrix").read_text()
     for name in ("Homepage", "Source", "Issues", "Changelog", "Documentation"):
         assert PROJECT["urls"][name].startswith("https://github.com/pyepp/pyepp")
     for chart in CHARTS:
@@ -148,12 +149,13 @@ def test_minimum_constraints_pin_every_direct_dependency_at_its_lower_bound() ->
     assert _make_recipe("test-min") == [
         '.venv-min/bin/pytest -q -p no:cacheprovider -m "not e2e and not slow"'
     ]
+    assert "\nmake test-min </dev/null\n" in (ROOT / ".ci" / "test-min").read_text()  # the CI job
 
 
 def test_xds_protos_minimum_matches_what_it_requires() -> None:
     """xds-protos generates the Envoy messages; its grpcio/protobuf floors are ours (docs/dependencies.md)."""
     declared = {r.name.lower(): _lower_bound(r) for r in _requirements()}
-    assert declared["xds-protos"] >= Version("1.74")  # 1.66 lacks BodyMutation.streamed_response
+    assert declared["xds-protos"] >= Version("1.80")  # ProcessingRequest.protocol_config
     assert declared["protobuf"] >= Version("6.31.1")
     assert declared["grpcio"] >= Version("1.74")
     assert declared["grpcio-health-checking"] == declared["grpcio"]
