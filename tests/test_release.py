@@ -156,8 +156,8 @@ def test_xds_protos_minimum_matches_what_it_requires() -> None:
     """xds-protos generates the Envoy messages; its grpcio/protobuf floors are ours (docs/dependencies.md)."""
     declared = {r.name.lower(): _lower_bound(r) for r in _requirements()}
     assert declared["xds-protos"] >= Version("1.80")  # ProcessingRequest.protocol_config
-    assert declared["protobuf"] >= Version("6.31.1")
-    assert declared["grpcio"] >= Version("1.74")
+    assert declared["protobuf"] >= Version("7.35.1")  # grpcio-health-checking 1.85 requires it
+    assert declared["grpcio"] >= Version("1.85")  # Health.List
     assert declared["grpcio-health-checking"] == declared["grpcio"]
 
 
