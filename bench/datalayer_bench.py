@@ -225,7 +225,8 @@ async def run_point(
     ports: Sequence[int], interval: float, seconds: float, client: str, warmup: float = 1.0
 ) -> PointResult:
     """Scrape ``ports`` with a real DataLayer and measure CPU share and snapshot age."""
-    from datalayer import AiohttpClient, DataLayer, DataLayerOptions, HttpxClient, StaticDiscovery
+    from bench.httpx_client import HttpxClient
+    from datalayer import AiohttpClient, DataLayer, DataLayerOptions, StaticDiscovery
     from datalayer.http.rawhttp import RawHttpClient
 
     clients = {"aiohttp": AiohttpClient, "httpx": HttpxClient, "raw": RawHttpClient}

@@ -22,8 +22,6 @@ import time
 import tracemalloc
 from collections.abc import Sequence
 
-import msgpack
-
 from scheduler.plugins.precise.events import KVEventIngester
 from scheduler.plugins.precise.hashing import BlockKeyer
 from scheduler.plugins.precise.index import KVBlockIndex
@@ -41,6 +39,8 @@ def _verdict(ok: bool) -> str:
 
 
 def _batches(servers: int, batches: int, rng: random.Random) -> tuple[list[tuple[str, int, bytes]], int]:
+    import msgpack
+
     pack = msgpack.Packer(use_bin_type=True).pack
     out: list[tuple[str, int, bytes]] = []
     blocks = 0
@@ -60,6 +60,8 @@ def _batches(servers: int, batches: int, rng: random.Random) -> tuple[list[tuple
 def ingestion_us(servers: int, batches: int, seed: int) -> float:
     """CPU microseconds per block event, unpacking included."""
     frames, blocks = _batches(servers, batches, random.Random(seed))
+    import msgpack
+
     ingester = KVEventIngester(KVBlockIndex())
     ingest, unpack = ingester.ingest, msgpack.unpackb
     start = time.process_time()

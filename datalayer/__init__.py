@@ -35,8 +35,8 @@ Public API (what the epp service uses)::
 * Data-source plugins: :class:`DataSource`, :class:`MetricsExtractor`; built-ins
   :class:`MetricsDataSource`, :class:`CoreMetricsExtractor`, :class:`ModelsDataSource`,
   :class:`ModelsExtractor`.
-* HTTP seam: :class:`HttpClient` (:class:`RawHttpClient`, :class:`AiohttpClient`,
-  :class:`HttpxClient`), :func:`default_http_client`; per-source connections
+* HTTP seam: :class:`HttpClient` (:class:`RawHttpClient`, :class:`AiohttpClient`),
+  :func:`default_http_client`; per-source connections
   (:class:`SourceConnection`: scheme, port, TLS with :class:`TlsSettings`) in :mod:`datalayer.connection`.
 
 This package never imports ``epp`` or ``scheduler``.
@@ -77,7 +77,6 @@ from datalayer.http import (
     FetchError,
     HttpClient,
     HttpResponse,
-    HttpxClient,
     default_http_client,
 )
 from datalayer.http.rawhttp import RawHttpClient
@@ -127,7 +126,6 @@ __all__ = [
     "Health",
     "HttpClient",
     "HttpResponse",
-    "HttpxClient",
     "KubePoolDiscovery",
     "KubeSelectorDiscovery",
     "MetricSpec",

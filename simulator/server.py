@@ -171,7 +171,9 @@ class SimServer:
         try:
             publisher = ZmqKVEventPublisher(endpoint, self.kv_events_topic, wall_clock=self._wall, bind=bind)
         except ImportError as exc:
-            raise OSError(f"--kv-events-endpoint needs pyzmq and msgpack installed: {exc}") from exc
+            raise OSError(
+                f"--kv-events-endpoint needs pyzmq and msgpack (dependencies of pyepp; reinstall it): {exc}"
+            ) from exc
         except Exception as exc:  # zmq.ZMQError: address in use, bad endpoint
             raise OSError(f"--kv-events-endpoint {endpoint}: {exc}") from exc
         self.kv_publisher = publisher

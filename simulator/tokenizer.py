@@ -105,7 +105,7 @@ def load_tokenizer(directory: str | None) -> Tokenizer:
         import tokenizers
     except ImportError as exc:
         raise TokenizerError(
-            "--tokenizer: the 'tokenizers' package is not installed (pip install tokenizers)"
+            "--tokenizer: the 'tokenizers' package is not installed (pip install 'pyepp[sim]')"
         ) from exc
     try:
         return HFTokenizer(tokenizers.Tokenizer.from_file(str(file)))

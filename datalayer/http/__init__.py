@@ -4,9 +4,9 @@
   :class:`FetchError`); it imports no implementation.
 * implementations, each importing only the contract (each keeps one keep-alive pool; create and close
   them on the loop that uses them): :class:`~datalayer.http.rawhttp.RawHttpClient` (plain http, the
-  cheapest per request: the default for scraping), :class:`~datalayer.http.aiohttp_client.AiohttpClient`
-  (http and https) and :class:`~datalayer.http.httpx_client.HttpxClient`. Measured costs are in
-  docs/datalayer.md.
+  cheapest per request: the default for scraping) and :class:`~datalayer.http.aiohttp_client.AiohttpClient`
+  (http and https). Measured costs are in docs/datalayer.md; the httpx client the data-layer benchmark
+  compares with implements the same contract in ``bench/httpx_client.py``.
 
 This package re-exports all of them; :func:`default_http_client` picks by scheme.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from datalayer.http.aiohttp_client import AiohttpClient
 from datalayer.http.base import FetchError, HttpClient, HttpResponse
-from datalayer.http.httpx_client import HttpxClient
 from datalayer.http.rawhttp import RawHttpClient
 
 __all__ = [
@@ -23,7 +22,6 @@ __all__ = [
     "FetchError",
     "HttpClient",
     "HttpResponse",
-    "HttpxClient",
     "RawHttpClient",
     "default_http_client",
 ]

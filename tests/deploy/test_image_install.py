@@ -23,6 +23,8 @@ import shlex
 import shutil
 import subprocess
 import time
+import tomllib
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,11 +129,30 @@ def test_installed_tree_has_no_compiler_and_only_runtime_packages(image: Image) 
     names = {p["name"].lower() for p in json.loads(listed.stdout)}
     assert {"pyepp", "grpcio", "grpcio-health-checking", "xds-protos"} <= names
     assert not names & {"pytest", "ruff", "mypy", "setuptools", "wheel", "cython"}, names
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = {  # the image is the picker: none of the sim, bench and test extras
+        re.sub(r"[-_.]+", "-", re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0]).lower()
+        for reqs in project["optional-dependencies"].values()
+        for req in reqs
+    } - {"pyepp"}
+    assert {"pyzmq", "tokenizers", "matplotlib", "vllm-router"} <= extras
+    assert not names & extras, names & extras
     # Byte code is compiled at install time: on a read-only root filesystem nothing could write it later.
     (site,) = venv.glob("lib/python3*/site-packages")
     sources = list((site / "epp").rglob("*.py"))
     compiled = {p.name.split(".")[0] for p in (site / "epp").rglob("__pycache__/*.pyc")}
     assert sources and {p.stem for p in sources} <= compiled
+
+
+def test_the_wheel_carries_the_license(image: Image) -> None:
+    venv, _, _ = image
+    (wheel,) = (venv.parents[1] / "wheels").glob("pyepp-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        licenses = [n for n in archive.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+        assert len(licenses) == 1, archive.namelist()
+        assert archive.read(licenses[0]) == (ROOT / "LICENSE").read_bytes()
+        metadata = archive.read(licenses[0].replace("licenses/LICENSE", "METADATA")).decode()
+    assert "License-Expression: Apache-2.0" in metadata and "License-File: LICENSE" in metadata
 
 
 def test_epp_help_runs_from_the_installed_tree(image: Image) -> None:

@@ -103,7 +103,10 @@ class RequestAttributeReporter(PluginBase):
 
 
 def _compile(text: str, field: str, where: str) -> Any:
-    import cel  # common-expression-language: imported only when the plugin is configured
+    # common-expression-language, imported only when the plugin is configured. Its binding is the
+    # extension module cel.cel: xds-protos also ships a (empty) cel/__init__.py for its cel.expr protos,
+    # and when pip installs it after common-expression-language, ``import cel`` has no compile().
+    from cel import cel
 
     def fail(message: str) -> ConfigError:
         return ConfigError(message, location=f"{where}: parameters.attributes[0].{field}")

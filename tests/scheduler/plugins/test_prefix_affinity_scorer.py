@@ -207,7 +207,7 @@ def test_owner_over_the_bound_spills_to_one_second_owner_not_everywhere() -> Non
     assert fleet.send(group_prompt(7, unique=99))[0] == primary
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)  # a property, not a timing: no per-example deadline
 @given(
     loads=st.lists(st.integers(min_value=0, max_value=60), min_size=1, max_size=8),
     owners=st.lists(st.integers(min_value=0, max_value=7), min_size=1, max_size=4, unique=True),
