@@ -13,7 +13,8 @@ implements :class:`scheduler.interfaces.MetricsReporter`. Counters are reported 
 (``pd_decision`` / ``disagg_decision``); gauges are read at scrape time from the
 :class:`InflightLoadSource` a plugin registers with ``watch_inflight_load``. A plugin never bound (no
 such observer, e.g. the library used alone) reports to :data:`NO_PLUGIN_METRICS`, which drops
-everything.
+everything. ``program-aware-fairness`` exports its per-program gauges the same way, through the
+separate :class:`ProgramFairnessMetrics` (an observer that lacks it leaves the plugin unexported).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ __all__ = [
     "InflightSample",
     "LoggingObserver",
     "PluginMetrics",
+    "ProgramFairnessMetrics",
+    "ProgramFairnessSource",
+    "ProgramSample",
     "SchedulerObserver",
 ]
 
@@ -139,6 +143,42 @@ class PluginMetrics(Protocol):
     ) -> None: ...
 
     def watch_inflight_load(self, source: InflightLoadSource) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramSample:
+    """What ``program-aware-fairness`` last reported for one program (fairness id).
+
+    ``avg_wait_ms``: the running mean of its flow-control queue wait in milliseconds, as of its last
+    dispatch (None before its first dispatch); ``attained_service``: its time-decayed attained service
+    in weighted tokens, as of its last completion (None before its first completion).
+    """
+
+    program_id: str
+    avg_wait_ms: float | None
+    attained_service: float | None
+
+
+class ProgramFairnessSource(Protocol):
+    """A ``program-aware-fairness`` plugin whose state is exported as gauges at every scrape."""
+
+    @property
+    def name(self) -> str: ...
+
+    def program_samples(self) -> Iterable[ProgramSample]:
+        """One sample per tracked program. Called at scrape time; must not mutate the plugin."""
+        ...
+
+    def fairness_index(self) -> float:
+        """Jain's fairness index as of the last pick (0.0 before the first, as upstream's gauge)."""
+        ...
+
+
+@runtime_checkable
+class ProgramFairnessMetrics(Protocol):
+    """Exports ``llm_d_epp_program_aware_*`` from a watched source (one per plugin name)."""
+
+    def watch_program_fairness(self, source: ProgramFairnessSource) -> None: ...
 
 
 class _NoPluginMetrics:

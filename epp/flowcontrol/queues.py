@@ -36,14 +36,15 @@ _COMPACT_SLACK = 64
 class Item:
     """One queued request. ``payload``: the caller's (the request and its dispatch callback)."""
 
-    __slots__ = ("deadline", "enqueued_at", "fairness_id", "flow", "payload", "priority", "removed", "seq",
-                 "size")  # fmt: skip
+    __slots__ = ("deadline", "enqueued_at", "fairness_id", "flow", "payload", "priority", "removed",
+                 "request_id", "seq", "size")  # fmt: skip
 
     def __init__(
         self, seq: int, priority: int, fairness_id: str, size: int, enqueued_at: float, deadline: float,
-        payload: Any,
+        payload: Any, request_id: str = "",
     ) -> None:  # fmt: skip
         self.seq = seq
+        self.request_id = request_id
         self.priority = priority
         self.fairness_id = fairness_id
         self.size = size
@@ -126,11 +127,12 @@ class FlowQueues:
         return None
 
     def push(
-        self, priority: int, fairness_id: str, size: int, now: float, deadline: float, payload: Any
-    ) -> Item:
+        self, priority: int, fairness_id: str, size: int, now: float, deadline: float, payload: Any,
+        request_id: str = "",
+    ) -> Item:  # fmt: skip
         """Queue a request (call :meth:`rejection` first)."""
         self._seq += 1
-        item = Item(self._seq, priority, fairness_id, size, now, deadline, payload)
+        item = Item(self._seq, priority, fairness_id, size, now, deadline, payload, request_id)
         band = self._bands.get(priority)
         if band is None:
             band = self._bands[priority] = Band(self._config.band(priority), priority)

@@ -39,7 +39,8 @@ from prometheus_client.registry import Collector
 
 from epp.server.metric_catalog import Family, Naming, Scheme, by_key
 from epp.server.metric_twin import Recorder, Twin
-from scheduler.observer import InflightLoadSource
+from epp.server.program_metrics import ProgramFairnessCollector
+from scheduler.observer import InflightLoadSource, ProgramFairnessSource
 from scheduler.types import Completion, Outcome, SchedulingResult, Usage
 
 __all__ = [
@@ -321,6 +322,8 @@ class SchedulerMetrics:
         self._models = _Bounded(LABEL_CAP)
         self.inflight = InflightCollector(naming, namespace)
         registry.register(self.inflight)
+        self.programs = ProgramFairnessCollector(naming)
+        registry.register(self.programs)
 
     # -- plugin-owned families (scheduler.observer.PluginMetrics)
 
@@ -334,6 +337,10 @@ class SchedulerMetrics:
 
     def watch_inflight_load(self, source: InflightLoadSource) -> None:
         self.inflight.watch(source)
+
+    def watch_program_fairness(self, source: ProgramFairnessSource) -> None:
+        """:class:`scheduler.observer.ProgramFairnessMetrics`: export a ``program-aware-fairness``."""
+        self.programs.watch(source)
 
     def _decision(
         self, twin: Twin, plugin_type: str, plugin_name: str, model_name: str, decision_type: str

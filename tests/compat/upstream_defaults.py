@@ -276,6 +276,17 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
     "round-robin-fairness-policy": Upstream(
         f"{ROUTER}:{_P}flowcontrol/fairness/roundrobin/roundrobin.go (no parameters)", {}
     ),
+    "program-aware-fairness": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/fairness/program-aware/plugin.go (DefaultConfig)",
+        {
+            "strategy": "las",
+            "evictionTtlSeconds": 3600,
+            "evictionSweepSeconds": 300,
+            "lasWeightService": 0.8,
+            "lasWeightHeadWait": 0.2,
+            "lasHalfLifeSeconds": 60,
+        },
+    ),
     "static-usage-limit-policy": Upstream(
         f"{GIE}:{_P}flowcontrol/usagelimits/usagelimitpolicy.go (StaticPolicyFactory)", {"threshold": 1.0}
     ),

@@ -38,6 +38,16 @@ class QueuedItem(Protocol):
         ...
 
     @property
+    def enqueued_at(self) -> float:
+        """Clock time the request joined the queues (the flow controller's clock, monotonic seconds)."""
+        ...
+
+    @property
+    def request_id(self) -> str:
+        """The queued request's id ("" when the caller gave none)."""
+        ...
+
+    @property
     def deadline(self) -> float:
         """Clock time the request expires at (``inf`` without a TTL)."""
         ...
@@ -71,6 +81,11 @@ class FlowHandle(Protocol):
 
     @property
     def queue(self) -> FlowQueue: ...
+
+    @property
+    def fairness_id(self) -> str:
+        """The flow's fairness id (``x-gateway-inference-fairness-id``; llm-d-router's program id)."""
+        ...
 
 
 @runtime_checkable
