@@ -162,7 +162,7 @@ class _State:
         self._flows.pop(id(flow), None)
 
     def pick(self) -> FlowHandle | None:
-        return self._plugin.pick(list(self._flows.values()))
+        return self._plugin.pick_flow(list(self._flows.values()))
 
 
 class ProgramAwareFairness(PluginBase):
@@ -194,7 +194,7 @@ class ProgramAwareFairness(PluginBase):
     def new_state(self, ordering: OrderingPolicy) -> FairnessState:
         return _State(self)
 
-    def pick(self, flows: list[FlowHandle]) -> FlowHandle | None:
+    def pick_flow(self, flows: list[FlowHandle]) -> FlowHandle | None:
         """The flow to serve next among ``flows`` (a band's active flows, in activation order)."""
         now = self._clock()
         self._maybe_sweep(now)
