@@ -180,6 +180,7 @@ def register_builtin(registry: Registry) -> None:
 
     registry.register("fcfs-ordering-policy", ordering.fcfs_factory)
     registry.register("edf-ordering-policy", ordering.edf_factory)
+    registry.register("slo-deadline-ordering-policy", ordering.slo_deadline_factory)
     registry.register("global-strict-fairness-policy", fairness.global_strict_factory)
     registry.register("round-robin-fairness-policy", fairness.round_robin_factory)
     registry.register("program-aware-fairness", program_aware.factory)

@@ -270,6 +270,9 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
     # Flow-control policies
     "fcfs-ordering-policy": Upstream(f"{ROUTER}:{_P}flowcontrol/ordering/fcfs/fcfs.go (no parameters)", {}),
     "edf-ordering-policy": Upstream(f"{ROUTER}:{_P}flowcontrol/ordering/edf/edf.go (no parameters)", {}),
+    "slo-deadline-ordering-policy": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/ordering/slodeadline/slo_deadline.go (no parameters)", {}
+    ),
     "global-strict-fairness-policy": Upstream(
         f"{ROUTER}:{_P}flowcontrol/fairness/globalstrict/global_strict.go (no parameters)", {}
     ),

@@ -13,7 +13,7 @@ Everything here runs on the event loop: no locking, no I/O, no awaits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from scheduler.interfaces import Plugin
@@ -45,6 +45,11 @@ class QueuedItem(Protocol):
     @property
     def request_id(self) -> str:
         """The queued request's id ("" when the caller gave none)."""
+        ...
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The request's headers, lower-case names (empty when the caller gave none)."""
         ...
 
     @property
