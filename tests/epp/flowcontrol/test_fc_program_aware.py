@@ -21,6 +21,7 @@ from epp.flowcontrol.controller import FlowController
 from epp.flowcontrol.queues import FlowQueues, Item
 from epp.server.metric_catalog import Naming
 from epp.server.metrics import SchedulerMetrics
+from epp.server.server import plugin_states
 from scheduler.plugins.flowcontrol.ordering import FcfsOrdering
 from scheduler.plugins.flowcontrol.program_aware import ProgramAwareFairness, ProgramAwareParams
 from scheduler.types import Completion, LLMRequest, Outcome, SchedulingResult, Usage
@@ -247,3 +248,23 @@ def test_gauges_are_exported_with_upstreams_names_and_labels() -> None:
     clean = CollectorRegistry()
     policy(clock).bind_metrics(SchedulerMetrics(clean, naming=Naming.INFERENCE))
     assert scrape(clean) == {}  # llm-d names only: nothing under --metrics-naming inference
+
+
+def test_the_picker_wires_the_declared_policy_into_its_hooks_and_metrics() -> None:
+    """As epp/app.py builds it: the scheduler's dispatch and completion hooks reach the same instance
+    the band uses, and the scheduler metrics export it."""
+    loaded = load_picker_config(None, SAMPLE.read_text(), source=str(SAMPLE))
+    registry = CollectorRegistry()
+    scheduler = loaded.config.build_scheduler(observer=SchedulerMetrics(registry))
+    assert loaded.flow_control is not None
+    fairness = loaded.flow_control.band(0).fairness
+    assert isinstance(fairness, ProgramAwareFairness)
+    req = request("r1", fairness="tenant-a")
+    scheduler.dispatched(req, RESULT)
+    scheduler.completed(req, RESULT, usage(30, 10))
+    assert fairness.programs["tenant-a"].dispatched == 1
+    got = scrape(registry)
+    assert got["llm_d_epp_program_aware_attained_service_tokens"] == [({"program_id": "tenant-a"}, 50.0)]
+    assert got["llm_d_epp_program_aware_avg_wait_time_milliseconds"] == [({"program_id": "tenant-a"}, 0.0)]
+    states = plugin_states(scheduler.plugins)  # /debug/plugins/state
+    assert states["program-aware-fairness"] == {"totalPrograms": 1, "totalInFlight": 0, "fairnessIndex": 1.0}
