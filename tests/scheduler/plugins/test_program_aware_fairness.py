@@ -9,6 +9,8 @@ from collections import deque
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
@@ -414,3 +416,25 @@ def test_bind_metrics_registers_the_plugin_with_an_observer_that_exports_it() ->
     metrics = Recording()
     p.bind_metrics(metrics)
     assert metrics.programs == [p]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(0, 5000), st.booleans()), max_size=60))
+def test_incremental_fairness_index_matches_a_full_recount(events: list[tuple[str, int, bool]]) -> None:
+    """The index is kept from running sums; it must equal Jain's index over the current means, within
+    [1/n, 1], through dispatches and evictions."""
+    clock = Clock()
+    p = make(clock, evictionTtlSeconds=1, evictionSweepSeconds=1)
+    for i, (program, wait_ms, idle) in enumerate(events):
+        if idle:
+            clock.t += 2  # past the TTL: the next call sweeps the programs with nothing in flight
+        flow = Flow(program, clock.t - (wait_ms + 0.5) / 1000, request_id=str(i))
+        pick(p, flow)
+        p.on_dispatched(req(program, str(i)), RESULT)
+        p.on_completed(req(program, str(i)), RESULT, done(1, 1))
+        pick(p)
+        means = [m.avg_wait_ms for m in p.programs.values() if m.wait_count]
+        total, squares = sum(means), sum(x * x for x in means)
+        assert p.fairness_index() == pytest.approx(jains_index(total, squares, len(means)), abs=1e-9)
+        if len(means) > 1 and squares:
+            assert 1 / len(means) - 1e-9 <= p.fairness_index() <= 1 + 1e-9
