@@ -15,7 +15,8 @@ implements :class:`scheduler.interfaces.MetricsReporter`. Counters are reported 
 such observer, e.g. the library used alone) reports to :data:`NO_PLUGIN_METRICS`, which drops
 everything. An observer that also implements :class:`LatencyMetrics` receives the
 ``predicted-latency-producer``'s per-request TTFT/TPOT reports (actual, predicted, SLO) and its
-prediction durations.
+prediction durations. ``program-aware-fairness`` exports its per-program gauges the same way, through the
+separate :class:`ProgramFairnessMetrics` (an observer that lacks it leaves the plugin unexported).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ __all__ = [
     "LatencyReport",
     "LoggingObserver",
     "PluginMetrics",
+    "ProgramFairnessMetrics",
+    "ProgramFairnessSource",
+    "ProgramSample",
     "SchedulerObserver",
 ]
 
@@ -180,6 +184,42 @@ class LatencyMetrics(Protocol):
     def latency_predicted(
         self, plugin_type: str, plugin_name: str, model_name: str, target_model_name: str, seconds: float
     ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramSample:
+    """What ``program-aware-fairness`` last reported for one program (fairness id).
+
+    ``avg_wait_ms``: the running mean of its flow-control queue wait in milliseconds, as of its last
+    dispatch (None before its first dispatch); ``attained_service``: its time-decayed attained service
+    in weighted tokens, as of its last completion (None before its first completion).
+    """
+
+    program_id: str
+    avg_wait_ms: float | None
+    attained_service: float | None
+
+
+class ProgramFairnessSource(Protocol):
+    """A ``program-aware-fairness`` plugin whose state is exported as gauges at every scrape."""
+
+    @property
+    def name(self) -> str: ...
+
+    def program_samples(self) -> Iterable[ProgramSample]:
+        """One sample per tracked program. Called at scrape time; must not mutate the plugin."""
+        ...
+
+    def fairness_index(self) -> float:
+        """Jain's fairness index as of the last pick (0.0 before the first, as upstream's gauge)."""
+        ...
+
+
+@runtime_checkable
+class ProgramFairnessMetrics(Protocol):
+    """Exports ``llm_d_epp_program_aware_*`` from a watched source (one per plugin name)."""
+
+    def watch_program_fairness(self, source: ProgramFairnessSource) -> None: ...
 
 
 class _NoPluginMetrics:

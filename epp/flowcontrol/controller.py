@@ -167,8 +167,9 @@ class FlowController:
         now = self._now()
         ttl = self.config.default_ttl
         ticket = Ticket(request, asyncio.get_running_loop().create_future(), dispatch)
+        deadline = now + ttl if ttl else math.inf
         ticket.item = queues.push(
-            priority, request.fairness_id, size, now, now + ttl if ttl else math.inf, ticket
+            priority, request.fairness_id, size, now, deadline, ticket, request.request_id, request.headers
         )
         if recorder is not None:
             recorder.enqueued(request, DISPATCHED, self._perf() - start)

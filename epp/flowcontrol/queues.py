@@ -22,7 +22,8 @@ Pure apart from the times passed in; not thread-safe (the event loop's).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from epp.flowcontrol.config import MAX_QUEUED_REQUESTS, BandConfig, FlowControlConfig
@@ -31,19 +32,22 @@ from scheduler.plugins.flowcontrol.interfaces import FairnessState, FlowQueue
 __all__ = ["Band", "Flow", "FlowQueues", "Item"]
 
 _COMPACT_SLACK = 64
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
 
 class Item:
     """One queued request. ``payload``: the caller's (the request and its dispatch callback)."""
 
-    __slots__ = ("deadline", "enqueued_at", "fairness_id", "flow", "payload", "priority", "removed", "seq",
-                 "size")  # fmt: skip
+    __slots__ = ("deadline", "enqueued_at", "fairness_id", "flow", "headers", "payload", "priority",
+                 "removed", "request_id", "seq", "size")  # fmt: skip
 
     def __init__(
         self, seq: int, priority: int, fairness_id: str, size: int, enqueued_at: float, deadline: float,
-        payload: Any,
+        payload: Any, request_id: str = "", headers: Mapping[str, str] = _NO_HEADERS,
     ) -> None:  # fmt: skip
         self.seq = seq
+        self.request_id = request_id
+        self.headers = headers
         self.priority = priority
         self.fairness_id = fairness_id
         self.size = size
@@ -126,11 +130,12 @@ class FlowQueues:
         return None
 
     def push(
-        self, priority: int, fairness_id: str, size: int, now: float, deadline: float, payload: Any
-    ) -> Item:
+        self, priority: int, fairness_id: str, size: int, now: float, deadline: float, payload: Any,
+        request_id: str = "", headers: Mapping[str, str] = _NO_HEADERS,
+    ) -> Item:  # fmt: skip
         """Queue a request (call :meth:`rejection` first)."""
         self._seq += 1
-        item = Item(self._seq, priority, fairness_id, size, now, deadline, payload)
+        item = Item(self._seq, priority, fairness_id, size, now, deadline, payload, request_id, headers)
         band = self._bands.get(priority)
         if band is None:
             band = self._bands[priority] = Band(self._config.band(priority), priority)

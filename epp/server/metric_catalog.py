@@ -281,6 +281,17 @@ CATALOG: tuple[Family, ...] = (
            "ttft_slo_violation (1/0), and the same for tpot.",
            _E + "inference_request_metric", (*_PL, "type"), _O + "inference_request_metric",
            (*_M2, "type")),
+    Family("program_attained_service", "gauge",
+           "Time-decayed attained service (weighted tokens consumed) per program, as of its last "
+           "completion (program-aware-fairness).",
+           _E + "program_aware_attained_service_tokens", ("program_id",)),
+    Family("program_avg_wait", "gauge",
+           "Running mean of the flow-control queue wait per program in milliseconds "
+           "(program-aware-fairness).",
+           _E + "program_aware_avg_wait_time_milliseconds", ("program_id",)),
+    Family("program_fairness_index", "gauge",
+           "Jain's fairness index over the programs' mean waits (1.0: equal) (program-aware-fairness).",
+           _E + "program_aware_jains_fairness_index", ()),
     # --- ext_proc streams (upstream: only with --enable-grpc-stream-metrics)
     Family("extproc_streams_inflight", "gauge", "ext_proc gRPC streams open now.",
            _E + "extproc_streams_inflight", ()),

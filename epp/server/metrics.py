@@ -42,7 +42,8 @@ from prometheus_client.registry import Collector
 from epp.server.latency_metrics import PredictedLatencyMetrics
 from epp.server.metric_catalog import Family, Naming, Scheme, by_key
 from epp.server.metric_twin import Recorder, Twin
-from scheduler.observer import InflightLoadSource, LatencyReport
+from epp.server.program_metrics import ProgramFairnessCollector
+from scheduler.observer import InflightLoadSource, LatencyReport, ProgramFairnessSource
 from scheduler.types import Completion, Outcome, SchedulingResult, Usage
 
 __all__ = [
@@ -324,6 +325,8 @@ class SchedulerMetrics:
         self.inflight = InflightCollector(naming, namespace)
         registry.register(self.inflight)
         self.latency = PredictedLatencyMetrics(registry, naming, self._models, CHILD_CACHE_BUDGET)
+        self.programs = ProgramFairnessCollector(naming)
+        registry.register(self.programs)
 
     # -- predicted-latency-producer (scheduler.observer.LatencyMetrics)
 
@@ -347,6 +350,10 @@ class SchedulerMetrics:
 
     def watch_inflight_load(self, source: InflightLoadSource) -> None:
         self.inflight.watch(source)
+
+    def watch_program_fairness(self, source: ProgramFairnessSource) -> None:
+        """:class:`scheduler.observer.ProgramFairnessMetrics`: export a ``program-aware-fairness``."""
+        self.programs.watch(source)
 
     def _decision(
         self, twin: Twin, plugin_type: str, plugin_name: str, model_name: str, decision_type: str

@@ -34,8 +34,6 @@ KNOWN_GAPS: dict[str, tuple[str, ...]] = {
     "plugin type mm-embeddings-cache-producer": (
         "llm-d-router/deploy.config.epp-mm-embeddings-cache-config.yaml",
     ),
-    # 1 file(s)
-    "plugin type program-aware-fairness": ("llm-d-router/deploy.config.sim-program-aware-config.yaml",),
 }
 
 WRONG_REASON_GROUPS: dict[str, tuple[str, ...]] = {}

@@ -270,11 +270,25 @@ UPSTREAM_DEFAULTS: dict[str, Upstream] = {
     # Flow-control policies
     "fcfs-ordering-policy": Upstream(f"{ROUTER}:{_P}flowcontrol/ordering/fcfs/fcfs.go (no parameters)", {}),
     "edf-ordering-policy": Upstream(f"{ROUTER}:{_P}flowcontrol/ordering/edf/edf.go (no parameters)", {}),
+    "slo-deadline-ordering-policy": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/ordering/slodeadline/slo_deadline.go (no parameters)", {}
+    ),
     "global-strict-fairness-policy": Upstream(
         f"{ROUTER}:{_P}flowcontrol/fairness/globalstrict/global_strict.go (no parameters)", {}
     ),
     "round-robin-fairness-policy": Upstream(
         f"{ROUTER}:{_P}flowcontrol/fairness/roundrobin/roundrobin.go (no parameters)", {}
+    ),
+    "program-aware-fairness": Upstream(
+        f"{ROUTER}:{_P}flowcontrol/fairness/program-aware/plugin.go (DefaultConfig)",
+        {
+            "strategy": "las",
+            "evictionTtlSeconds": 3600,
+            "evictionSweepSeconds": 300,
+            "lasWeightService": 0.8,
+            "lasWeightHeadWait": 0.2,
+            "lasHalfLifeSeconds": 60,
+        },
     ),
     "static-usage-limit-policy": Upstream(
         f"{GIE}:{_P}flowcontrol/usagelimits/usagelimitpolicy.go (StaticPolicyFactory)", {"threshold": 1.0}

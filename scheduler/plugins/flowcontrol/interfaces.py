@@ -13,7 +13,7 @@ Everything here runs on the event loop: no locking, no I/O, no awaits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from scheduler.interfaces import Plugin
@@ -35,6 +35,21 @@ class QueuedItem(Protocol):
     @property
     def seq(self) -> int:
         """Arrival sequence number, unique and increasing (the FCFS order and every tie-break)."""
+        ...
+
+    @property
+    def enqueued_at(self) -> float:
+        """Clock time the request joined the queues (the flow controller's clock, monotonic seconds)."""
+        ...
+
+    @property
+    def request_id(self) -> str:
+        """The queued request's id ("" when the caller gave none)."""
+        ...
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The request's headers, lower-case names (empty when the caller gave none)."""
         ...
 
     @property
@@ -71,6 +86,11 @@ class FlowHandle(Protocol):
 
     @property
     def queue(self) -> FlowQueue: ...
+
+    @property
+    def fairness_id(self) -> str:
+        """The flow's fairness id (``x-gateway-inference-fairness-id``; llm-d-router's program id)."""
+        ...
 
 
 @runtime_checkable
