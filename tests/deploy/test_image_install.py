@@ -135,7 +135,7 @@ def test_installed_tree_has_no_compiler_and_only_runtime_packages(image: Image) 
         for reqs in project["optional-dependencies"].values()
         for req in reqs
     } - {"pyepp"}
-    assert {"pyzmq", "tokenizers", "matplotlib", "vllm-router"} <= extras
+    assert {"tokenizers", "matplotlib", "vllm-router"} <= extras
     assert not names & extras, names & extras
     # Byte code is compiled at install time: on a read-only root filesystem nothing could write it later.
     (site,) = venv.glob("lib/python3*/site-packages")
