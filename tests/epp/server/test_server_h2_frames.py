@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import weakref
 
 import hpack
 import orjson
@@ -94,12 +95,14 @@ GRPC_HEADERS = [
     ("content-type", "application/grpc"),
     ("te", "trailers"),
 ]
-_ENCODERS: dict[int, hpack.Encoder] = {}
+# Keyed by the connection object itself (weakly): an id() can be reused by a later connection once the
+# earlier one is collected, which would hand it an encoder whose dynamic table the new decoder never saw.
+_ENCODERS: weakref.WeakKeyDictionary[H2Connection, hpack.Encoder] = weakref.WeakKeyDictionary()
 
 
 def block(conn: H2Connection, headers: list[tuple[str, str]] | None = None) -> bytes:
     """An HPACK block for ``conn`` (one encoder per connection, as a client keeps)."""
-    encoder = _ENCODERS.setdefault(id(conn), hpack.Encoder())
+    encoder = _ENCODERS.setdefault(conn, hpack.Encoder())
     return encoder.encode(headers or GRPC_HEADERS)
 
 
