@@ -21,7 +21,8 @@ from epp.request.openai import OpenAIParser
         (b'{"model": "m",}', "request body is not valid JSON: a trailing comma at byte 13"),
         (
             b'{"model" "m"}',
-            "request body is not valid JSON: unexpected text '\"m\"}' at byte 9 (expected ':' after key)",
+            # the reason in parentheses after it is orjson's words, which differ between its versions
+            "request body is not valid JSON: unexpected text '\"m\"}' at byte 9 (",
         ),
         (b'{"p": "\xc3\xa9\xc3\xa9" x}', "request body is not valid JSON: unexpected text 'x}' at byte 13"),
         (b"{} []", "request body is not valid JSON: unexpected text '[]' after the JSON value, at byte 3"),
