@@ -57,7 +57,7 @@ test-matrix: test-fast .venv-3.12/.installed .venv-3.13/.installed
 	@touch $@
 
 demo: install
-	$(BIN)/python -m epp.demo
+	$(BIN)/python -m devtools.demo
 
 bench: install
 	$(BIN)/epp-bench all

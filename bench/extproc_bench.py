@@ -1,6 +1,6 @@
 """``epp-bench extproc-envoy``: what the picker costs behind the real Envoy, per request and per chunk.
 
-One stack (:mod:`epp.stack`): ``--servers`` simulated servers in one process with near-zero latency
+One stack (:mod:`devtools.stack`): ``--servers`` simulated servers in one process with near-zero latency
 (TTFT 0, ITL ``--itl``), the picker (plaintext, default configuration, scheduling over every server)
 and Envoy (one worker). For each Envoy configuration (``envoy-only`` = round-robin without the
 picker, then the picker variants of ``deploy/envoy``), each body size (1 KB, 200 KB: the 200 KB prompt
@@ -42,7 +42,7 @@ from typing import Any
 
 import httpx
 
-from epp.stack import Stack, StackSpec
+from devtools.stack import Stack, StackSpec
 from simulator.workloads import percentile
 
 __all__ = ["Point", "main", "parse_wrk", "picker_cpu_seconds"]

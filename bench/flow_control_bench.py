@@ -32,7 +32,7 @@ from pathlib import Path
 
 import httpx
 
-from epp.stack import Stack, StackSpec
+from devtools.stack import Stack, StackSpec
 
 __all__ = ["main"]
 

@@ -252,7 +252,7 @@ def _run_router(
     label: str, spec_kwargs: Mapping[str, Any], *, exe: Path, tokenizer: Path, out: Path, load: PerfLoad,
     scenario: Scenario,
 ) -> PerfFigures:  # fmt: skip
-    from epp.stack import Stack, StackSpec
+    from devtools.stack import Stack, StackSpec
 
     spec = StackSpec(servers=4, sim_args=(*sim_args(scenario), "--tokenizer", str(tokenizer)), **spec_kwargs)
     run_dir = out / label

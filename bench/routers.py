@@ -4,7 +4,7 @@ A :class:`RouterSpec` names one router: ``envoy`` with a load-balancing policy (
 ``LEAST_REQUEST``; Envoy's config is the repository's ``round-robin`` variant with ``lb_policy``
 replaced), ``vllm-router`` with a ``--policy``, or ``picker`` (our EPP behind Envoy's GIE fail-closed
 config) with an ``EndpointPickerConfig`` text (``""`` = the built-in default). :func:`running_router`
-starts the fleet (:class:`epp.stack.Stack`, every server a fresh ``epp-sim`` process with cold caches),
+starts the fleet (:class:`devtools.stack.Stack`, every server a fresh ``epp-sim`` process with cold caches),
 then the router, waits until a request gets through, yields a :class:`RunningRouter` and stops
 everything on exit (also on errors and interrupts).
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from epp.envoy_config import envoy_binary, render
-from epp.stack import ManagedProcess, Stack, StackError, StackSpec, free_ports
+from devtools.envoy_config import envoy_binary, render
+from devtools.stack import ManagedProcess, Stack, StackError, StackSpec, free_ports
 
 __all__ = [
     "GIE_DEFAULT_CONFIG",

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
-from epp.stack import ManagedProcess, free_ports, running_process
+from devtools.stack import ManagedProcess, free_ports, running_process
 
 __all__ = ["ScenarioResult", "main", "run_scenario", "run_scrape", "time_metrics_render"]
 

@@ -1,6 +1,6 @@
 """``epp-bench soak``: the picker behind the real Envoy for a long time at ~80% of its maximum throughput.
 
-One stack (:mod:`epp.stack`): ``--servers`` simulated servers in one process (TTFT 0, ITL ``--itl``), the
+One stack (:mod:`devtools.stack`): ``--servers`` simulated servers in one process (TTFT 0, ITL ``--itl``), the
 picker (plaintext, default configuration, ``--picker-args`` added) and Envoy (one worker) with the
 ``gie-fail-closed`` configuration, so every request and every streamed chunk crosses the picker.
 Every request is a 1 KB completion streamed back as SSE with ``--tokens`` tokens.
@@ -42,7 +42,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.extproc_bench import MODEL, _body, idle_cpu_rate, picker_cpu_seconds
-from epp.stack import Stack, StackSpec
+from devtools.stack import Stack, StackSpec
 from simulator.workloads import percentile
 
 __all__ = ["Window", "main", "rss_bytes", "verdicts"]

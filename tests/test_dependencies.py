@@ -1,6 +1,6 @@
 """What the picker needs is declared as a runtime dependency; the extras are only for what they name.
 
-Every module of the five packages is imported in a fresh interpreter whose imports of the ``sim``,
+Every module of the six packages is imported in a fresh interpreter whose imports of the ``sim``,
 ``bench`` and ``test`` extras' packages fail (a ``sys.meta_path`` hook), as in the container image,
 which installs ``pyepp`` without extras. Modules that need an extra (the simulator's ZMQ events and
 Hugging Face tokenizers, the benchmark's plots) import it where it is used, not at module import.
@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-PACKAGES = ["scheduler", "datalayer", "epp", "simulator", "bench"]
+PACKAGES = ["scheduler", "datalayer", "epp", "simulator", "bench", "devtools"]
 
 IMPORT_ALL = """
 import importlib, pkgutil, sys

@@ -55,7 +55,7 @@ def explain(kind: str, detail: str = "") -> tuple[str, str]:
         return (
             "a plaintext client connected to the TLS ext_proc port; closed (Envoy answers its client 500)",
             "serve plaintext with --secure-serving=false, or give the client TLS (an Envoy config "
-            "rendered without --picker-plaintext: python -m epp.envoy_config ...)",
+            "rendered without --picker-plaintext: python -m devtools.envoy_config ...)",
         )
     if kind == "tls-on-plaintext":
         return (

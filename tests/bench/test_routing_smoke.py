@@ -14,7 +14,7 @@ import pytest
 
 from bench.report import HEADER
 from bench.routing import main
-from epp.envoy_config import envoy_binary
+from devtools.envoy_config import envoy_binary
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -28,10 +28,10 @@ from datalayer.http.rawhttp import RawHttpClient
 from datalayer.poller import PollSettings, SourcePoller
 from datalayer.sources import MetricsDataSource
 from datalayer.store import EndpointStore
+from devtools.stack import ManagedProcess, free_ports
 from epp.config_sections import load_picker_config
 from epp.discovery import build_config_discovery
 from epp.options import parse_options
-from epp.stack import ManagedProcess, free_ports
 
 CLUSTER = 'endpoints:\n  - name: cluster-a\n    address: "gw.cluster-a.example.com"\n    port: "443"\n'
 

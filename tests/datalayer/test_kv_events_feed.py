@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from datalayer.kv_events import KVEventFeed, kv_event_sources, topic_source
-from epp.stack import free_ports
+from devtools.stack import free_ports
 from scheduler.plugins.precise.params import parse_precise_params
 from scheduler.plugins.precise.producer import PrecisePrefixCacheProducer
 from simulator.config import SimConfig

@@ -1,4 +1,4 @@
-"""The Envoy configurations in deploy/envoy: rendered by epp.envoy_config and accepted by the real Envoy."""
+"""The Envoy configurations in deploy/envoy: rendered by devtools.envoy_config, accepted by the real Envoy."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from epp.envoy_config import (
+from devtools.envoy_config import (
     TEMPLATE_DIR,
     VARIANTS,
     EnvoyConfigError,

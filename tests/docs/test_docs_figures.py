@@ -1,7 +1,7 @@
 """Documented figures have one source: docs/figures.md. Elsewhere the docs link to it.
 
 A line of README.md or docs/*.md that names ``make test``, ``make bench``, ``make demo`` (or
-``python -m epp.demo``, ``epp-bench all``) and states a duration must link docs/figures.md instead;
+``python -m devtools.demo``, ``epp-bench all``) and states a duration must link docs/figures.md instead;
 figures.md has a dated, measured row for each of the three."""
 
 from __future__ import annotations

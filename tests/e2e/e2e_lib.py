@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from epp.stack import Stack, StackSpec
+from devtools.stack import Stack, StackSpec
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

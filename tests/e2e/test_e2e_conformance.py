@@ -43,7 +43,7 @@ import pytest
 from e2e_lib import MODEL, decisions, eventually, running, served_by
 from prometheus_client.parser import text_string_to_metric_families
 
-from epp.stack import Stack, StackSpec
+from devtools.stack import Stack, StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 

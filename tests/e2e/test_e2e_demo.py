@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 def test_quick_demo_prints_the_table_and_the_picker_wins() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "epp.demo", "--quick"],
+        [sys.executable, "-m", "devtools.demo", "--quick"],
         capture_output=True,
         text=True,
         timeout=110,
@@ -67,7 +67,7 @@ def _ignore_sigint() -> None:
 def _interrupt_demo(trigger: str, *, sigint_ignored: bool) -> None:
     """Start the quick demo, send SIGINT once ``trigger`` is printed, check that it exits 130 with one
     line and no traceback, and that its processes and its /tmp/epp-stack-* folder are gone."""
-    argv = [sys.executable, "-m", "epp.demo", "--quick"]
+    argv = [sys.executable, "-m", "devtools.demo", "--quick"]
     demo = subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,

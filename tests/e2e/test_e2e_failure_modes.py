@@ -14,8 +14,8 @@ import httpx
 import pytest
 from e2e_lib import MODEL, completion, decisions, eventually, running, served_by
 
-from epp.envoy_config import EnvoyParams, envoy_binary, write_config
-from epp.stack import ManagedProcess, Stack, StackSpec, free_ports
+from devtools.envoy_config import EnvoyParams, envoy_binary, write_config
+from devtools.stack import ManagedProcess, Stack, StackSpec, free_ports
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

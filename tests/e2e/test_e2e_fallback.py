@@ -14,7 +14,7 @@ import httpx
 import pytest
 from e2e_lib import completion, decisions, long_prefix, running, served_by
 
-from epp.stack import Stack, StackSpec
+from devtools.stack import Stack, StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 

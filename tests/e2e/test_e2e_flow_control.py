@@ -16,7 +16,7 @@ import httpx
 import pytest
 from e2e_lib import MODEL, completion, eventually, metric_sum, running
 
-from epp.stack import StackSpec
+from devtools.stack import StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 

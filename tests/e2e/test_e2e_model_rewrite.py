@@ -27,7 +27,7 @@ import pytest
 from e2e_lib import MODEL, eventually, running
 from prometheus_client.parser import text_string_to_metric_families
 
-from epp.stack import Stack, StackSpec
+from devtools.stack import Stack, StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from e2e_lib import completion, decisions, running, served_by
 
+from devtools.stack import Stack, StackSpec
 from epp.server.tls import CertPair, self_signed
-from epp.stack import Stack, StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from e2e_lib import MODEL, completion, eventually, long_prefix, running, served_by
 
-from epp.stack import ManagedProcess, Stack, StackSpec, free_ports
+from devtools.stack import ManagedProcess, Stack, StackSpec, free_ports
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

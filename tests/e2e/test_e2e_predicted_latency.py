@@ -19,7 +19,7 @@ import httpx
 import pytest
 from e2e_lib import completion, eventually, long_prefix, metric_sum, running, served_by
 
-from epp.stack import Stack, StackSpec
+from devtools.stack import Stack, StackSpec
 from scheduler.plugins.latency.model import MIN_SAMPLES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]

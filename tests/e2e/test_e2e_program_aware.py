@@ -17,7 +17,7 @@ import pytest
 from e2e_lib import completion, eventually, metric_sum, running
 from prometheus_client.parser import text_string_to_metric_families
 
-from epp.stack import StackSpec
+from devtools.stack import StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 

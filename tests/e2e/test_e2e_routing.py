@@ -16,7 +16,7 @@ import httpx
 import pytest
 from e2e_lib import MODEL, completion, decisions, eventually, long_prefix, metric_sum, running, served_by
 
-from epp.stack import Stack, StackSpec
+from devtools.stack import Stack, StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -7,7 +7,7 @@ import socket
 import httpx
 import pytest
 
-from epp.stack import Stack, StackError, StackSpec
+from devtools.stack import Stack, StackError, StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 

@@ -1,5 +1,6 @@
 """Layering: scheduler/ never imports epp/ or datalayer/; datalayer/ never imports epp/; nothing of the
-product, nor the simulator, imports the benchmark (bench/)."""
+product (epp/, scheduler/, datalayer/), nor the simulator, imports the benchmark (bench/) or the
+development tooling (devtools/); those two may import the product."""
 
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ def imported_modules(path: Path) -> set[str]:
 @pytest.mark.parametrize(
     ("package", "forbidden"),
     [
-        ("scheduler", ("epp", "datalayer", "bench", "simulator")),
-        ("datalayer", ("epp", "bench", "simulator")),
-        ("epp", ("bench",)),
-        ("simulator", ("bench", "epp")),
+        ("scheduler", ("epp", "datalayer", "bench", "simulator", "devtools")),
+        ("datalayer", ("epp", "bench", "simulator", "devtools")),
+        ("epp", ("bench", "devtools")),
+        ("simulator", ("bench", "epp", "devtools")),
     ],
 )
 def test_no_upward_imports(package: str, forbidden: tuple[str, ...]) -> None:

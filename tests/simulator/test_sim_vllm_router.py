@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from epp.stack import free_ports, running_process
+from devtools.stack import free_ports, running_process
 
 pytestmark = pytest.mark.e2e
 

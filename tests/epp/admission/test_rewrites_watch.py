@@ -111,9 +111,9 @@ def _kubeconfig(path: Path, url: str) -> None:
 async def test_picker_in_pool_mode_rewrites_as_the_cluster_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from devtools.stack import free_ports
     from epp.app import build_app
     from epp.options import parse_options
-    from epp.stack import free_ports
 
     async with running_fake_kube() as (server, _api):
         res = server.store.register(REWRITE_GROUP, REWRITE_VERSION, REWRITE_PLURAL, KIND)

@@ -102,9 +102,9 @@ async def test_objectives_follow_the_cluster() -> None:
 async def test_picker_in_pool_mode_takes_priorities_from_the_cluster(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from devtools.stack import free_ports
     from epp.app import build_app
     from epp.options import parse_options
-    from epp.stack import free_ports
 
     async with running_fake_kube() as (server, _api):
         kind = "InferenceObjective"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main as bench_main
+from devtools.envoy_config import build_parser as envoy_config_parser
 from epp.config_sections import check_config
-from epp.envoy_config import build_parser as envoy_config_parser
 from epp.flags import ManualHelpFormatter, format_default
 from epp.options import UsageError, build_parser, parse_options
 from scheduler.config import load_config_text

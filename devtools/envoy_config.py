@@ -24,7 +24,7 @@ cannot express are applied to the parsed document:
 
 Rendering is pure (no I/O besides reading the template); :func:`validate` runs
 ``envoy --mode validate`` and raises :class:`EnvoyConfigError` with Envoy's message on failure.
-``python -m epp.envoy_config VARIANT --listen-port P ... -o FILE`` renders from the command line.
+``python -m devtools.envoy_config VARIANT --listen-port P ... -o FILE`` renders from the command line.
 """
 
 from __future__ import annotations
@@ -284,11 +284,11 @@ def validate(path: Path, envoy: Path | None = None, timeout_s: float = 30.0) -> 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m epp.envoy_config``."""
+    """The command line of ``python -m devtools.envoy_config``."""
     from epp.flags import ManualHelpFormatter, parse_port
 
     p = argparse.ArgumentParser(
-        prog="python -m epp.envoy_config",
+        prog="python -m devtools.envoy_config",
         description="Render an Envoy configuration for the picker (and validate it with Envoy).",
         formatter_class=ManualHelpFormatter,
     )
@@ -344,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.validate:
             validate(ns.output)
     except EnvoyConfigError as exc:
-        print(f"epp.envoy_config: error: {exc}", file=sys.stderr)
+        print(f"devtools.envoy_config: error: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -1,6 +1,6 @@
 """Start and stop a local inference stack: simulated vLLM servers, the picker, and Envoy, on 127.0.0.1.
 
-Used by the end-to-end tests, the demo (:mod:`epp.demo`) and the ext_proc benchmark. Every process is
+Used by the end-to-end tests, the demo (:mod:`devtools.demo`) and the ext_proc benchmark. Every process is
 started in its own process group with its output in ``<workdir>/<name>.log``; :meth:`Stack.stop`
 (also run by the context manager on any exception, including ``KeyboardInterrupt``) sends SIGTERM to
 each group, then SIGKILL after ``stop_timeout_s``. Readiness: a simulated server answers
@@ -12,7 +12,7 @@ Ports come from the OS (bind port 0), never fixed, so several stacks can run sid
 program takes one between choosing and binding, :meth:`Stack.start` retries once on fresh ports. Each
 model server runs as its own ``epp-sim`` process so a test can stop one (:meth:`Stack.stop_server`),
 or all in one process (``StackSpec.single_sim_process``, cheaper for the benchmark). Envoy is (re)started
-with any variant of :mod:`epp.envoy_config` (:meth:`Stack.start_envoy`), the picker can be stopped and
+with any variant of :mod:`devtools.envoy_config` (:meth:`Stack.start_envoy`), the picker can be stopped and
 started again (:meth:`Stack.stop_picker` / :meth:`Stack.start_picker`) to exercise failure modes.
 """
 
@@ -37,7 +37,7 @@ from types import FrameType, TracebackType
 
 import httpx
 
-from epp.envoy_config import EnvoyParams, envoy_binary, write_config
+from devtools.envoy_config import EnvoyParams, envoy_binary, write_config
 
 __all__ = [
     "ManagedProcess",
@@ -191,7 +191,7 @@ def running_process(
 
 @dataclass(frozen=True, slots=True)
 class StackSpec:
-    """What to start. ``envoy_variant`` names a :data:`epp.envoy_config.VARIANTS` entry (None: no
+    """What to start. ``envoy_variant`` names a :data:`devtools.envoy_config.VARIANTS` entry (None: no
     Envoy); ``picker`` False starts no picker (e.g. the round-robin baseline); ``picker_hosts`` gives
     the picker's ``--endpoints`` a host name per server instead of 127.0.0.1 (names the test maps)."""
 
@@ -205,7 +205,7 @@ class StackSpec:
     envoy_variant: str | None = "gie-fail-closed"
     envoy_concurrency: int = 1
     subset_hint_header: str = ""
-    report_served_endpoint: bool = False  # Envoy reports the served endpoint (see epp.envoy_config)
+    report_served_endpoint: bool = False  # Envoy reports the served endpoint (see devtools.envoy_config)
     single_sim_process: bool = False  # all servers in one epp-sim process (cheaper; no stop_server)
     server_args: tuple[tuple[str, ...], ...] = ()  # extra epp-sim args per server (after sim_args)
     ready_timeout_s: float = 30.0

@@ -1,4 +1,5 @@
-"""``make demo`` / ``python -m epp.demo``: the picker against Envoy round-robin on four simulated servers.
+"""``make demo`` / ``python -m devtools.demo``: the picker against Envoy round-robin on four
+simulated servers.
 
 What it does, printing progress as it goes:
 
@@ -16,7 +17,7 @@ What it does, printing progress as it goes:
 
 Ctrl-C works at any moment, whatever the caller did with SIGINT (a shell's background job ignores it,
 and children inherit that): the demo installs Python's default handler first. Starting and stopping
-processes defer the interrupt until the step is done (:class:`epp.stack.SigintDeferred`); during a
+processes defer the interrupt until the step is done (:class:`devtools.stack.SigintDeferred`); during a
 workload it cancels the load cleanly. The exit status is then 130, with one line on stderr and no
 traceback.
 
@@ -39,7 +40,7 @@ from typing import Any, TypeVar
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from epp.stack import SigintDeferred, Stack, StackError, StackSpec
+from devtools.stack import SigintDeferred, Stack, StackError, StackSpec
 from simulator.loadgen import LoadOptions, RequestResult, run_load
 from simulator.workloads import Workload, WorkloadParams, build_workload, percentile
 
@@ -248,7 +249,7 @@ def _sigterm(_signum: int, _frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m epp.demo", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m devtools.demo", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller, faster workload (for tests)")
     ns = p.parse_args(argv)
     try:
