@@ -285,7 +285,7 @@ def validate(path: Path, envoy: Path | None = None, timeout_s: float = 30.0) -> 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m devtools.envoy_config``."""
-    from epp.flags import ManualHelpFormatter, parse_port
+    from epp.config.flags import ManualHelpFormatter, parse_port
 
     p = argparse.ArgumentParser(
         prog="python -m devtools.envoy_config",

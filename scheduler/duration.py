@@ -1,9 +1,9 @@
 """Durations: the one grammar of the picker, Go's ``time.ParseDuration``.
 
-Flags (:func:`epp.flags.parse_duration`), configuration files (plugin parameters: :func:`parse_duration`)
-and the data layer's parameters (:func:`datalayer.params.go_duration`) all parse through this module,
-so a value means the same everywhere and the same as in the Go picker. Documented in
-docs/scheduler.md ("Durations").
+Flags (:func:`epp.config.flags.parse_duration`), configuration files (plugin parameters:
+:func:`parse_duration`) and the data layer's parameters (:func:`datalayer.params.go_duration`) all parse
+through this module, so a value means the same everywhere and the same as in the Go picker. Documented
+in docs/scheduler.md ("Durations").
 
 Grammar: ``[-+]?([0-9]*(\\.[0-9]*)?unit)+`` or the bare ``0`` (also ``-0``, ``+0``), where every
 component has a digit before or after its point and a unit: ``ns``, ``us``, ``µs`` (U+00B5), ``μs``

@@ -11,7 +11,7 @@ Accepted shapes (the section is optional; absent means ``openai``)::
 returns the parser instance; an invalid section raises :class:`ParserConfigError` (a ValueError) whose
 ``location`` names the offending key (e.g. ``parser.type``).
 
-When a configuration file is loaded (:mod:`epp.config_sections`), ``parser: {pluginRef: NAME}`` with
+When a configuration file is loaded (:mod:`epp.config.sections`), ``parser: {pluginRef: NAME}`` with
 an upstream name (a ``plugins`` entry or a parser type) is instead upstream's deprecated form of a
 one-entry ``requestHandler.parsers`` list (see :mod:`epp.request.plugins`); ``type`` and the short
 names ``openai`` / ``passthrough`` still select one parser for every path.

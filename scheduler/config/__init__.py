@@ -2,7 +2,7 @@
 
 Entry points: :func:`load_config_file`, :func:`load_config_text`, :func:`default_config` (all return a
 :class:`ResolvedConfig`, whose ``build_scheduler()`` gives the Scheduler and ``render()`` the effective
-configuration as YAML). ``epp check-config`` (:func:`epp.config_sections.check_config`) wraps
+configuration as YAML). ``epp check-config`` (:func:`epp.config.sections.check_config`) wraps
 them with the EPP's section validators.
 """
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-import epp.config_sections
-from epp.config_sections import LoadedConfig, load_picker_config
+import epp.config.sections
+from epp.config.sections import LoadedConfig, load_picker_config
 from scheduler.errors import ConfigError
 from scheduler.registry import Registry
 from tests.compat.expectations import LOADER_FIXTURES, uses_go_test_fakes, uses_harness_fakes
@@ -65,7 +65,7 @@ def entries() -> tuple[Entry, ...]:
     return tuple(out)
 
 
-_PICKER_REGISTRY = epp.config_sections.picker_registry
+_PICKER_REGISTRY = epp.config.sections.picker_registry
 
 
 @contextmanager
@@ -75,12 +75,12 @@ def _go_test_fakes() -> Iterator[None]:
     def registry() -> Registry:
         return register_go_test_fakes(_PICKER_REGISTRY())
 
-    epp.config_sections.picker_registry = registry  # type: ignore[assignment]
+    epp.config.sections.picker_registry = registry  # type: ignore[assignment]
     try:
         with go_test_fakes():
             yield
     finally:
-        epp.config_sections.picker_registry = _PICKER_REGISTRY  # type: ignore[assignment]
+        epp.config.sections.picker_registry = _PICKER_REGISTRY  # type: ignore[assignment]
 
 
 def load(entry: Entry) -> LoadedConfig:

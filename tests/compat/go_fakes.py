@@ -8,7 +8,7 @@ equivalents, with the same parameter handling, for the fixtures that use them, s
 pyepp's loader rather than stopping at an unknown type. Like the Go mocks they do nothing when called.
 
 The Go tests' data-layer fakes and feature gate are registered too, through the seams
-:func:`datalayer.config.registered_types` and :func:`epp.feature_gates.registered_gates` (see
+:func:`datalayer.config.registered_types` and :func:`epp.config.feature_gates.registered_gates` (see
 :func:`go_test_fakes`): the loader test's ``test-source`` / ``test-extractor`` (``mockSource`` /
 ``mockExtractor``: parameters ignored, they collect and extract nothing), the integration harness's
 ``mock-metrics-source`` (``dlmocks.NewDataSource``, handed to the runner by the test, which writes
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from datalayer.config import DataLayerPlugin, ExtraPluginType, registered_types
-from epp.feature_gates import registered_gates
+from epp.config.feature_gates import registered_gates
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.interfaces import Handle, Plugin, PluginFactory

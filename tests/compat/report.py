@@ -8,7 +8,7 @@ either is stale. Everything on pyepp's side is computed from the code:
 
 * configs: each corpus file loaded with ``load_picker_config`` (as the server does), counted for every
   repository it appears in (duplicates included);
-* flags: the long options of ``epp.options.build_parser()`` (and ``-v``);
+* flags: the long options of ``epp.config.options.build_parser()`` (and ``-v``);
 * metrics: the metric families registered by ``epp.app.build_app`` with a static endpoint, default
   options and the flags that upstream's opt-in families need (``metric_catalog.OPT_IN``, e.g.
   ``--enable-grpc-stream-metrics``; counters with their ``_total`` suffix, as exposed); the families
@@ -66,7 +66,7 @@ _REPOS = ("gie", "llm-d-inference-scheduler", "llm-d-router")
 
 
 def our_flags() -> set[str]:
-    from epp.options import build_parser
+    from epp.config.options import build_parser
 
     names: set[str] = set()
     for action in build_parser()._actions:
@@ -81,7 +81,7 @@ def our_flags() -> set[str]:
 def our_metrics() -> set[str]:
     """The exposed metric names with default options plus every opt-in family's flag."""
     from epp.app import build_app
-    from epp.options import parse_options
+    from epp.config.options import parse_options
     from epp.server.metric_catalog import OPT_IN
 
     argv = ["--endpoints", "127.0.0.1:8000", *sorted(set(OPT_IN.values()))]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from epp.config_sections import picker_registry
+from epp.config.sections import picker_registry
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
 from scheduler.params import params_to_dict

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from epp.config_sections import LoadedConfig
+from epp.config.sections import LoadedConfig
 from epp.request.openai import OpenAIParser
 from epp.request.plugins import DEFAULT_PARSERS
 from tests.compat.corpus_lib import Entry, go_fixture, load
@@ -132,7 +132,7 @@ def _has(repo: str, constant: str) -> bool:
 )
 def test_the_server_rejects_the_go_tests_fakes(text: str) -> None:
     """The fakes are registered only inside the corpus test (go_fakes.go_test_fakes)."""
-    from epp.config_sections import load_picker_config
+    from epp.config.sections import load_picker_config
     from scheduler.errors import ConfigError
 
     head = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"

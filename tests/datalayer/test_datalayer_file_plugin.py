@@ -21,9 +21,9 @@ from datalayer.discovery.file_plugin import (
     parse_upstream_endpoints,
 )
 from datalayer.records import DiscoveryEvent, EndpointSpec, EventKind
-from epp.config_sections import load_picker_config
-from epp.discovery import DiscoveryError, build_config_discovery
-from epp.options import parse_options
+from epp.app.endpoints import DiscoveryError, build_config_discovery
+from epp.config.options import parse_options
+from epp.config.sections import load_picker_config
 from scheduler.errors import ConfigError
 
 VALID = """

@@ -29,9 +29,9 @@ from datalayer.poller import PollSettings, SourcePoller
 from datalayer.sources import MetricsDataSource
 from datalayer.store import EndpointStore
 from devtools.stack import ManagedProcess, free_ports
-from epp.config_sections import load_picker_config
-from epp.discovery import build_config_discovery
-from epp.options import parse_options
+from epp.app.endpoints import build_config_discovery
+from epp.config.options import parse_options
+from epp.config.sections import load_picker_config
 
 CLUSTER = 'endpoints:\n  - name: cluster-a\n    address: "gw.cluster-a.example.com"\n    port: "443"\n'
 

@@ -11,7 +11,7 @@ from datalayer import DataLayer, StaticDiscovery
 from datalayer.config import DataLayerConfigError, validate_datalayer_section
 from datalayer.discovery import SpecTracker, make_spec
 from datalayer.notifications import EndpointEvent, EndpointEventType, EndpointNotificationSource
-from epp.config_sections import load_picker_config
+from epp.config.sections import load_picker_config
 from scheduler.errors import ConfigError
 from tests.datalayer.dl_fakes import FakeHttp
 

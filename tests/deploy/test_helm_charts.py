@@ -23,7 +23,7 @@ from _deploy_manifests import by_kind, one, validate_object
 from epp.admission.objectives_file import load_objectives_file
 from epp.admission.rewrites_file import load_rewrites_file
 from epp.cli import main as epp_main
-from epp.options import parse_options
+from epp.config.options import parse_options
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARTS = ROOT / "deploy" / "helm"

@@ -23,7 +23,7 @@ from _deploy_helm import NAMESPACE, HelmRenderError, Renderer
 from _deploy_manifests import by_kind, one, validate_object
 
 from epp.cli import main as epp_main
-from epp.options import parse_options
+from epp.config.options import parse_options
 
 STANDALONE = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "standalone"
 GIE_DEFAULTS = Path(__file__).with_name("upstream") / "gie-standalone-values.yaml"

@@ -17,7 +17,7 @@ import yaml
 from _deploy_helm import NAMESPACE, HelmRenderError, Renderer
 from _deploy_manifests import by_kind, one, validate_object
 
-from epp.options import parse_options
+from epp.config.options import parse_options
 
 POOL = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "inferencepool"
 STANDALONE = POOL.parent / "standalone"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from epp.config_sections import load_picker_config
+from epp.config.sections import load_picker_config
 from scheduler.config import DEFAULT_CONFIG_TEXT
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "deploy" / "configs").glob("*.yaml"))
@@ -57,7 +57,7 @@ def test_default_yaml_is_the_built_in_default() -> None:
 def test_check_config_without_a_file_prints_the_built_in_default() -> None:
     import io
 
-    from epp.config_sections import check_config
+    from epp.config.sections import check_config
 
     out, err = io.StringIO(), io.StringIO()
     assert check_config([], stdout=out, stderr=err) == 0, err.getvalue()

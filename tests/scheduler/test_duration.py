@@ -2,7 +2,7 @@
 
 The tables are Go's ``parseDurationTests`` / ``parseDurationErrorTests`` (src/time/time_test.go),
 exact to the nanosecond, plus the cases our parsers used to disagree on (spaces, overflow, ``1d``).
-Every string entry point must give the same answer: flags (``epp.flags``), configuration files
+Every string entry point must give the same answer: flags (``epp.config.flags``), configuration files
 (``scheduler.duration.parse_duration``), the data layer (``datalayer.params.go_duration``) and the
 simulator's flags (which also take a bare number of milliseconds).
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from datalayer.params import go_duration as datalayer_duration
-from epp.flags import parse_duration as flag_duration
+from epp.config.flags import parse_duration as flag_duration
 from scheduler.duration import DurationError, go_duration, go_duration_ns, parse_duration
 from simulator.cli import parse_duration as sim_duration
 

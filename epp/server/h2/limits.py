@@ -37,7 +37,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from epp.flags import parse_duration, parse_quantity
+from epp.config.flags import parse_duration, parse_quantity
 
 __all__ = ["H2Limits", "add_flags", "from_flags"]
 
@@ -68,7 +68,7 @@ class H2Limits:
             raise ValueError("settings_timeout > 0 and idle_timeout >= 0")
 
 
-# -- command-line flags (epp.options adds them and builds the limits) ---------------------------------
+# -- command-line flags (epp.config.options adds them and builds the limits) ---------------------------------
 
 _FLAGS: tuple[tuple[str, str, str], ...] = (
     # flag, field, kind ("count", "size", "duration")

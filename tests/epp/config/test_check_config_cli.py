@@ -1,7 +1,7 @@
 """``epp check-config`` on files, the built-in default and bad input (the resolved form and its errors).
 
 Moved here from tests/scheduler when the scheduler's duplicate ``check-config`` was removed: the real
-one is :func:`epp.config_sections.check_config`.
+one is :func:`epp.config.sections.check_config`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from epp.config_sections import check_config
+from epp.config.sections import check_config
 
 CONFIGS = Path(__file__).parents[2] / "scheduler" / "configs"
 HEAD = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"

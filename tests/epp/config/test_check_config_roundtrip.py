@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from epp.config_sections import check_config, picker_registry
+from epp.config.sections import check_config, picker_registry
 from scheduler.params import _fields
 
 API = "llm-d.ai/v1alpha1"
@@ -184,7 +184,7 @@ def test_set_parameters_round_trip(tmp_path: Path, plugin_type: str, parameters:
 def _converted_keys(plugin_type: str) -> set[str]:
     """Parameters of the type whose parsed value is not the YAML value as given (a ``convert``
     function, or a field typed ``Any`` that the plugin normalises)."""
-    from epp.config_sections import _load_raw
+    from epp.config.sections import _load_raw
 
     loaded = _load_raw(_document(plugin_type, MINIMAL.get(plugin_type), API), "(test)")
     plugin = loaded.config.plugin(plugin_type)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from epp.app import StartupError, build_app
-from epp.feature_gates import flow_control_from_env
-from epp.options import parse_options
+from epp.config.feature_gates import flow_control_from_env
+from epp.config.options import parse_options
 
 _HEAD = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
 

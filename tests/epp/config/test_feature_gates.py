@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from epp.config_sections import load_picker_config
-from epp.feature_gates import (
+from epp.config.feature_gates import (
     DATA_LAYER,
     FLOW_CONTROL,
     GATE_DEFAULTS,
@@ -20,6 +19,7 @@ from epp.feature_gates import (
     LEGACY_METRICS,
     parse_feature_gates,
 )
+from epp.config.sections import load_picker_config
 from scheduler.errors import ConfigError
 
 
@@ -111,7 +111,7 @@ def test_gates_reach_the_loaded_config() -> None:
 
 def test_registered_gates_is_a_test_seam_only_active_inside_the_block() -> None:
     # the Go loader test's RegisterFeatureGate("test-feature-gate", true): default true, name=false works
-    from epp.feature_gates import registered_gates
+    from epp.config.feature_gates import registered_gates
 
     with registered_gates({"test-feature-gate": True}):
         assert parse_feature_gates([]).enabled("test-feature-gate") is True

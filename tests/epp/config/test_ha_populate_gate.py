@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from datalayer import DataLayer, DataLayerOptions, FetchError, HttpResponse, StaticDiscovery
-from epp.app import PickerApp, _LeaderOnlyDataLayer
-from epp.feature_gates import parse_feature_gates
-from epp.options import parse_options
+from epp.app.picker import PickerApp, _LeaderOnlyDataLayer
+from epp.config.feature_gates import parse_feature_gates
+from epp.config.options import parse_options
 
 A = "10.0.0.1:8000"
 

@@ -13,8 +13,8 @@ import pytest
 
 from datalayer.connection import Connection
 from datalayer.sources import CoreMetricsExtractor, MetricsDataSource
-from epp.config_sections import load_picker_config
-from epp.feature_gates import DATA_LAYER, FLOW_CONTROL, LEGACY_METRICS
+from epp.config.feature_gates import DATA_LAYER, FLOW_CONTROL, LEGACY_METRICS
+from epp.config.sections import load_picker_config
 
 # kubernetes-sigs/gateway-api-inference-extension@80e21c3c config/charts/epplib/templates/_config.yaml
 # (inferencepool chart defaults; modelServerType sglang renders the defaultEngine parameter), and

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from epp.config_sections import check_config, load_picker_config
+from epp.config.sections import check_config, load_picker_config
 from epp.flowcontrol.config import parse_quantity
 from scheduler.errors import ConfigError
 

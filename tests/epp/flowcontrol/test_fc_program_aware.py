@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from epp.config_sections import check_config, load_picker_config
+from epp.config.sections import check_config, load_picker_config
 from epp.flowcontrol.config import parse_flow_control, resolve_flow_control
 from epp.flowcontrol.controller import FlowController
 from epp.flowcontrol.queues import FlowQueues, Item

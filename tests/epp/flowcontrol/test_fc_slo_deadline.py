@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epp.config_sections import load_picker_config
+from epp.config.sections import load_picker_config
 from epp.flowcontrol.config import parse_flow_control, resolve_flow_control
 from epp.flowcontrol.controller import FlowController
 from epp.flowcontrol.queues import FlowQueues, Item

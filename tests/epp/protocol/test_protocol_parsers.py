@@ -11,7 +11,7 @@ import pytest
 from extproc_messages import request_body, request_headers, response_body, response_headers, result
 from test_protocol_errors import immediate
 
-from epp.config_sections import load_picker_config
+from epp.config.sections import load_picker_config
 from epp.protocol import Completed, Schedule, Send, Session, SessionConfig
 from epp.request import vllm_engine as pb
 from epp.request.grpc_frame import frame

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from epp.config_sections import check_config, load_picker_config
+from epp.config.sections import check_config, load_picker_config
 from epp.request import InvalidRequestError, OpenAIParser, ParserChain, PassthroughParser
 from epp.request.plugins import DEFAULT_PARSERS
 from scheduler.errors import ConfigError

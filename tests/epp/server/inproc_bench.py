@@ -35,7 +35,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
 from srv_helpers import request_body, request_headers, response_body, response_headers
 
 from epp.app import build_app
-from epp.options import parse_options
+from epp.config.options import parse_options
 from epp.server.h2 import frames as f
 from epp.server.h2.connection import H2Connection
 from scheduler.types import Endpoint, EndpointView, Metrics

@@ -21,7 +21,7 @@ from srv_helpers import destination, free_port, request_body, request_headers, s
 
 from epp.app import StartupError, build_app, run
 from epp.cli import main
-from epp.options import parse_options
+from epp.config.options import parse_options
 from scheduler.types import Endpoint, LLMRequest, SchedulingResult
 
 VLLM_METRICS = b"""# TYPE vllm:num_requests_waiting gauge

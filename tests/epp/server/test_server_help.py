@@ -13,9 +13,9 @@ import pytest
 
 from bench.cli import main as bench_main
 from devtools.envoy_config import build_parser as envoy_config_parser
-from epp.config_sections import check_config
-from epp.flags import ManualHelpFormatter, format_default
-from epp.options import UsageError, build_parser, parse_options
+from epp.config.flags import ManualHelpFormatter, format_default
+from epp.config.options import UsageError, build_parser, parse_options
+from epp.config.sections import check_config
 from scheduler.config import load_config_text
 from scheduler.errors import ConfigError
 

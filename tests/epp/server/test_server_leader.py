@@ -10,8 +10,7 @@ from dataclasses import replace
 from grpc_health.v1 import health_pb2
 from testutil import eventually as _until
 
-from epp.ha.leader import LeaseConflict, LeaseRecord
-from epp.leader import campaign
+from epp.kubernetes.leader import LeaseConflict, LeaseRecord, campaign
 from epp.server.health import HealthStatus
 
 FAST = {"lease_duration_s": 3.0, "renew_deadline_s": 2.0, "retry_period_s": 0.05}

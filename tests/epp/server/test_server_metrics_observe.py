@@ -330,7 +330,7 @@ def test_stream_timeout_is_deadline_exceeded_and_half_close_is_ok() -> None:
 
 
 def test_stale_endpoints_gauge_counts_what_the_utilization_detector_finds_stale() -> None:
-    from epp.app import _stale_reader
+    from epp.app.build import _stale_reader
     from scheduler.plugins.saturation.utilization import UtilizationDetector
 
     detector = UtilizationDetector("util")

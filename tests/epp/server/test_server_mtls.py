@@ -19,7 +19,7 @@ from test_server_app import BODY, _flags, _wait_serving, model_servers
 from test_server_upstream_flags_process import _port, _start, _stop
 
 from epp.app import StartupError, build_app
-from epp.options import UsageError, parse_options
+from epp.config.options import UsageError, parse_options
 
 __all__ = ["model_servers"]  # the fixture, imported for these tests
 

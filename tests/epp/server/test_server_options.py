@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from epp.cli import main
-from epp.flags import parse_duration
-from epp.options import Options, UsageError, parse_options
+from epp.config.flags import parse_duration
+from epp.config.options import Options, UsageError, parse_options
 
 
 def test_defaults_match_gie() -> None:

@@ -17,9 +17,9 @@ from structlog.testing import capture_logs
 from datalayer.discovery import ResolveError, ResolvingDiscovery, StaticDiscovery
 from datalayer.records import EndpointMetrics, EndpointRecord, Health
 from epp.app import StartupError, build_app, run
-from epp.discovery import DiscoveryError, build_discovery
-from epp.options import parse_options
-from epp.readiness import wait_for_an_answer
+from epp.app.endpoints import DiscoveryError, build_discovery
+from epp.app.readiness import wait_for_an_answer
+from epp.config.options import parse_options
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

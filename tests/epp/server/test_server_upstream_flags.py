@@ -10,11 +10,11 @@ import orjson
 import pytest
 from certs import make_pki
 
-from epp.flags import parse_quantity
-from epp.options import UsageError, parse_options
+from epp.config.flags import parse_quantity
+from epp.config.options import UsageError, parse_options
+from epp.config.stability import experimental_plugin_error
 from epp.server.logs import configure_logging
 from epp.server.tls import GO_CIPHER_SUITES, openssl_ciphers
-from epp.stability import experimental_plugin_error
 
 BASE = ["--pool-name", "pool"]
 
@@ -238,7 +238,7 @@ def test_experimental_plugin_gate() -> None:
     ],
 )
 def test_endpoint_selector_takes_kubernetes_selector_syntax(selector: str, canonical: str) -> None:
-    from epp.label_selector import parse_label_selector
+    from epp.kubernetes.label_selector import parse_label_selector
 
     o = parse_options(["--endpoint-selector", selector, "--endpoint-target-ports", "8000"], env={})
     assert o.endpoint_selector == selector and parse_label_selector(selector) == canonical

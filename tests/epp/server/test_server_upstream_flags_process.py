@@ -32,7 +32,7 @@ from srv_helpers import (
 from test_server_app import BODY, _flags, _health_of, _wait_serving, model_servers
 
 from epp.app import StartupError, build_app
-from epp.options import parse_options
+from epp.config.options import parse_options
 
 __all__ = ["model_servers"]  # the fixture, imported for these tests
 

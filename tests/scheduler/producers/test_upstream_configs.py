@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from epp.config_sections import check_config, load_picker_config
+from epp.config.sections import check_config, load_picker_config
 from scheduler.config.convert import equivalent
 from scheduler.config.document import API_VERSION, LEGACY_API_VERSION
 from scheduler.config.resolved import ResolvedConfig

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from testutil import eventually as _until
 
-from epp.ha.leader import LeaderElector, LeaseConflict, LeaseRecord
+from epp.kubernetes.leader import LeaderElector, LeaseConflict, LeaseRecord
 
 
 class MemoryLeaseApi:

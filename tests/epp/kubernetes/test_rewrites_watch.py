@@ -15,7 +15,7 @@ from fakekube import objects, running_fake_kube
 from testutil import eventually as until
 
 from epp.admission.rewrites import RewriteStore
-from epp.rewrites_watch import REWRITE_GROUP, REWRITE_PLURAL, REWRITE_VERSION, RewriteWatch
+from epp.kubernetes.crd_watch import REWRITE_GROUP, REWRITE_PLURAL, REWRITE_VERSION, RewriteWatch
 
 KIND = "InferenceModelRewrite"
 
@@ -113,7 +113,7 @@ async def test_picker_in_pool_mode_rewrites_as_the_cluster_says(
 ) -> None:
     from devtools.stack import free_ports
     from epp.app import build_app
-    from epp.options import parse_options
+    from epp.config.options import parse_options
 
     async with running_fake_kube() as (server, _api):
         res = server.store.register(REWRITE_GROUP, REWRITE_VERSION, REWRITE_PLURAL, KIND)
@@ -142,7 +142,7 @@ async def test_picker_in_pool_mode_rewrites_as_the_cluster_says(
 
 def test_rewrites_file_is_contradictory_in_pool_mode(tmp_path: Path) -> None:
     from epp.app import StartupError, build_app
-    from epp.options import parse_options
+    from epp.config.options import parse_options
 
     path = tmp_path / "rewrites.yaml"
     path.write_text(yaml.safe_dump(rewrite("canary", "2025-01-01T00:00:00Z", "v1")))
@@ -153,7 +153,7 @@ def test_rewrites_file_is_contradictory_in_pool_mode(tmp_path: Path) -> None:
 
 def test_invalid_rewrites_file_stops_the_start(tmp_path: Path) -> None:
     from epp.app import StartupError, build_app
-    from epp.options import parse_options
+    from epp.config.options import parse_options
 
     doc = rewrite("canary", "2025-01-01T00:00:00Z", "v1")
     doc["spec"]["rules"][0]["targets"][0]["weight"] = 0

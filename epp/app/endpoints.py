@@ -1,4 +1,4 @@
-"""Choose the data layer's discovery source from the command line (exactly one mode, see epp.options).
+"""Choose the data layer's discovery source from the command line (exactly one mode, see epp.config.options).
 
 * ``--endpoints a:1,b:2``: :class:`datalayer.StaticDiscovery`;
 * ``--endpoints-file PATH``: :class:`datalayer.discovery.FileDiscovery` (YAML/JSON, watched for changes);
@@ -21,7 +21,6 @@ built (an invalid file or address, no Kubernetes configuration).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,15 +40,15 @@ from datalayer.discovery import (
 )
 from datalayer.discovery.file_plugin import MULTICLUSTER_TYPE, FileDiscoveryPlugin, check_endpoints_file
 from datalayer.records import EndpointSpec
-from epp.label_selector import parse_label_selector
-from epp.options import NO_ENDPOINTS, Options
+from epp.config.options import NO_ENDPOINTS, Options
+from epp.kubernetes.client import kubernetes_client
+from epp.kubernetes.label_selector import parse_label_selector
 
 __all__ = [
     "BuiltDiscovery",
     "DiscoveryError",
     "build_config_discovery",
     "build_discovery",
-    "kubernetes_client",
 ]
 
 
@@ -61,17 +60,6 @@ class DiscoveryError(Exception):
 class BuiltDiscovery:
     discovery: Discovery
     api_client: Any = None  # a kubernetes_asyncio ApiClient to close at shutdown, or None
-
-
-async def kubernetes_client() -> Any:
-    """An ``ApiClient`` from the in-cluster service account, else the kubeconfig."""
-    from kubernetes_asyncio import client, config
-
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        await config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-    return client.ApiClient()
 
 
 def _check_endpoints_file(path: str) -> list[EndpointSpec]:

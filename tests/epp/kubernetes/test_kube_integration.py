@@ -17,8 +17,8 @@ from fakekube import objects, running_fake_kube
 from testutil import eventually as until
 
 from epp.admission.objectives import InMemoryObjectiveStore
-from epp.ha.leader import KubernetesLeaseApi, LeaderElector
-from epp.objectives_watch import OBJECTIVE_GROUP, OBJECTIVE_PLURAL, OBJECTIVE_VERSION, ObjectiveWatch
+from epp.kubernetes.crd_watch import OBJECTIVE_GROUP, OBJECTIVE_PLURAL, OBJECTIVE_VERSION, ObjectiveWatch
+from epp.kubernetes.leader import KubernetesLeaseApi, LeaderElector
 
 TIMING = {"lease_duration_s": 0.8, "renew_deadline_s": 0.4, "retry_period_s": 0.05}
 
@@ -104,7 +104,7 @@ async def test_picker_in_pool_mode_takes_priorities_from_the_cluster(
 ) -> None:
     from devtools.stack import free_ports
     from epp.app import build_app
-    from epp.options import parse_options
+    from epp.config.options import parse_options
 
     async with running_fake_kube() as (server, _api):
         kind = "InferenceObjective"
@@ -146,7 +146,7 @@ async def test_picker_in_pool_mode_takes_priorities_from_the_cluster(
 
 def test_objectives_file_is_contradictory_in_pool_mode(tmp_path: Path) -> None:
     from epp.app import StartupError, build_app
-    from epp.options import parse_options
+    from epp.config.options import parse_options
 
     path = tmp_path / "objectives.yaml"
     path.write_text(yaml.safe_dump(objective("critical", 1)))

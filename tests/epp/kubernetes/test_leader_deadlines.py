@@ -18,8 +18,7 @@ from fakekube import objects, running_fake_kube
 from grpc_health.v1 import health_pb2
 from testutil import eventually as until
 
-from epp.ha.leader import KubernetesLeaseApi, LeaderElector, LeaseConflict, LeaseRecord
-from epp.leader import campaign
+from epp.kubernetes.leader import KubernetesLeaseApi, LeaderElector, LeaseConflict, LeaseRecord, campaign
 from epp.server.health import HealthStatus
 
 LEASE, RENEW, RETRY = 1.5, 1.0, 0.1

@@ -13,7 +13,7 @@ every other top-level section is validated here, through the validator of its ow
   its policy references are resolved against the configuration's plugins once they exist
   (:func:`~epp.flowcontrol.config.resolve_flow_control`), whenever the section is present or the
   ``flowControl`` gate is on;
-* ``featureGates``: :func:`epp.feature_gates.parse_feature_gates` (upstream's gates and ``name=false``
+* ``featureGates``: :func:`epp.config.feature_gates.parse_feature_gates` (upstream's gates and ``name=false``
   syntax). ``enableLegacyMetrics`` replaces the ``dataLayer``
   section's sources with the legacy metrics-only source (flags decide path, scheme, port).
 
@@ -39,7 +39,7 @@ from datalayer.config import (
     plugin_factories,
     validate_datalayer_section,
 )
-from epp.feature_gates import FLOW_CONTROL, LEGACY_METRICS, FeatureGates, parse_feature_gates
+from epp.config.feature_gates import FLOW_CONTROL, LEGACY_METRICS, FeatureGates, parse_feature_gates
 from epp.flowcontrol.config import (
     FlowControlConfig,
     FlowControlSpec,

@@ -19,9 +19,8 @@ from testutil import eventually as until
 from epp.admission.objectives import InMemoryObjectiveStore
 from epp.admission.objectives_file import load_objectives_file
 from epp.admission.rewrites import RewriteStore
-from epp.crd_group import LEGACY_GROUP, LLMD_GROUP, VERSION, served_group
-from epp.objectives_watch import OBJECTIVE_PLURAL, ObjectiveWatch
-from epp.rewrites_watch import REWRITE_PLURAL, RewriteWatch
+from epp.kubernetes.crd_group import LEGACY_GROUP, LLMD_GROUP, VERSION, served_group
+from epp.kubernetes.crd_watch import OBJECTIVE_PLURAL, REWRITE_PLURAL, ObjectiveWatch, RewriteWatch
 
 OBJECTIVE, REWRITE = "InferenceObjective", "InferenceModelRewrite"
 

@@ -1,4 +1,5 @@
-"""Active-passive high availability: leader election with a Kubernetes Lease.
+"""Active-passive high availability (``--ha-enable-leader-election``): leader election with a Kubernetes
+Lease, and readiness gated on leading.
 
 Semantics follow client-go's ``leaderelection`` package, so our replicas interoperate with the usual
 expectations of Kubernetes operators:
@@ -24,6 +25,11 @@ the release it then attempts is bounded by the same deadline.
 Only the leader reports ready (the server wires ``on_started_leading`` / ``on_stopped_leading`` to the
 gRPC health service). I/O goes through :class:`LeaseApi`; :class:`KubernetesLeaseApi` adapts
 ``kubernetes_asyncio``. Clocks are injected.
+
+:func:`run_leader_election` campaigns for the pool's Lease over the in-cluster (or kubeconfig) API. The
+identity is ``$POD_NAME`` (the Downward API) or the host name, plus a random suffix so a restarted
+container never inherits its predecessor's term. Readiness (``readiness``, ``""`` and the ext_proc
+service) is SERVING only while this replica leads; ``liveness`` is unaffected.
 """
 
 from __future__ import annotations
@@ -31,19 +37,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import structlog
 
+from epp.config.options import Options
+from epp.kubernetes.client import kubernetes_client
+
 __all__ = [
+    "KubernetesLeaseApi",
     "LeaderElector",
+    "LeadershipTarget",
     "LeaseApi",
     "LeaseConflict",
     "LeaseRecord",
+    "campaign",
     "default_lease_name",
+    "run_leader_election",
 ]
 
 log = structlog.get_logger("epp.ha")
@@ -318,3 +334,49 @@ class KubernetesLeaseApi:
         if obj is None:
             raise LeaseConflict("lease vanished while updating it")
         return self._record(obj)
+
+
+class LeadershipTarget(Protocol):
+    async def set_leader(self, leader: bool) -> None: ...
+
+
+def _identity() -> str:
+    base = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{base}_{uuid.uuid4().hex[:8]}"
+
+
+async def campaign(api: LeaseApi, identity: str, target: LeadershipTarget, **timing: float) -> None:
+    """Run the election until cancelled, mirroring leadership into ``target`` in order.
+
+    ``timing``: ``lease_duration_s``, ``renew_deadline_s``, ``retry_period_s`` (client-go defaults
+    15 / 10 / 2 s). Cancelling releases the Lease and reports ``set_leader(False)``.
+    """
+    changes: asyncio.Queue[bool] = asyncio.Queue()
+    elector = LeaderElector(
+        api,
+        identity,
+        **timing,  # type: ignore[arg-type]
+        on_started_leading=lambda: changes.put_nowait(True),
+        on_stopped_leading=lambda: changes.put_nowait(False),
+    )
+
+    async def mirror() -> None:
+        while True:
+            await target.set_leader(await changes.get())
+
+    mirroring = asyncio.create_task(mirror())
+    try:
+        await elector.run()
+    finally:
+        mirroring.cancel()
+        while not changes.empty():
+            await target.set_leader(changes.get_nowait())
+
+
+async def run_leader_election(options: Options, target: LeadershipTarget) -> None:
+    name = default_lease_name(options.pool_namespace, options.pool_name or "standalone")
+    async with await kubernetes_client() as api_client:
+        api = KubernetesLeaseApi(api_client, options.pool_namespace, name)
+        identity = _identity()
+        log.info("leader election started", lease=name, namespace=options.pool_namespace, identity=identity)
+        await campaign(api, identity, target)

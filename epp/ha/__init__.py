@@ -1,1 +1,0 @@
-"""High availability: leader election."""
