@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from epp.admission.subset import select_subset
+from epp.admission.subset_filter import select_subset
 from epp.request.errors import RATE_LIMITED, UNAVAILABLE, RequestError
 from scheduler.interfaces import RequestAdmitter, SaturationDetector
 from scheduler.types import EndpointView, LLMRequest

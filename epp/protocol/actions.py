@@ -57,7 +57,7 @@ class Schedule:
     """Admit and schedule ``request``; ``subset`` is the proxy's endpoint subset hint (None = all).
 
     Subset entries are ``ip:port`` (match the endpoint address exactly) or a bare IP (match the IP
-    part); see :func:`epp.admission.subset.select_subset`. ``header_only``: the request has no body
+    part); see :func:`epp.admission.subset_filter.select_subset`. ``header_only``: the request has no body
     (``end_of_stream`` on its headers, or request body mode NONE). ``body``: the request body as
     received (empty for a header-only request), for an async pre-scheduling step that needs it.
     """

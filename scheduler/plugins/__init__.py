@@ -2,7 +2,8 @@
 
 Layout: ``scorers/``, ``filters/``, ``pickers/``, ``handlers/`` (profile handlers and P/D deciders),
 ``prefix/`` (the approximate prefix-cache index), ``saturation/`` (saturation detectors),
-``response/`` (plugins acting on the response), ``flowcontrol/`` (flow-control policies). Each plugin
+``response/`` (plugins acting on the response), ``flowcontrol/`` (flow-control policies); ``shared/``
+holds helpers several kinds use (in-flight tracking, label selectors), no plugins. Each plugin
 module exports its class and a ``factory``; :func:`register_builtin` is the one place that assembles
 them into a registry (one line per plugin type).
 """

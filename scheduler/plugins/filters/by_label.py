@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from scheduler.cycle_state import CycleState
 from scheduler.params import REQUIRED, param
 from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.filters.selector import check_key
+from scheduler.plugins.shared.selector import check_key
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["ByLabelFilter", "ByLabelParams", "factory", "keep_by_label", "label_mismatch"]

@@ -9,7 +9,7 @@ The plugin's ``parameters`` are the selector itself, exactly as in Kubernetes ma
         - {key: llm-d.ai/role, operator: In, values: [decode, both]}
         - {key: canary, operator: DoesNotExist}
 
-Semantics and validation are those of :mod:`scheduler.plugins.filters.selector` (Kubernetes'
+Semantics and validation are those of :mod:`scheduler.plugins.shared.selector` (Kubernetes'
 ``LabelSelectorAsSelector``): an invalid key, value or operator, values given to Exists /
 DoesNotExist or missing for In / NotIn fail at startup with a ConfigError naming the plugin and the
 field. No parameters (or an empty selector) keeps every endpoint. Pure; order preserved.
@@ -26,7 +26,7 @@ from scheduler.errors import ConfigError
 from scheduler.interfaces import Handle, Plugin
 from scheduler.params import parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
-from scheduler.plugins.filters.selector import LabelSelector, parse_selector
+from scheduler.plugins.shared.selector import LabelSelector, parse_selector
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = [

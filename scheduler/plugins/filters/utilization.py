@@ -28,8 +28,8 @@ from scheduler.cycle_state import CycleState
 from scheduler.interfaces import Handle
 from scheduler.params import REQUIRED, param
 from scheduler.plugins.base import PluginBase, factory_with_params
-from scheduler.plugins.scorers.inflight import InflightTracker
-from scheduler.plugins.scorers.inflight_hooks import InflightHooks
+from scheduler.plugins.shared.inflight import InflightTracker
+from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = ["METRICS", "UtilizationFilter", "UtilizationFilterParams", "factory"]

@@ -57,8 +57,8 @@ from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable
-from scheduler.plugins.scorers.inflight import InflightTracker
-from scheduler.plugins.scorers.inflight_hooks import InflightHooks
+from scheduler.plugins.shared.inflight import InflightTracker
+from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = ["PrefixAffinityParams", "PrefixAffinityScorer", "factory", "load_bound"]

@@ -1,6 +1,6 @@
 """``concurrency-detector`` (GIE): pool saturation from this picker's own in-flight accounting.
 
-Counts come from an :class:`~scheduler.plugins.scorers.inflight.InflightTracker` fed by the
+Counts come from an :class:`~scheduler.plugins.shared.inflight.InflightTracker` fed by the
 lifecycle hooks (dispatch counts the primary endpoint once per request id; completion uncounts it,
 idempotently; a proxy-reported fallback moves the count), so they are never stale and react within
 the same millisecond, unlike scraped metrics. In ``concurrencyMode: tokens`` the unit is the
@@ -21,7 +21,7 @@ Parameters (GIE names and defaults): ``concurrencyMode`` (``requests`` | ``token
 (>= 0, 0.0), ``requestTimeout`` (duration, ``"2m"``: entries whose completion never came expire),
 ``inFlightLoadProducerName`` (llm-d-router: read that ``inflight-load-producer``'s counts instead of
 counting here; injected under ``llm-d.ai/v1alpha1`` unless ``requestTimeout`` is given; see
-:mod:`scheduler.plugins.scorers.inflight_consumer`). In token mode the producer's tokens are the
+:mod:`scheduler.plugins.shared.inflight_consumer`). In token mode the producer's tokens are the
 uncached prompt tokens it tracks.
 """
 
@@ -36,9 +36,9 @@ from scheduler.duration import DURATION_EXPECT, parse_duration
 from scheduler.interfaces import Handle
 from scheduler.params import param, parse_params
 from scheduler.plugins.base import PluginBase
-from scheduler.plugins.scorers.inflight import InflightTracker
-from scheduler.plugins.scorers.inflight_consumer import InflightLoadConsumer, check_own_tracking
-from scheduler.plugins.scorers.inflight_hooks import InflightHooks
+from scheduler.plugins.shared.inflight import InflightTracker
+from scheduler.plugins.shared.inflight_consumer import InflightLoadConsumer, check_own_tracking
+from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["ConcurrencyDetector", "ConcurrencyParams", "factory"]

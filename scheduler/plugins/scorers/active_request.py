@@ -1,7 +1,7 @@
 """``active-request-scorer`` (llm-d): fewer requests in flight from this picker is better.
 
 Input: the picker's own in-flight count per endpoint, kept by an :class:`InflightTracker` from the
-lifecycle hooks of :class:`~scheduler.plugins.scorers.inflight_hooks.InflightHooks` (not from
+lifecycle hooks of :class:`~scheduler.plugins.shared.inflight_hooks.InflightHooks` (not from
 scraped metrics, so it reacts within the same millisecond):
 
 * ``on_dispatched`` counts the request against the first target of every routed profile (the
@@ -22,7 +22,7 @@ i.e. min-max normalisation anchored at zero: the busiest candidate scores 0, idl
 Parameters: ``requestTimeout`` (duration, default ``"2m"``, > 0), ``idleThreshold`` (int >= 0,
 default 0), ``maxBusyScore`` (0 <= x <= 1, default 1.0), ``inFlightLoadProducerName`` (llm-d-router:
 read that ``inflight-load-producer``'s request counts instead of counting here; see
-:mod:`scheduler.plugins.scorers.inflight_consumer`).
+:mod:`scheduler.plugins.shared.inflight_consumer`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from scheduler.duration import DURATION_EXPECT, parse_duration
 from scheduler.interfaces import Handle
 from scheduler.params import param, parse_params
 from scheduler.plugins.base import PluginBase
-from scheduler.plugins.scorers.inflight import InflightTracker
-from scheduler.plugins.scorers.inflight_consumer import InflightLoadConsumer, check_own_tracking
-from scheduler.plugins.scorers.inflight_hooks import SERVED_ENDPOINT_HEADER, InflightHooks
+from scheduler.plugins.shared.inflight import InflightTracker
+from scheduler.plugins.shared.inflight_consumer import InflightLoadConsumer, check_own_tracking
+from scheduler.plugins.shared.inflight_hooks import SERVED_ENDPOINT_HEADER, InflightHooks
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["SERVED_ENDPOINT_HEADER", "ActiveRequestParams", "ActiveRequestScorer", "factory"]

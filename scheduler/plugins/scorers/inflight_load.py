@@ -48,7 +48,7 @@ from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
 from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.plugins.prefix.match import PrefixMatch
-from scheduler.plugins.scorers.inflight import add_load
+from scheduler.plugins.shared.inflight import add_load
 from scheduler.plugins.tokens.consumer import TokenCountReader
 from scheduler.producers import DataNeed
 from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult

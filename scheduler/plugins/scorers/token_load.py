@@ -19,7 +19,7 @@ Parameters: ``queueThresholdTokens`` (llm-d's name; alias ``threshold``; int >= 
 4,194,304 tokens); ``requestTimeout`` (duration, default ``"2m"``); ``inFlightLoadProducerName``
 (llm-d-router: read that ``inflight-load-producer`` instead, and score ``1 - min(inflight +
 uncached tokens of this request, threshold) / threshold``; see
-:mod:`scheduler.plugins.scorers.inflight_consumer`).
+:mod:`scheduler.plugins.shared.inflight_consumer`).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from scheduler.duration import DURATION_EXPECT, parse_duration
 from scheduler.interfaces import Handle
 from scheduler.params import param, parse_params
 from scheduler.plugins.base import PluginBase
-from scheduler.plugins.scorers.inflight import InflightTracker
-from scheduler.plugins.scorers.inflight_consumer import InflightLoadConsumer, check_own_tracking
-from scheduler.plugins.scorers.inflight_hooks import InflightHooks
+from scheduler.plugins.shared.inflight import InflightTracker
+from scheduler.plugins.shared.inflight_consumer import InflightLoadConsumer, check_own_tracking
+from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = ["DEFAULT_THRESHOLD", "TokenLoadParams", "TokenLoadScorer", "factory"]

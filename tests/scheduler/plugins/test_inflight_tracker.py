@@ -1,6 +1,6 @@
 import pytest
 
-from scheduler.plugins.scorers.inflight import InflightTracker, dispatch_targets
+from scheduler.plugins.shared.inflight import InflightTracker, dispatch_targets
 from scheduler.types import Endpoint, ProfileResult, SchedulingResult, ScoredEndpoint
 
 

@@ -4,8 +4,8 @@ from plugin_builders import endpoints, req, routed
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
-from scheduler.plugins.scorers.inflight_hooks import SERVED_ENDPOINT_HEADER
 from scheduler.plugins.scorers.token_load import TokenLoadParams, TokenLoadScorer, factory
+from scheduler.plugins.shared.inflight_hooks import SERVED_ENDPOINT_HEADER
 from scheduler.types import Completion, Outcome
 
 EPS = endpoints(3)

@@ -1,4 +1,4 @@
-"""Lifecycle hooks that feed a plugin's :class:`~scheduler.plugins.scorers.inflight.InflightTracker`.
+"""Lifecycle hooks that feed a plugin's :class:`~scheduler.plugins.shared.inflight.InflightTracker`.
 
 Shared by every plugin that keeps its own in-flight accounting (``active-request-scorer``,
 ``token-load-scorer``, ``concurrency-detector``, ``prefix-cache-affinity-filter``). A plugin mixes
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from scheduler.headers import SERVED_ENDPOINT_HEADER
-from scheduler.plugins.scorers.inflight import InflightTracker, dispatch_targets
+from scheduler.plugins.shared.inflight import InflightTracker, dispatch_targets
 from scheduler.types import Completion, LLMRequest, SchedulingResult
 
 __all__ = ["SERVED_ENDPOINT_HEADER", "InflightHooks"]

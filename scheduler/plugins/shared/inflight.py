@@ -2,7 +2,7 @@
 
 Used by ``active-request-scorer``, ``token-load-scorer``, ``concurrency-detector`` and
 ``prefix-cache-affinity-filter``: each plugin instance owns one :class:`InflightTracker`, fed by the
-hooks of :class:`~scheduler.plugins.scorers.inflight_hooks.InflightHooks`. The tracker keeps, per
+hooks of :class:`~scheduler.plugins.shared.inflight_hooks.InflightHooks`. The tracker keeps, per
 request id, which endpoints the request was counted against and how many tokens it holds, and per
 endpoint the running sums.
 

@@ -1,6 +1,6 @@
 """Reading an ``inflight-load-producer``: the consumer side of ``inFlightLoadProducerName``.
 
-Mixin for plugins that keep their own :class:`~scheduler.plugins.scorers.inflight.InflightTracker`
+Mixin for plugins that keep their own :class:`~scheduler.plugins.shared.inflight.InflightTracker`
 under the legacy apiVersion and read a producer's counts under llm-d-router's model
 (:mod:`scheduler.producers`): the producer named by ``inFlightLoadProducerName`` (default: the
 instance named ``inflight-load-producer``, injected under ``llm-d.ai/v1alpha1`` when absent). Once
