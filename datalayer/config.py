@@ -42,16 +42,16 @@ when discovered (see :class:`datalayer.layer.DataLayer`) and logs so at start.
 Test seam: :func:`registered_types` adds data-layer plugin types (:class:`ExtraPluginType`) for the
 duration of a ``with`` block, as the Go tests register their fakes (``test-source``, ``test-extractor``,
 the integration harness's ``mock-metrics-source``). Only tests use it: the server knows the types above.
+
+The plugin types, specs, parameter validation and registry factories are :mod:`datalayer.plugin_specs`
+(re-exported here).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from types import MappingProxyType
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from datalayer.dcgm import DcgmDataSource, DcgmExtractor
 from datalayer.engines import BUILTIN_ENGINES, DEFAULT_ENGINE, EngineMapping
@@ -60,7 +60,24 @@ from datalayer.notifications import (
     EndpointExtractor,
     EndpointNotificationSource,
 )
-from datalayer.params import ParamError, validate_plugin_params
+from datalayer.plugin_specs import ACCEPTS as _ACCEPTS
+from datalayer.plugin_specs import (
+    DATALAYER_PLUGIN_TYPES,
+    DISCOVERY_TYPES,
+    EXTRACTOR_TYPES,
+    SOURCE_TYPES,
+    DataLayerConfigError,
+    DataLayerPlugin,
+    ExtraPluginType,
+    PluginSpec,
+    SourceSpec,
+    plugin_factories,
+    registered_types,
+)
+from datalayer.plugin_specs import check_keys as _check_keys
+from datalayer.plugin_specs import extractor_types as _extractor_types
+from datalayer.plugin_specs import source_types as _source_types
+from datalayer.plugin_specs import validate_params as _validate_params
 from datalayer.sources import (
     CoreMetricsExtractor,
     DataSource,
@@ -84,119 +101,6 @@ __all__ = [
     "validate_data_layer_section",
     "validate_datalayer_section",
 ]
-
-SOURCE_TYPES = ("metrics-data-source", "models-data-source", "dcgm-data-source", ENDPOINT_NOTIFICATION_SOURCE)
-EXTRACTOR_TYPES = ("core-metrics-extractor", "models-data-extractor", "dcgm-extractor")
-_ACCEPTS = {  # the extractor types each source's output suits (upstream: the extractor's ExpectedInputType)
-    "metrics-data-source": ("core-metrics-extractor",),
-    "models-data-source": ("models-data-extractor",),
-    "dcgm-data-source": ("dcgm-extractor",),
-}
-DISCOVERY_TYPES = ("file-discovery", "multicluster-file-discovery")
-DATALAYER_PLUGIN_TYPES = frozenset(SOURCE_TYPES + EXTRACTOR_TYPES + DISCOVERY_TYPES)
-"""Plugin types owned by the data layer (the scheduler's registry does not build them)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ExtraPluginType:
-    """A data-layer plugin type added by :func:`registered_types`: its role, and its parameter validator
-    ``(parameters, location) -> validated`` (raising :class:`DataLayerConfigError`). Such a type
-    validates and resolves like a built-in one; :meth:`DataLayerConfig.build_sources` refuses it."""
-
-    plugin_type: str
-    role: Literal["source", "extractor"]
-    validate: Callable[[Any, str], Mapping[str, Any]]
-
-
-_EXTRA: ContextVar[Mapping[str, ExtraPluginType]] = ContextVar(
-    "extra_datalayer_types", default=MappingProxyType({})
-)
-
-
-@contextmanager
-def registered_types(*extra: ExtraPluginType) -> Iterator[None]:
-    """While active (in this context), the section also accepts ``extra`` types. For tests that load
-    upstream fixtures naming the Go tests' fakes; never used by the server. ValueError for a type that
-    is already known."""
-    known = DATALAYER_PLUGIN_TYPES | set(_EXTRA.get())
-    for t in extra:
-        if t.plugin_type in known:
-            raise ValueError(f"data-layer plugin type {t.plugin_type!r} is already registered")
-    token = _EXTRA.set(MappingProxyType({**_EXTRA.get(), **{t.plugin_type: t for t in extra}}))
-    try:
-        yield
-    finally:
-        _EXTRA.reset(token)
-
-
-def _source_types() -> tuple[str, ...]:
-    return SOURCE_TYPES + tuple(t for t, x in _EXTRA.get().items() if x.role == "source")
-
-
-def _extractor_types() -> tuple[str, ...]:
-    return EXTRACTOR_TYPES + tuple(t for t, x in _EXTRA.get().items() if x.role == "extractor")
-
-
-class DataLayerConfigError(ValueError):
-    def __init__(self, message: str, location: str) -> None:
-        self.message = message
-        self.location = location
-        super().__init__(f"{location}: {message}")
-
-
-@dataclass(frozen=True, slots=True)
-class PluginSpec:
-    plugin_type: str
-    name: str
-    parameters: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class SourceSpec:
-    plugin: PluginSpec
-    extractors: tuple[PluginSpec, ...]
-
-
-def _check_keys(params: Mapping[str, Any], allowed: set[str], location: str) -> None:
-    unknown = sorted(set(params) - allowed)
-    if unknown:
-        raise DataLayerConfigError(
-            f"unknown parameter (expected one of {sorted(allowed)})", f"{location}.{unknown[0]}"
-        )
-
-
-def _validate_params(plugin_type: str, parameters: Any, location: str) -> Mapping[str, Any]:
-    """Validated parameters of a data-layer plugin (see :mod:`datalayer.params`)."""
-    extra = _EXTRA.get().get(plugin_type)
-    if extra is not None:
-        return extra.validate(parameters, location)
-    try:
-        return validate_plugin_params(plugin_type, parameters, location)
-    except ParamError as exc:
-        raise DataLayerConfigError(exc.message, exc.location) from None
-
-
-@dataclass(frozen=True, slots=True)
-class DataLayerPlugin:
-    """A data-layer plugin declared in ``plugins`` (what :func:`plugin_factories` builds)."""
-
-    plugin_type: str
-    name: str
-    parameters: Mapping[str, Any]
-
-
-def plugin_factories() -> Mapping[str, Callable[[str, Mapping[str, Any], Any], DataLayerPlugin]]:
-    """Factories ``(name, parameters, handle) -> DataLayerPlugin`` for the scheduler's plugin registry,
-    so that ``plugins`` entries of data-layer types validate (errors name the plugin and parameter)."""
-
-    def factory_for(plugin_type: str) -> Callable[[str, Mapping[str, Any], Any], DataLayerPlugin]:
-        def factory(name: str, parameters: Mapping[str, Any], handle: Any) -> DataLayerPlugin:
-            where = f'({plugin_type} "{name}"): parameters'  # the scheduler's plugin_location style
-            return DataLayerPlugin(plugin_type, name, _validate_params(plugin_type, parameters, where))
-
-        return factory
-
-    return {t: factory_for(t) for t in sorted(DATALAYER_PLUGIN_TYPES)}
 
 
 @dataclass(frozen=True, slots=True)
