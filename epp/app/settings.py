@@ -1,5 +1,5 @@
 """Server settings from the flags: ports, TLS material (generated or read now), the metrics token,
-diagnostics; and the ``/debug`` configuration view. Every problem raises
+diagnostics; and the debug endpoint's configuration view. Every problem raises
 :class:`~epp.app.errors.StartupError` naming the flag."""
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def _read_token(options: Options) -> str | None:
 
 
 def config_view(options: Options, config: ResolvedConfig) -> Callable[[], Mapping[str, Any]]:
+    """What the debug endpoint shows of the configuration: every flag (``--config-text`` only as
+    ``(set)``), the resolved configuration and where it came from; computed once, here."""
     flags = {k: getattr(options, k) for k in options.__slots__}
     flags["config_text"] = "(set)" if options.config_text else None
     view = {"flags": flags, "config": config.to_dict(), "source": config.source}
