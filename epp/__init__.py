@@ -1,4 +1,10 @@
-"""epp package.
+"""The endpoint picker: an Envoy ext_proc service (``epp``) around the scheduler and the data layer.
+
+Folders: ``config/`` (flags, the configuration file's sections), ``app/`` (wiring and lifecycle),
+``kubernetes/`` (CRD watches, leader election), ``protocol/`` (the sans-I/O ext_proc core),
+``request/`` (request parsers), ``admission/`` (objectives, rewrites, subset filter, shedding),
+``flowcontrol/``, ``server/`` (the gRPC engines, metrics, health, TLS); ``cli.py`` is the console
+script. Development tooling lives outside, in ``devtools/``, and is never imported from here.
 
 ``__version__`` is the installed ``pyepp`` distribution's version: it is written in one place,
 ``pyproject.toml``, and the Helm charts' ``appVersion`` follows it (checked by ``tests/test_release.py``).
