@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import math
@@ -35,7 +36,7 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,35 @@ def idle_cpu_rate(stack: Stack, seconds: float = 2.0) -> float:
     return (picker_cpu_seconds(stack.picker.pid) - cpu0) / (time.perf_counter() - t0)
 
 
+@contextlib.contextmanager
+def bench_stack(
+    *, servers: int, itl: str, picker_args: str, envoy_variant: str | None, tag: str
+) -> Iterator[tuple[Stack, float]]:
+    """The stack the Envoy benchmarks drive, started, and the picker's idle CPU rate measured on it.
+
+    ``servers`` simulated servers in one ``epp-sim`` process (no time to first token, ``itl`` between
+    tokens, room for 512 sequences), the picker at ``-v 0`` plus ``picker_args`` (a shell-quoted string),
+    Envoy rendered ``envoy_variant`` (None: started later with ``stack.start_envoy``). Progress lines
+    are printed prefixed ``[tag]``; the stack is stopped when the block ends."""
+    sim_args = (
+        "--time-to-first-token", "0",
+        "--inter-token-latency", itl,
+        "--max-num-seqs", "512",
+        "--kv-cache-size", "65536",
+        "--served-model-name", MODEL,
+        "--log-level", "warning",
+    )  # fmt: skip
+    spec = StackSpec(
+        servers=servers,
+        sim_args=sim_args,
+        single_sim_process=True,
+        envoy_variant=envoy_variant,
+        picker_args=("-v", "0", *shlex.split(picker_args)),
+    )
+    with Stack(spec, progress=lambda m: print(f"[{tag}] {m}", flush=True)) as stack:
+        yield stack, idle_cpu_rate(stack)
+
+
 def measure(
     stack: Stack,
     config: str,
@@ -221,24 +251,15 @@ def measure(
 
 
 def run(args: argparse.Namespace) -> list[Point]:
-    sim_args = (
-        "--time-to-first-token", "0",
-        "--inter-token-latency", args.itl,
-        "--max-num-seqs", "512",
-        "--kv-cache-size", "65536",
-        "--served-model-name", MODEL,
-        "--log-level", "warning",
-    )  # fmt: skip
-    spec = StackSpec(
-        servers=args.servers,
-        sim_args=sim_args,
-        single_sim_process=True,
-        envoy_variant=None,
-        picker_args=("-v", "0", *shlex.split(args.picker_args)),
-    )
     points: list[Point] = []
-    with Stack(spec, progress=lambda m: print(f"[extproc-envoy] {m}", flush=True)) as stack:
-        idle = idle_cpu_rate(stack)
+    started = bench_stack(
+        servers=args.servers,
+        itl=args.itl,
+        picker_args=args.picker_args,
+        envoy_variant=None,
+        tag="extproc-envoy",
+    )
+    with started as (stack, idle):
         print(
             f"[extproc-envoy] picker idle CPU (polling {args.servers} servers): {idle * 1000:.0f} ms/s",
             flush=True,

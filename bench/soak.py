@@ -31,7 +31,6 @@ import asyncio
 import datetime as dt
 import json
 import math
-import shlex
 import statistics
 import sys
 import time
@@ -41,8 +40,8 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.extproc_bench import MODEL, _body, idle_cpu_rate, picker_cpu_seconds
-from epp.stack import Stack, StackSpec
+from bench.extproc_bench import _body, bench_stack, picker_cpu_seconds
+from epp.stack import Stack
 from simulator.workloads import percentile
 
 __all__ = ["Window", "main", "rss_bytes", "verdicts"]
@@ -235,24 +234,15 @@ def report(windows: Sequence[Window], checks: Sequence[str], header: Sequence[st
 
 
 def run(args: argparse.Namespace) -> tuple[list[Window], list[str], list[str], str]:
-    sim_args = (
-        "--time-to-first-token", "0",
-        "--inter-token-latency", args.itl,
-        "--max-num-seqs", "512",
-        "--kv-cache-size", "65536",
-        "--served-model-name", MODEL,
-        "--log-level", "warning",
-    )  # fmt: skip
-    spec = StackSpec(
-        servers=args.servers,
-        sim_args=sim_args,
-        single_sim_process=True,
-        envoy_variant="gie-fail-closed",
-        picker_args=("-v", "0", *shlex.split(args.picker_args)),
-    )
     body = _body("1k", "stream", args.tokens)
-    with Stack(spec, progress=lambda m: print(f"[soak] {m}", flush=True)) as stack:
-        idle = idle_cpu_rate(stack)
+    started = bench_stack(
+        servers=args.servers,
+        itl=args.itl,
+        picker_args=args.picker_args,
+        envoy_variant="gie-fail-closed",
+        tag="soak",
+    )
+    with started as (stack, idle):
         url = f"{stack.base_url}/v1/completions"
         peak, probe_errors = asyncio.run(probe(url, body, args.probe_concurrency, args.probe_seconds))
         rate = args.load * peak
