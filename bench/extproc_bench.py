@@ -43,6 +43,7 @@ from typing import Any
 
 import httpx
 
+from epp.flags import ManualHelpFormatter
 from epp.stack import Stack, StackSpec
 from simulator.workloads import percentile
 
@@ -390,19 +391,43 @@ def verdicts(points: Sequence[Point]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="epp-bench extproc-envoy", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        formatter_class=ManualHelpFormatter,
+        prog="epp-bench extproc-envoy",
+        description=__doc__.split("\n")[0],
+    )
     p.add_argument(
         "--quick",
         action="store_true",
         help="concurrency 1 and 32 (the maximum-throughput point), 2 s per point",
     )
-    p.add_argument("--servers", type=int, default=16)
-    p.add_argument("--seconds", type=float, default=4.0)
-    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
-    p.add_argument("--configs", type=lambda s: s.split(","), default=list(CONFIGS))
-    p.add_argument("--bodies", type=lambda s: s.split(","), default=["1k", "200k"])
-    p.add_argument("--kinds", type=lambda s: s.split(","), default=["plain", "stream"])
-    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--servers", type=int, default=16, help="simulated servers (one epp-sim process)")
+    p.add_argument("--seconds", type=float, default=4.0, help="measurement time per point, seconds")
+    p.add_argument(
+        "--concurrency",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1, 8, 32],
+        help="connections in flight, comma-separated",
+    )
+    p.add_argument(
+        "--configs",
+        type=lambda s: s.split(","),
+        default=list(CONFIGS),
+        help="Envoy configurations to measure, comma-separated",
+    )
+    p.add_argument(
+        "--bodies",
+        type=lambda s: s.split(","),
+        default=["1k", "200k"],
+        help="request body sizes, comma-separated",
+    )
+    p.add_argument(
+        "--kinds",
+        type=lambda s: s.split(","),
+        default=["plain", "stream"],
+        help="response kinds, comma-separated: plain, stream",
+    )
+    p.add_argument("--tokens", type=int, default=256, help="output tokens per request")
     p.add_argument("--itl", default="100us", help="simulated inter-token latency (default 100us)")
     p.add_argument("--picker-args", default="", help="extra picker flags, e.g. '--grpc-engine=grpcio'")
     p.add_argument(
