@@ -37,6 +37,8 @@ from typing import Any, cast
 
 import structlog
 
+from epp.config.flags import ManualHelpFormatter
+
 __all__ = [
     "PointResult",
     "http_parse_timings",
@@ -357,12 +359,16 @@ def _run_loop(coro: Any, loop: str) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="epp-bench datalayer", description=__doc__.split("\n\n")[0])
-    p.add_argument("--endpoints", default="64,256", help="comma-separated fleet sizes (64,256)")
-    p.add_argument("--seconds", type=float, default=10.0, help="measurement time per point (10)")
-    p.add_argument("--interval", type=float, default=0.05, help="refresh interval in seconds (0.05)")
-    p.add_argument("--client", default="raw", help="comma-separated: raw, aiohttp, httpx (raw)")
-    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    p = argparse.ArgumentParser(
+        formatter_class=ManualHelpFormatter, prog="epp-bench datalayer", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--endpoints", default="64,256", help="comma-separated fleet sizes")
+    p.add_argument("--seconds", type=float, default=10.0, help="measurement time per point, seconds")
+    p.add_argument("--interval", type=float, default=0.05, help="refresh interval, seconds")
+    p.add_argument(
+        "--client", default="raw", help="HTTP clients to compare, comma-separated: raw, aiohttp, httpx"
+    )
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop")
     p.add_argument("--json", action="store_true", help="print one JSON object per point")
     args = p.parse_args(list(argv) if argv is not None else None)
     sizes = [int(n) for n in args.endpoints.split(",") if n.strip()]

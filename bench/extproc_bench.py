@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import math
@@ -35,13 +36,14 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from epp.config.flags import ManualHelpFormatter
 from devtools.stack import Stack, StackSpec
 from simulator.workloads import percentile
 
@@ -179,6 +181,35 @@ def idle_cpu_rate(stack: Stack, seconds: float = 2.0) -> float:
     return (picker_cpu_seconds(stack.picker.pid) - cpu0) / (time.perf_counter() - t0)
 
 
+@contextlib.contextmanager
+def bench_stack(
+    *, servers: int, itl: str, picker_args: str, envoy_variant: str | None, tag: str
+) -> Iterator[tuple[Stack, float]]:
+    """The stack the Envoy benchmarks drive, started, and the picker's idle CPU rate measured on it.
+
+    ``servers`` simulated servers in one ``epp-sim`` process (no time to first token, ``itl`` between
+    tokens, room for 512 sequences), the picker at ``-v 0`` plus ``picker_args`` (a shell-quoted string),
+    Envoy rendered ``envoy_variant`` (None: started later with ``stack.start_envoy``). Progress lines
+    are printed prefixed ``[tag]``; the stack is stopped when the block ends."""
+    sim_args = (
+        "--time-to-first-token", "0",
+        "--inter-token-latency", itl,
+        "--max-num-seqs", "512",
+        "--kv-cache-size", "65536",
+        "--served-model-name", MODEL,
+        "--log-level", "warning",
+    )  # fmt: skip
+    spec = StackSpec(
+        servers=servers,
+        sim_args=sim_args,
+        single_sim_process=True,
+        envoy_variant=envoy_variant,
+        picker_args=("-v", "0", *shlex.split(picker_args)),
+    )
+    with Stack(spec, progress=lambda m: print(f"[{tag}] {m}", flush=True)) as stack:
+        yield stack, idle_cpu_rate(stack)
+
+
 def measure(
     stack: Stack,
     config: str,
@@ -221,24 +252,15 @@ def measure(
 
 
 def run(args: argparse.Namespace) -> list[Point]:
-    sim_args = (
-        "--time-to-first-token", "0",
-        "--inter-token-latency", args.itl,
-        "--max-num-seqs", "512",
-        "--kv-cache-size", "65536",
-        "--served-model-name", MODEL,
-        "--log-level", "warning",
-    )  # fmt: skip
-    spec = StackSpec(
-        servers=args.servers,
-        sim_args=sim_args,
-        single_sim_process=True,
-        envoy_variant=None,
-        picker_args=("-v", "0", *shlex.split(args.picker_args)),
-    )
     points: list[Point] = []
-    with Stack(spec, progress=lambda m: print(f"[extproc-envoy] {m}", flush=True)) as stack:
-        idle = idle_cpu_rate(stack)
+    started = bench_stack(
+        servers=args.servers,
+        itl=args.itl,
+        picker_args=args.picker_args,
+        envoy_variant=None,
+        tag="extproc-envoy",
+    )
+    with started as (stack, idle):
         print(
             f"[extproc-envoy] picker idle CPU (polling {args.servers} servers): {idle * 1000:.0f} ms/s",
             flush=True,
@@ -369,19 +391,43 @@ def verdicts(points: Sequence[Point]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="epp-bench extproc-envoy", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        formatter_class=ManualHelpFormatter,
+        prog="epp-bench extproc-envoy",
+        description=__doc__.split("\n")[0],
+    )
     p.add_argument(
         "--quick",
         action="store_true",
         help="concurrency 1 and 32 (the maximum-throughput point), 2 s per point",
     )
-    p.add_argument("--servers", type=int, default=16)
-    p.add_argument("--seconds", type=float, default=4.0)
-    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
-    p.add_argument("--configs", type=lambda s: s.split(","), default=list(CONFIGS))
-    p.add_argument("--bodies", type=lambda s: s.split(","), default=["1k", "200k"])
-    p.add_argument("--kinds", type=lambda s: s.split(","), default=["plain", "stream"])
-    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--servers", type=int, default=16, help="simulated servers (one epp-sim process)")
+    p.add_argument("--seconds", type=float, default=4.0, help="measurement time per point, seconds")
+    p.add_argument(
+        "--concurrency",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1, 8, 32],
+        help="connections in flight, comma-separated",
+    )
+    p.add_argument(
+        "--configs",
+        type=lambda s: s.split(","),
+        default=list(CONFIGS),
+        help="Envoy configurations to measure, comma-separated",
+    )
+    p.add_argument(
+        "--bodies",
+        type=lambda s: s.split(","),
+        default=["1k", "200k"],
+        help="request body sizes, comma-separated",
+    )
+    p.add_argument(
+        "--kinds",
+        type=lambda s: s.split(","),
+        default=["plain", "stream"],
+        help="response kinds, comma-separated: plain, stream",
+    )
+    p.add_argument("--tokens", type=int, default=256, help="output tokens per request")
     p.add_argument("--itl", default="100us", help="simulated inter-token latency (default 100us)")
     p.add_argument("--picker-args", default="", help="extra picker flags, e.g. '--grpc-engine=grpcio'")
     p.add_argument(

@@ -48,6 +48,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
 from prometheus_client import CollectorRegistry
 
 from epp.admission.rewrites import ModelRewrite, ModelRewriter, RewriteRule, RewriteStore, RewriteTarget
+from epp.config.flags import ManualHelpFormatter
 from epp.protocol import Schedule, Send, Session, SessionConfig
 from epp.server.rewrite_metrics import RewriteMetrics
 from scheduler.types import Endpoint, SchedulingResult
@@ -244,7 +245,11 @@ def _core() -> object:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="ext_proc core micro-benchmark")
+    parser = argparse.ArgumentParser(
+        prog="epp-bench extproc",
+        description="ext_proc core micro-benchmark",
+        formatter_class=ManualHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     args = parser.parse_args(argv)
     scale = 0.05 if args.quick else 1.0

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import httpx
 
+from epp.config.flags import ManualHelpFormatter
 from devtools.stack import Stack, StackSpec
 
 __all__ = ["main"]
@@ -254,12 +255,16 @@ def _cpu_per_request(n: int) -> tuple[float, float]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="epp-bench flow-control", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=ManualHelpFormatter,
+        prog="epp-bench flow-control",
+        description=__doc__.splitlines()[0],
+    )
     parser.add_argument("--quick", action="store_true", help="short phases (make bench)")
     parser.add_argument("--seconds", type=float, default=0.0, help="seconds per phase (default 12; quick 4)")
-    parser.add_argument("--servers", type=int, default=2)
+    parser.add_argument("--servers", type=int, default=2, help="simulated servers")
     parser.add_argument("--slots", type=int, default=4, help="--max-num-seqs per server (default 4)")
-    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--max-tokens", type=int, default=24, help="output tokens per request")
     args = parser.parse_args(argv)
     seconds = args.seconds or (4.0 if args.quick else 12.0)
     fast, queued = _cpu_per_request(20_000 if args.quick else 100_000)

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from bench.scenarios import MODEL, SCENARIOS, Scenario, sim_args, smoke
+from epp.config.flags import ManualHelpFormatter
 from simulator.workloads import VOCAB
 
 __all__ = [
@@ -281,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     import datetime as dt
 
     parser = argparse.ArgumentParser(
+        formatter_class=ManualHelpFormatter,
         prog="epp-bench inference-perf",
         description="Run inference-perf (shared_prefix data, sized like our shared-prefix routing scenario) "
         "through Envoy + picker and Envoy round-robin over simulated vLLM servers, and fold its summary "
@@ -288,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="output folder (default bench/results/<date>)")
     parser.add_argument("--report", type=Path, help="report to append to (default OUT/report.md)")
-    parser.add_argument("--duration", type=int, help="seconds of load (default: every prompt once)")
+    parser.add_argument("--duration", type=int, help="seconds of load (default every prompt once)")
     parser.add_argument("--quick", action="store_true", help="the small smoke-sized scenario")
     args = parser.parse_args(argv)
     scenario = SCENARIOS["shared-prefix"]

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from epp.config.flags import ManualHelpFormatter
 from scheduler.plugins.latency.model import Features, LatencyModel
 
 __all__ = ["Result", "evaluate", "main"]
@@ -136,11 +137,15 @@ def evaluate(name: str, samples: int, warmup: int, refit_every: int, seed: int) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="epp-bench latency-model", description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=6000)
-    parser.add_argument("--warmup", type=int, default=1000)
-    parser.add_argument("--refit-every", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=1)
+    parser = argparse.ArgumentParser(
+        formatter_class=ManualHelpFormatter,
+        prog="epp-bench latency-model",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument("--samples", type=int, default=6000, help="simulated requests observed")
+    parser.add_argument("--warmup", type=int, default=1000, help="samples before predictions are scored")
+    parser.add_argument("--refit-every", type=int, default=16, help="samples between two refits of the model")
+    parser.add_argument("--seed", type=int, default=1, help="random seed")
     parser.add_argument("--quick", action="store_true", help="2000 samples, 500 warm-up")
     args = parser.parse_args(argv)
     samples, warmup = (2000, 500) if args.quick else (args.samples, args.warmup)

@@ -22,6 +22,7 @@ import time
 import tracemalloc
 from collections.abc import Sequence
 
+from epp.config.flags import ManualHelpFormatter
 from scheduler.plugins.precise.events import KVEventIngester
 from scheduler.plugins.precise.hashing import BlockKeyer
 from scheduler.plugins.precise.index import KVBlockIndex
@@ -104,12 +105,14 @@ def keys_ms(tokens: int, shared_tokens: int, seed: int, tokenize: bool) -> float
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="epp-bench precise", description=__doc__.splitlines()[0])
-    p.add_argument("--servers", type=int, default=64)
+    p = argparse.ArgumentParser(
+        formatter_class=ManualHelpFormatter, prog="epp-bench precise", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--servers", type=int, default=64, help="simulated servers publishing KV events")
     p.add_argument("--batches", type=int, default=200, help="batches per server (ingestion)")
     p.add_argument("--blocks", type=int, default=60_000, help="blocks per server (index memory)")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=5, help="runs per figure (the median is reported)")
+    p.add_argument("--seed", type=int, default=1, help="random seed")
     p.add_argument("--quick", action="store_true", help="smaller figures (make bench)")
     ns = p.parse_args(argv)
     if ns.quick:

@@ -46,6 +46,7 @@ from bench.routers import ROUTERS, RouterSpec, RunningRouter, running_router
 from bench.scenarios import MODEL, SCENARIOS, Scenario, server_args, sim_args, smoke
 from bench.slo import OBJECTIVES, apply_slo, slo_targets
 from bench.targets import check, check_predicted_overall
+from epp.config.flags import ManualHelpFormatter
 from simulator.loadgen import LoadOptions, RequestResult, run_load
 from simulator.workloads import Workload, build_workload
 
@@ -229,7 +230,9 @@ def run_sweep(
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="epp-bench routing", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        formatter_class=ManualHelpFormatter, prog="epp-bench routing", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument(
         "--scenario",
         action="append",
@@ -237,15 +240,19 @@ def _parser() -> argparse.ArgumentParser:
         f"'all' leaves out the opt-in {', '.join(n for n, s in SCENARIOS.items() if s.opt_in)})",
     )
     p.add_argument(
-        "--routers", help=f"comma-separated subset of: {', '.join(ROUTERS)} (default: {', '.join(COMPARED)})"
+        "--routers", help=f"comma-separated subset of: {', '.join(ROUTERS)} (default {','.join(COMPARED)})"
     )
     p.add_argument("--quick", action="store_true", help="every scenario, without the rate sweep (make bench)")
     p.add_argument("--smoke", action="store_true", help="scaled-down scenarios (the end-to-end test)")
     p.add_argument("--no-sweep", action="store_true", help="skip the throughput-vs-load sweep")
-    p.add_argument("--sweep-routers", default="envoy-round-robin,vllm-router-cache-aware,picker-default")
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument(
+        "--sweep-routers",
+        default="envoy-round-robin,vllm-router-cache-aware,picker-default",
+        help="routers the sweep compares, comma-separated",
+    )
+    p.add_argument("--seed", type=int, default=42, help="workload random seed")
     p.add_argument("--out", type=Path, help="output folder (default bench/results/<UTC date>)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines")
     return p
 
 

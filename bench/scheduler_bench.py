@@ -32,6 +32,7 @@ import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from epp.config.flags import ManualHelpFormatter
 from scheduler.config import default_config
 from scheduler.plugins.prefix.hashing import chain_seed, prefix_hashes
 from scheduler.plugins.prefix.index import PrefixIndex
@@ -259,10 +260,17 @@ def _sizes(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="epp-bench scheduler", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=ManualHelpFormatter, prog="epp-bench scheduler", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--quick", action="store_true", help="fewer requests per cell (smoke run)")
-    parser.add_argument("--endpoints", type=_sizes, default=[16, 64, 256], help="pool sizes (16,64,256)")
-    parser.add_argument("--prompts", type=_sizes, default=[2048, 8192, 65536], help="prompt chars")
+    parser.add_argument("--endpoints", type=_sizes, default=[16, 64, 256], help="pool sizes, comma-separated")
+    parser.add_argument(
+        "--prompts",
+        type=_sizes,
+        default=[2048, 8192, 65536],
+        help="prompt sizes in characters, comma-separated",
+    )
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
+from epp.config.flags import ManualHelpFormatter
 from devtools.stack import ManagedProcess, free_ports, running_process
 
 __all__ = ["ScenarioResult", "main", "run_scenario", "run_scrape", "time_metrics_render"]
@@ -338,13 +339,15 @@ def _table(results: Sequence[ScenarioResult]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="epp-bench simulator", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        formatter_class=ManualHelpFormatter, prog="epp-bench simulator", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--servers", type=int, default=8, help="simulated servers in the process (default 8)")
     p.add_argument("--concurrency", type=int, default=64, help="streams in flight per server (default 64)")
     p.add_argument("--seconds", type=float, default=10.0, help="measured window per scenario (default 10)")
     p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
     p.add_argument("--scenario", choices=("realtime", "max", "both", "metrics", "scrape"), default="both",
-                   help="realtime, max, both (default), metrics (render cost only) or scrape "
+                   help="realtime, max, both, metrics (render cost only) or scrape "
                         "(--servers servers scraped every 50 ms)")  # fmt: skip
     p.add_argument("--json", help="also write the results as JSON to this file")
     args = p.parse_args(argv)

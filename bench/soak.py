@@ -31,7 +31,6 @@ import asyncio
 import datetime as dt
 import json
 import math
-import shlex
 import statistics
 import sys
 import time
@@ -41,8 +40,9 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.extproc_bench import MODEL, _body, idle_cpu_rate, picker_cpu_seconds
-from devtools.stack import Stack, StackSpec
+from bench.extproc_bench import _body, bench_stack, picker_cpu_seconds
+from epp.config.flags import ManualHelpFormatter
+from devtools.stack import Stack
 from simulator.workloads import percentile
 
 __all__ = ["Window", "main", "rss_bytes", "verdicts"]
@@ -235,24 +235,15 @@ def report(windows: Sequence[Window], checks: Sequence[str], header: Sequence[st
 
 
 def run(args: argparse.Namespace) -> tuple[list[Window], list[str], list[str], str]:
-    sim_args = (
-        "--time-to-first-token", "0",
-        "--inter-token-latency", args.itl,
-        "--max-num-seqs", "512",
-        "--kv-cache-size", "65536",
-        "--served-model-name", MODEL,
-        "--log-level", "warning",
-    )  # fmt: skip
-    spec = StackSpec(
-        servers=args.servers,
-        sim_args=sim_args,
-        single_sim_process=True,
-        envoy_variant="gie-fail-closed",
-        picker_args=("-v", "0", *shlex.split(args.picker_args)),
-    )
     body = _body("1k", "stream", args.tokens)
-    with Stack(spec, progress=lambda m: print(f"[soak] {m}", flush=True)) as stack:
-        idle = idle_cpu_rate(stack)
+    started = bench_stack(
+        servers=args.servers,
+        itl=args.itl,
+        picker_args=args.picker_args,
+        envoy_variant="gie-fail-closed",
+        tag="soak",
+    )
+    with started as (stack, idle):
         url = f"{stack.base_url}/v1/completions"
         peak, probe_errors = asyncio.run(probe(url, body, args.probe_concurrency, args.probe_seconds))
         rate = args.load * peak
@@ -275,16 +266,20 @@ def run(args: argparse.Namespace) -> tuple[list[Window], list[str], list[str], s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="epp-bench soak", description=(__doc__ or "").split("\n")[0])
+    p = argparse.ArgumentParser(
+        formatter_class=ManualHelpFormatter, prog="epp-bench soak", description=(__doc__ or "").split("\n")[0]
+    )
     p.add_argument("--quick", action="store_true", help="3 s probe, 2 minutes, 10 s windows, 30 s warm-up")
     p.add_argument("--minutes", type=float, default=30.0, help="soak duration (default 30)")
     p.add_argument("--window", type=float, default=60.0, help="sampling window in seconds (default 60)")
-    p.add_argument("--warmup", type=float, default=120.0, help="seconds before RSS/CPU are judged (120)")
+    p.add_argument("--warmup", type=float, default=120.0, help="seconds before RSS/CPU are judged")
     p.add_argument("--load", type=float, default=0.8, help="fraction of the probed maximum (default 0.8)")
-    p.add_argument("--probe-seconds", type=float, default=10.0)
-    p.add_argument("--probe-concurrency", type=int, default=32)
+    p.add_argument(
+        "--probe-seconds", type=float, default=10.0, help="length of the throughput probe, seconds"
+    )
+    p.add_argument("--probe-concurrency", type=int, default=32, help="connections of the throughput probe")
     p.add_argument("--max-in-flight", type=int, default=512, help="open-loop cap on in-flight requests")
-    p.add_argument("--servers", type=int, default=8)
+    p.add_argument("--servers", type=int, default=8, help="simulated servers (one epp-sim process)")
     p.add_argument("--tokens", type=int, default=32, help="streamed output tokens per request (default 32)")
     p.add_argument("--itl", default="200us", help="simulated inter-token latency (default 200us)")
     p.add_argument("--picker-args", default="", help="extra picker flags, e.g. '--grpc-engine=grpcio'")

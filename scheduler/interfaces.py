@@ -2,7 +2,8 @@
 
 A plugin instance has a ``plugin_type`` (the registry key used in configuration files) and a
 ``name`` (unique per configuration, defaults to the type). One instance may implement several
-extension points; the framework slots it by which of these protocols it satisfies. Contracts:
+extension points; the framework slots it by which of these protocols it satisfies (a plugin whose methods
+match roles of two kinds declares the ones it fills: :mod:`scheduler.roles`). Contracts:
 
 * Filters and scorers are **pure**: no I/O, no awaits, no mutation of endpoint objects or of the
   request. They may read and write the :class:`~scheduler.cycle_state.CycleState` of the cycle.

@@ -84,7 +84,8 @@ class Registry:
         return self._aliases.get(plugin_type, plugin_type)
 
     def create(self, plugin_type: str, name: str, parameters: Mapping[str, Any], handle: Handle) -> Plugin:
-        """Build one instance; checks that the factory returned a plugin of that type and name."""
+        """Build one instance; checks that the factory returned a plugin of that type and name, and
+        that its roles are unambiguous (:func:`scheduler.roles.check_roles`)."""
         plugin_type = self._aliases.get(plugin_type, plugin_type)
         factory = self._factories.get(plugin_type)
         if factory is None:
@@ -99,6 +100,14 @@ class Registry:
                 f"plugin_type {plugin_type!r} and name {name!r}",
                 location=plugin_location(plugin_type, name),
             )
+        from scheduler.roles import check_roles  # local: scheduler.plugins imports this module
+
+        try:
+            check_roles(plugin)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{exc.message} ({self._origins[plugin_type]})", location=plugin_location(plugin_type, name)
+            ) from None
         return plugin
 
     def types(self) -> list[str]:

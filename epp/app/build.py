@@ -61,6 +61,7 @@ from scheduler.config.document import API_VERSION, LEGACY_API_VERSION
 from scheduler.errors import ConfigError
 from scheduler.interfaces import RequestAdmitter, ResponseMetadataProvider
 from scheduler.plugins.request_attributes import AgentIdentity
+from scheduler.roles import has_role
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult, Usage
 
 __all__ = ["build_app", "response_metadata_of"]
@@ -200,7 +201,7 @@ async def build_app(options: Options) -> PickerApp:
         admitter=Admitter(
             None if flow is not None else detector,  # flow control queues instead of shedding
             layer.now,
-            [p for p in plugins if isinstance(p, RequestAdmitter)],
+            [p for p in plugins if isinstance(p, RequestAdmitter) and has_role(p, RequestAdmitter)],
         ),
         scheduler=scheduler,
         session_config=session_config,

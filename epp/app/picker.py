@@ -22,6 +22,14 @@ __all__ = ["PickerApp"]
 
 _log = structlog.get_logger("epp")
 
+GRPCIO_MISMATCH_NOTICE = (
+    "ext_proc on grpc.aio: gRPC closes a client this port cannot serve before the picker sees it, and Envoy "
+    "answers its client 500. On the TLS port gRPC logs its own 'Handshake failed' line without the peer "
+    "(WRONG_VERSION_NUMBER: a plaintext client); on a plaintext port a TLS client is closed without a line. "
+    "Compare tls here with the Envoy config (--picker-plaintext). The h2 engine (the default; not with "
+    "--health-checking) explains each such connection and names the peer"
+)
+
 
 class _LeaderOnlyDataLayer:
     """Leadership target running the data layer only while leading (haPopulateNonLeaderDatastore=false)."""
@@ -98,6 +106,8 @@ class PickerApp:
             discovery=o.discovery_mode,
             config=self.config.source,
         )
+        if o.grpc_engine == "grpcio":  # grpc.aio accepts and closes such connections before Python sees them
+            _log.info(GRPCIO_MISMATCH_NOTICE, engine="grpcio", tls=o.secure_serving)
 
     async def _ready_when_synced(self) -> None:
         await self.layer.wait_synced()

@@ -250,6 +250,8 @@ class ManualHelpFormatter(argparse.HelpFormatter):
         text = action.help or ""
         if action.help is argparse.SUPPRESS or "(default" in text or not action.option_strings:
             return action.help
+        if action.default is argparse.SUPPRESS:  # -h/--help, --version: actions, not settings
+            return action.help
         shown = format_default(action)
         if shown is None:
             shown = "none"

@@ -54,6 +54,7 @@ from scheduler.plugins.flowcontrol.fairness import GlobalStrictFairness
 from scheduler.plugins.flowcontrol.interfaces import FairnessPolicy, OrderingPolicy, UsageLimitPolicy
 from scheduler.plugins.flowcontrol.ordering import FcfsOrdering
 from scheduler.plugins.flowcontrol.usage_limit import StaticUsageLimit, StaticUsageLimitParams
+from scheduler.roles import has_role
 
 __all__ = [
     "DEFAULT_BAND_MAX_BYTES",
@@ -351,7 +352,7 @@ class _Resolver:
                     f'no plugin named "{ref}" (declared: {declared})', location=location
                 ) from None
             plugin = self._implicit.setdefault(ref, make())
-        if not isinstance(plugin, kind):
+        if not has_role(plugin, kind):
             plugin_type = getattr(plugin, "plugin_type", type(plugin).__name__)
             raise ConfigError(f'plugin "{ref}" ({plugin_type}) is not {_KINDS[kind]}', location=location)
         return plugin

@@ -53,6 +53,7 @@ from scheduler.params import plugin_location
 from scheduler.producers import DataConsumer, DataProducer
 from scheduler.profile import SchedulerProfile
 from scheduler.registry import Registry
+from scheduler.roles import has_role
 
 _log = logging.getLogger("scheduler.config")
 
@@ -85,7 +86,7 @@ class _Builder:
         """The implicit max-score-picker shared by every profile that names no picker."""
         if self._default_picker is None:
             plugin = self.implicit(DEFAULT_PICKER_TYPE)
-            assert isinstance(plugin, Picker)
+            assert isinstance(plugin, Picker) and has_role(plugin, Picker)
             self._default_picker = plugin
         return self._default_picker
 
@@ -265,7 +266,11 @@ def _producer_of(b: _Builder, key: str) -> Plugin | None:
 
 
 def _handler(b: _Builder) -> ProfileHandler:
-    handlers = [r.plugin for r in b.resolved if isinstance(r.plugin, ProfileHandler)]
+    handlers = [
+        r.plugin
+        for r in b.resolved
+        if isinstance(r.plugin, ProfileHandler) and has_role(r.plugin, ProfileHandler)
+    ]
     if len(handlers) > 1:
         first, second = handlers[0], handlers[1]
         raise ConfigError(
@@ -276,7 +281,7 @@ def _handler(b: _Builder) -> ProfileHandler:
     if handlers:
         return handlers[0]
     plugin = b.implicit(DEFAULT_PROFILE_HANDLER_TYPE)
-    assert isinstance(plugin, ProfileHandler)
+    assert isinstance(plugin, ProfileHandler) and has_role(plugin, ProfileHandler)
     return plugin
 
 
@@ -293,7 +298,7 @@ def _saturation(doc: ConfigDocument, b: _Builder) -> tuple[SaturationDetector | 
         if spec.ref not in b.where:
             raise ConfigError(f'no plugin named "{spec.ref}" (declared: {b.declared()})', location=where)
         plugin = b.handle.plugin(spec.ref)
-        if not isinstance(plugin, SaturationDetector):
+        if not (isinstance(plugin, SaturationDetector) and has_role(plugin, SaturationDetector)):
             raise ConfigError(
                 f"{_label(plugin)} is not a saturation detector "
                 "(expected e.g. utilization-detector or concurrency-detector)",
@@ -311,7 +316,7 @@ def _saturation(doc: ConfigDocument, b: _Builder) -> tuple[SaturationDetector | 
         plugin = b.implicit(DEFAULT_SATURATION_DETECTOR_TYPE, spec.parameters if spec else None)
     except ConfigError as exc:
         raise ConfigError(exc.message, location=f"saturationDetector: {exc.location}") from None
-    assert isinstance(plugin, SaturationDetector)
+    assert isinstance(plugin, SaturationDetector) and has_role(plugin, SaturationDetector)
     return plugin, frozenset({plugin.name})
 
 
@@ -321,7 +326,7 @@ def _default_profile(b: _Builder, excluded: frozenset[str]) -> ProfileSpec:
         for r in b.resolved
         if r.plugin.name not in excluded
         and r.spec.location != IMPLICIT
-        and isinstance(r.plugin, Filter | Scorer | Picker)
+        and any(has_role(r.plugin, role) for role in (Filter, Scorer, Picker))
     ]
     return ProfileSpec(DEFAULT_PROFILE_NAME, tuple(refs), False, "schedulingProfiles (default)")
 
@@ -336,9 +341,9 @@ def _profile(spec: ProfileSpec, b: _Builder) -> SchedulerProfile:
         if ref.ref not in b.where:
             raise ConfigError(f'no plugin named "{ref.ref}" (declared: {b.declared()})', location=where)
         plugin = b.handle.plugin(ref.ref)
-        is_filter = isinstance(plugin, Filter)
-        is_scorer = isinstance(plugin, Scorer)
-        is_picker = isinstance(plugin, Picker)
+        is_filter = has_role(plugin, Filter)
+        is_scorer = has_role(plugin, Scorer)
+        is_picker = has_role(plugin, Picker)
         if not (is_filter or is_scorer or is_picker):
             # upstream's SchedulerProfile.AddPlugins keeps only the interfaces a plugin implements: a
             # parser or a response reporter listed in a profile does nothing there (it still runs as a
@@ -359,11 +364,11 @@ def _profile(spec: ProfileSpec, b: _Builder) -> SchedulerProfile:
             raise ConfigError(
                 f"{_label(plugin)} is not a scorer, so it takes no weight", location=f"{ref.location}.weight"
             )
-        if isinstance(plugin, Filter):
+        if isinstance(plugin, Filter) and is_filter:
             filters.append(plugin)
-        if isinstance(plugin, Scorer):
+        if isinstance(plugin, Scorer) and is_scorer:
             scorers.append((plugin, 1.0 if ref.weight is None else ref.weight))
-        if isinstance(plugin, Picker):
+        if isinstance(plugin, Picker) and is_picker:
             if picker is not None:
                 raise ConfigError(
                     f'profile "{spec.name}" already has picker {_label(picker)} ({picker_at}); '

@@ -140,3 +140,33 @@ def test_bad_policy_values_are_refused(
 ) -> None:
     with pytest.raises(HelmRenderError, match=message):
         render(chart, _values(chart, networkPolicy=policy))
+
+
+@pytest.mark.parametrize("chart", [POOL, STANDALONE], ids=["inferencepool", "standalone"])
+def test_gke_without_proxy_subnets_leaves_the_ext_proc_port_open(chart: Path, render: Renderer) -> None:
+    """GKE's managed gateways are not pods: a pod rule would refuse every ext_proc call they make."""
+    rules = _rules(one(render(chart, _values(chart, provider={"name": "gke"})), "NetworkPolicy"))
+    assert rules["grpc"] is None  # every source
+    assert rules["metrics"] == [{"namespaceSelector": MONITORING, "podSelector": {}}]  # still restricted
+
+
+@pytest.mark.parametrize("chart", [POOL, STANDALONE], ids=["inferencepool", "standalone"])
+@pytest.mark.parametrize("provider", ["gke", "none"])
+def test_proxy_subnets_are_admitted_to_the_ext_proc_port(
+    chart: Path, provider: str, render: Renderer
+) -> None:
+    subnets = ["10.129.0.0/23", "fd00:1::/64"]
+    values = _values(chart, provider={"name": provider}, networkPolicy={"proxySubnets": subnets})
+    policy = one(render(chart, values), "NetworkPolicy")
+    validate_object(policy)
+    assert _rules(policy)["grpc"] == [
+        {"namespaceSelector": {}, "podSelector": GATEWAY_PODS},
+        {"ipBlock": {"cidr": "10.129.0.0/23"}},
+        {"ipBlock": {"cidr": "fd00:1::/64"}},
+    ]
+
+
+@pytest.mark.parametrize("chart", [POOL, STANDALONE], ids=["inferencepool", "standalone"])
+def test_a_proxy_subnet_that_is_not_a_cidr_is_refused(chart: Path, render: Renderer) -> None:
+    with pytest.raises(HelmRenderError, match="proxySubnets"):
+        render(chart, _values(chart, networkPolicy={"proxySubnets": ["10.129.0.0"]}))

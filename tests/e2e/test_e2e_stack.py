@@ -25,7 +25,9 @@ def test_a_port_taken_before_start_is_replaced_and_everything_stops() -> None:
             r = httpx.post(f"{stack.base_url}/v1/completions", json={"model": "x", "prompt": "p"}, timeout=10)
             assert r.headers["x-inference-port"] == str(stack.ports.servers[0])
             procs = [p.proc for p in (*stack.servers, stack.envoy) if p is not None]
+            assert stack.workdir.name.startswith("epp-stack-") and (stack.workdir / "sim-0.log").exists()
     assert all(p is not None and p.poll() is not None for p in procs)
+    assert not stack.workdir.exists()  # its temporary folder goes with it
 
 
 def test_a_process_that_cannot_start_raises_with_its_log() -> None:

@@ -53,6 +53,7 @@ from scheduler.plugins.handlers.disagg_deciders import DECIDER_PREFIX_MATCH
 from scheduler.plugins.handlers.disagg_params import PREFILL_FIRST, DisaggParams
 from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.profile import SchedulerProfile
+from scheduler.roles import has_role
 from scheduler.types import Endpoint, EndpointView, LLMRequest, ProfileResult, SchedulingResult
 
 __all__ = [
@@ -267,7 +268,7 @@ def resolve_decider(handle: Handle, plugin_type: str, name: str, decider_name: s
             f"no plugin named {decider_name!r}: expected a decider plugin of this configuration",
             location=where,
         ) from None
-    if not isinstance(decider, PDDecider):
+    if not (isinstance(decider, PDDecider) and has_role(decider, PDDecider)):
         raise ConfigError(
             f"plugin {decider_name!r} ({decider.plugin_type}) is not a decider (expected "
             "prefix-based-pd-decider, always-disagg-pd-decider, always-disagg-multimodal-decider "

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import DURATION_EXPECT, parse_duration
-from scheduler.interfaces import Handle
+from scheduler.interfaces import Filter, Handle, SaturationDetector
 from scheduler.params import param, parse_params
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.shared.inflight import InflightTracker
@@ -56,6 +56,7 @@ class ConcurrencyParams:
 
 class ConcurrencyDetector(InflightLoadConsumer, InflightHooks, PluginBase):
     plugin_type = "concurrency-detector"
+    plugin_roles: ClassVar[tuple[type, ...]] = (Filter, SaturationDetector)  # scheduler.roles
 
     def __init__(
         self, name: str, clock: Callable[[], float], params: ConcurrencyParams | None = None

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import DURATION_EXPECT, parse_duration
+from scheduler.interfaces import Filter, SaturationDetector
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.types import EndpointView, LLMRequest
@@ -47,6 +49,7 @@ class UtilizationParams:
 
 class UtilizationDetector(PluginBase):
     plugin_type = "utilization-detector"
+    plugin_roles: ClassVar[tuple[type, ...]] = (Filter, SaturationDetector)  # scheduler.roles
 
     def __init__(self, name: str, params: UtilizationParams | None = None) -> None:
         super().__init__(name)

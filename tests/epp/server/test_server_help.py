@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cli import BENCHMARKS, Benchmark
 from bench.cli import main as bench_main
 from devtools.envoy_config import build_parser as envoy_config_parser
 from epp.config.flags import ManualHelpFormatter, format_default
@@ -40,15 +42,24 @@ def test_every_flag_has_help_ending_with_its_default_in_one_format(parser: argpa
         assert text.rindex("(default ") > 0
 
 
-def test_a_shown_default_parses_back_to_the_default() -> None:
+@pytest.mark.parametrize("parser", [build_parser(), envoy_config_parser()], ids=["epp", "envoy_config"])
+def test_help_itself_shows_no_default(parser: argparse.ArgumentParser) -> None:
+    line = next(ln for ln in parser.format_help().splitlines() if ln.strip().startswith("-h, --help"))
+    assert "(default" not in line, line
+
+
+@pytest.mark.parametrize(
+    ("parser", "least"), [(build_parser(), 8), (envoy_config_parser(), 3)], ids=["epp", "envoy_config"]
+)
+def test_a_shown_default_parses_back_to_the_default(parser: argparse.ArgumentParser, least: int) -> None:
     checked = 0
-    for action in _options(build_parser()):
+    for action in _options(parser):
         shown = format_default(action)
         if shown is None or not callable(action.type) or isinstance(action.default, bool):
             continue
         assert action.type(shown) == action.default, action.option_strings[0]
         checked += 1
-    assert checked >= 8  # ports, durations, sizes
+    assert checked >= least  # ports, durations, sizes
 
 
 def test_help_shows_durations_and_sizes_in_the_forms_the_flags_take() -> None:
@@ -131,6 +142,41 @@ def test_epp_bench_help_is_aligned_and_names_every_benchmark(capsys: pytest.Capt
     assert len(columns) == 1, rows  # every summary starts in the same column
     for name in ("scheduler", "simulator", "datalayer", "extproc-envoy", "routing", "inference-perf", "all"):
         assert f"  {name} " in text
+
+
+class _Parsed(Exception):
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+
+
+def _bench_parser(module: str, monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
+    """The parser a benchmark's ``main`` builds (caught at its parse_args call)."""
+
+    def caught(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        raise _Parsed(self)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", caught)
+    with pytest.raises(_Parsed) as parsed:
+        importlib.import_module(module).main([])
+    return parsed.value.parser
+
+
+@pytest.mark.parametrize("bench", BENCHMARKS, ids=[b.name for b in BENCHMARKS])
+def test_every_benchmark_flag_has_help_and_its_default_in_one_format(
+    bench: Benchmark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = _bench_parser(bench.module, monkeypatch)
+    assert parser.prog == f"epp-bench {bench.name}"
+    assert parser.formatter_class is ManualHelpFormatter
+    assert "show this help message and exit\n" in parser.format_help()  # no default for -h
+    formatter = ManualHelpFormatter(parser.prog)
+    for action in _options(parser):
+        text = formatter._get_help_string(action) or ""
+        assert action.help, f"epp-bench {bench.name} {action.option_strings[0]} has no help"
+        assert text.count("(default ") == 1, f"epp-bench {bench.name} {action.option_strings[0]}: {text!r}"
+        shown = format_default(action)
+        if shown is not None and callable(action.type) and not isinstance(action.default, bool):
+            assert action.type(shown) == action.default, action.option_strings[0]  # the shown form parses
 
 
 @pytest.mark.parametrize("argv", [["epp-bench", "scheduler", "--help"], ["epp-bench", "routing", "--help"],
