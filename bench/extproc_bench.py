@@ -43,8 +43,8 @@ from typing import Any
 
 import httpx
 
-from epp.config.flags import ManualHelpFormatter
 from devtools.stack import Stack, StackSpec
+from epp.config.flags import ManualHelpFormatter
 from simulator.workloads import percentile
 
 __all__ = ["Point", "main", "parse_wrk", "picker_cpu_seconds"]

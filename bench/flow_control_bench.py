@@ -32,8 +32,8 @@ from pathlib import Path
 
 import httpx
 
-from epp.config.flags import ManualHelpFormatter
 from devtools.stack import Stack, StackSpec
+from epp.config.flags import ManualHelpFormatter
 
 __all__ = ["main"]
 

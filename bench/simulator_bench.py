@@ -41,8 +41,8 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
-from epp.config.flags import ManualHelpFormatter
 from devtools.stack import ManagedProcess, free_ports, running_process
+from epp.config.flags import ManualHelpFormatter
 
 __all__ = ["ScenarioResult", "main", "run_scenario", "run_scrape", "time_metrics_render"]
 

@@ -41,8 +41,8 @@ from pathlib import Path
 import aiohttp
 
 from bench.extproc_bench import _body, bench_stack, picker_cpu_seconds
-from epp.config.flags import ManualHelpFormatter
 from devtools.stack import Stack
+from epp.config.flags import ManualHelpFormatter
 from simulator.workloads import percentile
 
 __all__ = ["Window", "main", "rss_bytes", "verdicts"]
