@@ -249,7 +249,7 @@ class RequestMetrics:
         """A dispatched request ended (any outcome); ``seconds`` since it was received.
 
         ``response_bytes`` None: the stream did not see the response body (its size and usage are
-        recorded by :meth:`observed` when an observer stream reports them). ``ttft`` (0 = unknown):
+        recorded by :meth:`observed` when an observability stream reports them). ``ttft`` (0 = unknown):
         seconds from receipt to the first response body byte; ``streaming``: the response was SSE.
         """
         c.running.dec()
@@ -270,7 +270,7 @@ class RequestMetrics:
                 c.tpot.observe((seconds - ttft) / (tokens - 1))
 
     def observed(self, c: _Children, usage: Usage, seconds: float, response_bytes: int) -> None:
-        """An observer stream saw a successful response end, ``seconds`` after the request was received."""
+        """An observability stream saw a successful response end, ``seconds`` after the request arrived."""
         self._usage(c, usage, seconds, response_bytes)
 
     @staticmethod
@@ -289,7 +289,7 @@ class SchedulerMetrics:
     :class:`scheduler.observer.PluginMetrics` (decision counters, the in-flight gauges' collector).
 
     Also holds the prefix-cache hit histograms (fed per routed request by
-    :func:`epp.server.prefix_stats.prefix_hit_observer`) and ``plugin_errors_total`` (ours, not
+    :func:`epp.server.prefix_stats.prefix_hit_recorder`) and ``plugin_errors_total`` (ours, not
     upstream's: plugin calls that raised).
     """
 

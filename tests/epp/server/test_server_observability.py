@@ -79,18 +79,18 @@ async def test_observer_usage_is_counted_once_against_the_routed_request(
     await route(channel, "obs-1", ProcessingMode.NONE)
     await eventually(lambda: len(sched.completions()) == 1)
     assert sched.completions() == [("completed", "obs-1", Outcome.OK)]
-    assert len(server.core.awaiting) == 1
+    assert len(server.core.correlation.awaiting) == 1
     assert metric(registry, "inference_objective_response_sizes_count") == 0
     body = orjson.dumps({"choices": [], "usage": USAGE})
     await observe(channel, "obs-1", body)
-    await eventually(lambda: server.core.observations == 1)
+    await eventually(lambda: server.core.correlation.observations == 1)
     assert metric(registry, "inference_objective_input_tokens_sum") == 11
     assert metric(registry, "inference_objective_output_tokens_sum") == 4
     assert metric(registry, "inference_objective_prompt_cached_tokens_sum") == 8
     assert metric(registry, "inference_objective_response_sizes_sum") == len(body)
     assert metric(registry, "inference_objective_normalized_time_per_output_token_seconds_count") == 1
     assert metric(registry, "inference_objective_request_duration_seconds_count") == 1
-    assert len(server.core.awaiting) == 0
+    assert len(server.core.correlation.awaiting) == 0
     assert len(sched.completions()) == 1  # the observer fires no scheduler hooks
     assert server.core.active_streams == 0
 
@@ -101,7 +101,7 @@ async def test_unknown_or_missing_request_id_counts_nothing(
     body = orjson.dumps({"usage": USAGE})
     await observe(channel, "never-routed", body)
     await observe(channel, None, body)
-    await eventually(lambda: server.core.unmatched_observations == 2)
+    await eventually(lambda: server.core.correlation.unmatched_observations == 2)
     assert metric(registry, "inference_objective_input_tokens_count") == 0
 
 
@@ -110,7 +110,7 @@ async def test_observed_error_response_counts_no_usage(
 ) -> None:
     await route(channel, "obs-err", ProcessingMode.NONE)
     await observe(channel, "obs-err", orjson.dumps({"usage": USAGE}), status=500)
-    await eventually(lambda: server.core.observations == 1)
+    await eventually(lambda: server.core.correlation.observations == 1)
     assert metric(registry, "inference_objective_input_tokens_count") == 0
 
 
@@ -120,9 +120,9 @@ async def test_routing_stream_that_sees_the_body_is_not_awaited(
     """The GIE config (no observer): usage is recorded by the routing stream, nothing is registered."""
     await route(channel, "gie-1", ProcessingMode.FULL_DUPLEX_STREAMED)
     await eventually(lambda: metric(registry, "inference_objective_input_tokens_count") == 1)
-    assert len(server.core.awaiting) == 0
+    assert len(server.core.correlation.awaiting) == 0
     await observe(channel, "gie-1", orjson.dumps({"usage": USAGE}))
-    await eventually(lambda: server.core.unmatched_observations == 1)
+    await eventually(lambda: server.core.correlation.unmatched_observations == 1)
     assert metric(registry, "inference_objective_input_tokens_sum") == 11
 
 
@@ -136,7 +136,7 @@ async def test_observer_reset_mid_response_counts_nothing(
     await call.write(observer_msg(response_body(b'{"usage":', end_of_stream=False)))
     call.cancel()
     await eventually(lambda: server.core.active_streams == 0)
-    assert server.core.observations == 0
+    assert server.core.correlation.observations == 0
     assert metric(registry, "inference_objective_input_tokens_count") == 0
 
 

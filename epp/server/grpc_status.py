@@ -1,0 +1,28 @@
+"""gRPC status codes (the numbers of grpc/status.h, as grpc-go sends them) as plain ints.
+
+The engines close ext_proc streams with these and the opt-in stream metrics count streams by them
+(:class:`epp.server.metrics.StreamMetrics` names them). Plain module constants: cheaper on the hot path
+than ``grpc.StatusCode`` members, whose value is a (number, name) tuple.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "GRPC_CANCELLED",
+    "GRPC_DEADLINE_EXCEEDED",
+    "GRPC_INTERNAL",
+    "GRPC_INVALID_ARGUMENT",
+    "GRPC_OK",
+    "GRPC_RESOURCE_EXHAUSTED",
+    "GRPC_UNIMPLEMENTED",
+    "GRPC_UNKNOWN",
+]
+
+GRPC_OK = 0
+GRPC_CANCELLED = 1
+GRPC_UNKNOWN = 2
+GRPC_INVALID_ARGUMENT = 3
+GRPC_DEADLINE_EXCEEDED = 4
+GRPC_RESOURCE_EXHAUSTED = 8
+GRPC_UNIMPLEMENTED = 12
+GRPC_INTERNAL = 13
