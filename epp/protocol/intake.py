@@ -9,7 +9,7 @@ owns what the request *is*:
   the body is rewritten only when its API carries the model (else the rule's target is dropped).
 * :func:`assemble`: the :class:`~scheduler.types.LLMRequest` (priority from the objective header,
   fairness id from the fairness header, else the ``agent-identity`` reader, else
-  :data:`DEFAULT_FAIRNESS_ID`).
+  :data:`scheduler.types.DEFAULT_FAIRNESS_ID`).
 """
 
 from __future__ import annotations
@@ -27,11 +27,9 @@ from epp.request.build import (
 )
 from epp.request.chain import path_of
 from epp.request.parser import ParsedBody
-from scheduler.types import LLMRequest
+from scheduler.types import DEFAULT_FAIRNESS_ID, LLMRequest
 
-__all__ = ["DEFAULT_FAIRNESS_ID", "ReadBody", "assemble", "read_body"]
-
-DEFAULT_FAIRNESS_ID = "default-flow"
+__all__ = ["ReadBody", "assemble", "read_body"]
 
 
 class ReadBody(NamedTuple):

@@ -37,7 +37,7 @@ import structlog
 
 from epp.protocol import Action, Observed, Session, State
 from epp.server.metrics import RequestMetrics
-from scheduler.types import LLMRequest, Outcome
+from scheduler.types import DEFAULT_FAIRNESS_ID, LLMRequest, Outcome
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -66,7 +66,7 @@ class Awaited:
     model: str
     target_model: str
     started: float
-    fairness_id: str = "default-flow"
+    fairness_id: str = DEFAULT_FAIRNESS_ID
     priority: int = 0
 
 
@@ -107,7 +107,7 @@ class AwaitingUsage:
         model: str,
         target_model: str,
         started: float,
-        fairness_id: str = "default-flow",
+        fairness_id: str = DEFAULT_FAIRNESS_ID,
         priority: int = 0,
     ) -> None:
         """Remember a dispatched request (a repeated id replaces the older entry)."""

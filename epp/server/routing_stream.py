@@ -37,10 +37,9 @@ from epp.protocol import (
     Session,
     State,
 )
-from epp.protocol.intake import DEFAULT_FAIRNESS_ID
 from epp.request.errors import RequestError
 from epp.server.metrics import error_code
-from scheduler.types import Completion, Outcome, SchedulingResult
+from scheduler.types import DEFAULT_FAIRNESS_ID, Completion, Outcome, SchedulingResult
 
 if TYPE_CHECKING:
     from epp.server.stream import StreamCore
