@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from epp.server.grpc_status import GRPC_CODES, GRPC_UNKNOWN
 from epp.server.latency_metrics import PredictedLatencyMetrics
 from epp.server.metric_catalog import Family, Naming, Scheme, by_key
 from epp.server.metric_twin import Recorder, Twin
@@ -461,12 +462,6 @@ _PLUGIN_ERRORS = Family(
 )  # fmt: skip
 
 
-# gRPC status numbers -> the names grpc-go prints (the ``code`` label of upstream's stream counter).
-GRPC_CODES = ("OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound", "AlreadyExists",
-              "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
-              "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated")  # fmt: skip
-
-
 class StreamMetrics:
     """``llm_d_epp_extproc_streams_inflight``, ``..._stream_duration_seconds``, ``..._streams_total{code}``:
     upstream's opt-in ext_proc stream metrics (``--enable-grpc-stream-metrics``), llm-d names only (they
@@ -485,7 +480,7 @@ class StreamMetrics:
         """A stream closed with gRPC ``status`` after ``seconds``."""
         self.inflight.dec()
         self.duration.observe(seconds)
-        status = status if 0 <= status < len(GRPC_CODES) else 2  # Unknown
+        status = status if 0 <= status < len(GRPC_CODES) else GRPC_UNKNOWN
         child = self._totals.get(status)
         if child is None:
             child = self._totals[status] = self._totals_family.bind({"code": GRPC_CODES[status]})
