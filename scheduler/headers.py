@@ -1,4 +1,5 @@
-"""Request and response header names that scheduler plugins read or write.
+"""Request and response header names (and the Envoy metadata namespace) that scheduler plugins read or
+write.
 
 The scheduler owns these names; the ext_proc server (``epp``) imports them from here, so each is
 written once. Keys are lower-case, as Envoy delivers them.
@@ -9,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "DATA_PARALLEL_HEADER",
     "ENCODER_HEADER",
+    "LB_NAMESPACE",
     "PREFILLER_HEADER",
     "SERVED_ENDPOINT_HEADER",
 ]
@@ -22,3 +24,6 @@ DATA_PARALLEL_HEADER = "x-data-parallel-host-port"
 SERVED_ENDPOINT_HEADER = "x-gateway-destination-endpoint-served"
 """Response header (as the EPP passes it to hooks) naming the ``ip:port`` that actually served; also
 the ``envoy.lb`` metadata key the proxy reports it under."""
+LB_NAMESPACE = "envoy.lb"
+"""Envoy's dynamic-metadata namespace of the routing decision (the served-endpoint key above lives there;
+``request-attribute-reporter`` writes to it by default)."""

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from scheduler.values import value_type
 
 __all__ = [
+    "DEFAULT_FAIRNESS_ID",
     "EMPTY_MAPPING",
     "ApiKind",
     "Completion",
@@ -54,6 +55,10 @@ class ApiKind(enum.Enum):
     OTHER = "other"  # passthrough parser / header-only requests
 
 
+DEFAULT_FAIRNESS_ID = "default-flow"
+"""The fairness id of a request without one (upstream's ``DefaultFairnessID``)."""
+
+
 @value_type
 class LLMRequest:
     """The structured inference request the scheduler decides on.
@@ -72,7 +77,7 @@ class LLMRequest:
     messages: tuple[Mapping[str, Any], ...] | None = None
     headers: Mapping[str, str] = field(default_factory=_empty_mapping)
     priority: int = 0
-    fairness_id: str = "default-flow"
+    fairness_id: str = DEFAULT_FAIRNESS_ID
     stream: bool = False
     adapter: str | None = None
     token_estimate: int = 0

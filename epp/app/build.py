@@ -54,7 +54,7 @@ from epp.server.metrics import (
     register_info,
 )
 from epp.server.pool_metrics import PoolCollector
-from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
+from epp.server.prefix_stats import index_sizes_reader, prefix_hit_recorder
 from epp.server.rewrite_metrics import RewriteMetrics
 from epp.server.server import EppServer
 from scheduler.config.document import API_VERSION, LEGACY_API_VERSION
@@ -208,7 +208,7 @@ async def build_app(options: Options) -> PickerApp:
         registry=registry,
         request_metrics=request_metrics,
         config_view=config_view(options, config),
-        on_result=prefix_hit_observer(plugins, scheduler_metrics.observe_prefix),
+        on_result=prefix_hit_recorder(plugins, scheduler_metrics.observe_prefix),
         stream_metrics=StreamMetrics(registry, naming) if options.enable_grpc_stream_metrics else None,
         flow=flow,
     )

@@ -25,7 +25,7 @@ from epp.protocol.actions import (
 from epp.protocol.config import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_BODY_BYTES, SessionConfig
 from epp.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from epp.protocol.headers import CONTROL_HEADERS, DESTINATION_HEADER, DESTINATION_METADATA_KEY, LB_NAMESPACE
-from epp.protocol.observer import ObserverSession, ObserverState, is_observer
+from epp.protocol.observability import ObservabilitySession, ObservabilityState, is_observability_stream
 from epp.protocol.session import Session, State
 from epp.protocol.subset import subset_hint
 
@@ -40,9 +40,9 @@ __all__ = [
     "Completed",
     "Dispatched",
     "LocalProtocolError",
+    "ObservabilitySession",
+    "ObservabilityState",
     "Observed",
-    "ObserverSession",
-    "ObserverState",
     "ProtocolError",
     "RemoteProtocolError",
     "ResponseChunk",
@@ -52,6 +52,6 @@ __all__ = [
     "Session",
     "SessionConfig",
     "State",
-    "is_observer",
+    "is_observability_stream",
     "subset_hint",
 ]

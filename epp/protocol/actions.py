@@ -14,7 +14,7 @@ All are value types (:func:`scheduler.values.value_type`). The loop handles each
   with ``SessionConfig.response_chunks=True``): fire ``on_response_chunk``.
 * :class:`Completed`: the dispatched request ended: fire ``on_completed``. Exactly once per
   :class:`Dispatched`, whatever the path (end of response, trailers, error, ``abort``).
-* :class:`Observed`: an observer stream (see :mod:`epp.protocol.observer`) saw a complete response:
+* :class:`Observed`: an observability stream (see :mod:`epp.protocol.observability`) saw a response end:
   account its usage against the routed request with the same ``request_id``. Never emitted by
   :class:`~epp.protocol.session.Session`.
 
@@ -114,7 +114,7 @@ class Completed:
 class Observed:
     """An observed response ended: HTTP ``status``, ``streaming``, its ``usage`` and body size.
 
-    ``request_id`` is the ``x-request-id`` of the observer stream's request headers ("" when absent).
+    ``request_id`` is the ``x-request-id`` of the observability stream's request headers ("" when absent).
     ``complete`` is False when the upstream ended the response with a non-zero ``grpc-status``
     trailer; ``usage`` is zeros for non-2xx responses or when the model server reported none.
     """

@@ -22,7 +22,7 @@ from epp.request.build import (
     OBJECTIVE_HEADER,
     OBJECTIVE_HEADERS,
 )
-from scheduler.headers import PREFILLER_HEADER, SERVED_ENDPOINT_HEADER
+from scheduler.headers import LB_NAMESPACE, PREFILLER_HEADER, SERVED_ENDPOINT_HEADER
 
 __all__ = [
     "CONTENT_LENGTH",
@@ -49,7 +49,6 @@ __all__ = [
 ]
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
-LB_NAMESPACE = "envoy.lb"
 DESTINATION_METADATA_KEY = DESTINATION_HEADER
 DESTINATION_SCORES_METADATA_KEY = "x-gateway-destination-endpoint-scores"  # --emit-endpoint-scores
 DESTINATION_SERVED_KEY = SERVED_ENDPOINT_HEADER

@@ -9,6 +9,9 @@
   bytes to forward as StreamedBodyResponse chunks (nothing while the body is held); STREAMED: a
   BodyResponse replacing the chunk when it changed; BUFFERED: a BodyResponse replacing the whole body
   (with its new ``content-length``) when it changed.
+* :func:`with_response_metadata`: the last reply of a completed response with the
+  ``SessionConfig.response_metadata`` provider's dynamic metadata; :func:`endpoint_scores`: the
+  ``--emit-endpoint-scores`` map of a routing reply.
 
 The FULL_DUPLEX_STREAMED single-chunk case is the per-token hot path and builds one message directly.
 """
@@ -17,15 +20,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import structlog
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3.external_processor_pb2 import (
     ProcessingResponse,
 )
 
 from epp.protocol import messages as m
+from epp.protocol.actions import Action, Completed
+from epp.protocol.config import ResponseMetadataFn
 from epp.protocol.headers import CONTENT_LENGTH
+from scheduler.types import SchedulingResult
 
-__all__ = ["response_body_replies", "routing_replies"]
+__all__ = ["endpoint_scores", "response_body_replies", "routing_replies", "with_response_metadata"]
+
+_log = structlog.get_logger("epp.protocol.session")  # the session's logger: these are its replies
 
 _FULL_DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
 _STREAMED = ProcessingMode.STREAMED
@@ -93,3 +102,31 @@ def response_body_replies(
         return [m.body_response("response_body")]
     length = m.header_mutation({CONTENT_LENGTH: str(len(forward))})
     return [m.body_response("response_body", length, forward)]
+
+
+def with_response_metadata(
+    provider: ResponseMetadataFn | None, reply: ProcessingResponse, done: Action
+) -> ProcessingResponse:
+    """``reply`` with the completed request's ``provider(request, result, usage)`` as dynamic metadata (a
+    copy: replies may be shared message instances); ``reply`` itself without a provider, when it gives
+    nothing, or when it fails (logged)."""
+    if provider is None:
+        return reply
+    assert isinstance(done, Completed)
+    try:
+        metadata = provider(done.request, done.result, done.completion.usage)
+    except Exception:
+        _log.exception("response metadata provider failed", request_id=done.request.request_id)
+        return reply
+    if not metadata:
+        return reply
+    copy = ProcessingResponse()
+    copy.CopyFrom(reply)
+    copy.dynamic_metadata.update({ns: dict(fields) for ns, fields in metadata.items()})
+    return copy
+
+
+def endpoint_scores(result: SchedulingResult) -> dict[str, float]:
+    """The primary profile's candidates -> total score (``--emit-endpoint-scores``)."""
+    primary = result.profile_results.get(result.primary_profile)
+    return {} if primary is None else {c.endpoint.address: c.score for c in primary.candidates}

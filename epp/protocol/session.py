@@ -4,7 +4,9 @@ One :class:`Session` per ext_proc stream (= one HTTP request). The I/O loop feed
 :meth:`Session.receive` and performs the returned actions in order (see :mod:`epp.protocol.actions`);
 it answers a :class:`~epp.protocol.actions.Schedule` with :meth:`Session.scheduled` or
 :meth:`Session.reject`, and always calls :meth:`Session.abort` in its ``finally`` so that a dispatched
-request gets exactly one :class:`~epp.protocol.actions.Completed`.
+request gets exactly one :class:`~epp.protocol.actions.Completed`. The session owns the protocol; what
+the request is (body parsing, model rewrite, fairness id, priority) comes from :mod:`epp.protocol.intake`,
+and the reply messages are built by :mod:`epp.protocol.replies`.
 
 States and the messages each accepts (anything else raises RemoteProtocolError)::
 
@@ -17,7 +19,7 @@ States and the messages each accepts (anything else raises RemoteProtocolError):
     RESPONDING  --response_body-->    RESPONDING | COMPLETE (end_of_stream)
     RESPONDING  --response_trailers-> COMPLETE
     COMPLETE    --response_trailers-> COMPLETE
-    DISPATCHED  --observed_end()-->   CLOSED (the response phase was seen by an observer stream)
+    DISPATCHED  --observed_end()-->   CLOSED (an observability stream saw the response end)
     any         --abort()-->          CLOSED
 
 Body modes come from ``ProcessingRequest.protocol_config`` (sent by Envoy on a stream's first
@@ -69,17 +71,16 @@ from epp.protocol.headers import (
     metadata_value,
     read_headers,
 )
-from epp.protocol.replies import response_body_replies, routing_replies
+from epp.protocol.intake import assemble, read_body
+from epp.protocol.replies import (
+    endpoint_scores,
+    response_body_replies,
+    routing_replies,
+    with_response_metadata,
+)
 from epp.protocol.response import ResponseState
 from epp.protocol.subset import subset_hint
-from epp.request.build import (
-    FAIRNESS_HEADERS,
-    MODEL_REWRITE_HEADERS,
-    OBJECTIVE_HEADERS,
-    build_request,
-    header_value,
-)
-from epp.request.chain import path_of
+from epp.request.build import MODEL_REWRITE_HEADERS, header_value
 from epp.request.errors import INTERNAL_ERROR, UNAVAILABLE, BodyTooLargeError, RequestError
 from epp.request.parser import ParsedBody, UsageReader, api_kind_of
 from scheduler.types import Completion, LLMRequest, Outcome, SchedulingResult, Usage
@@ -94,7 +95,6 @@ _STREAMED: Final = ProcessingMode.STREAMED
 _NONE: Final = ProcessingMode.NONE
 _REQUEST_MODES = frozenset({_FULL_DUPLEX, _BUFFERED, _NONE})
 _RESPONSE_MODES = frozenset({_FULL_DUPLEX, _BUFFERED, _STREAMED, _NONE})
-DEFAULT_FAIRNESS_ID = "default-flow"
 
 
 class State(enum.Enum):
@@ -185,7 +185,7 @@ class Session:
     @property
     def sees_response_body(self) -> bool:
         """False when the proxy's response body mode is NONE: the body (its size, its usage) is not
-        seen on this stream (in the ``observability`` variant an observer stream sees it instead)."""
+        seen on this stream (in the ``observability`` variant an observability stream sees it instead)."""
         return bool(self._response_mode != _NONE)
 
     def receive(self, msg: ProcessingRequest) -> list[Action]:
@@ -235,7 +235,7 @@ class Session:
             changed_body=self._changed_body,
             chunk_size=self._config.chunk_size,
             trailers=self._request_trailers,
-            scores=_scores(result) if self._config.emit_endpoint_scores else None,
+            scores=endpoint_scores(result) if self._config.emit_endpoint_scores else None,
         )
         out: list[Action] = [Dispatched(self._request, result)]
         out.extend(Send(r) for r in replies)
@@ -262,7 +262,7 @@ class Session:
         return out
 
     def observed_end(self, status: int, usage: Usage, complete: bool) -> list[Action]:
-        """An observer stream saw the response of this dispatch end (this stream skipped that phase).
+        """An observability stream saw the response of this dispatch end (this stream skipped that phase).
 
         ``[Completed]`` with outcome OK and ``usage`` for a ``complete`` 2xx response, else
         UPSTREAM_ERROR with ``status``; ``[]`` when no dispatch is open. The session is CLOSED afterwards.
@@ -341,39 +341,18 @@ class Session:
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._chunks = []
         self._body = body
-        parsed = self._config.parser.parse(path_of(self._headers), body)
+        request_id = self._headers.get(REQUEST_ID_HEADER) or self._generated_id or ""
+        parsed, by_rule, self._changed_body, self._rewrite = read_body(
+            self._config, self._headers, body, request_id
+        )
         self._usage_reader = parsed.usage_reader
-        target = header_value(self._headers, MODEL_REWRITE_HEADERS)
-        by_rule = None
-        rewriter = self._config.model_rewrite
-        if rewriter is not None and parsed.model:
-            by_rule = rewriter(parsed.model, self._headers.get(REQUEST_ID_HEADER) or self._generated_id or "")
-            target = by_rule or target
-        if target and parsed.model and target != parsed.model:
-            new_body = self._config.parser.rewrite_model(parsed, body, target)
-            if new_body is not body:
-                self._changed_body = new_body
-                self._rewrite = (target, parsed.model)
-            else:  # this API's body does not carry the model: nothing was rewritten
-                by_rule = None
         return self._schedule(parsed, by_rule)
-
-    def _agent_identity(self, headers: Mapping[str, str]) -> str:
-        reader = self._config.agent_identity
-        return reader(headers) if reader is not None else ""
 
     def _schedule(self, parsed: ParsedBody, target_model: str | None = None) -> list[Action]:
         headers = self._headers
-        self._request = request = build_request(
-            target_model=target_model,
-            request_id=headers.get(REQUEST_ID_HEADER) or self._generated_id or "",
-            headers=headers,
-            parsed=parsed,
-            priority=self._config.priority_of(header_value(headers, OBJECTIVE_HEADERS)),
-            fairness_id=header_value(headers, FAIRNESS_HEADERS)
-            or self._agent_identity(headers)
-            or DEFAULT_FAIRNESS_ID,
-            body_size=self._body_size,
+        request_id = headers.get(REQUEST_ID_HEADER) or self._generated_id or ""
+        self._request = request = assemble(
+            self._config, headers, parsed, request_id, self._body_size, target_model
         )
         self.state = _SCHEDULING
         return [Schedule(request, self._subset, self._header_only, self._body)]
@@ -439,29 +418,9 @@ class Session:
             out.extend(completed)  # before the Sends: a failed write cannot skip it
         replies = response_body_replies(self._response_mode, data, forward, eos, self._config.chunk_size)
         if completed and replies:
-            replies[-1] = self._with_metadata(replies[-1], completed)
+            replies[-1] = with_response_metadata(self._config.response_metadata, replies[-1], completed[0])
         out.extend(Send(reply) for reply in replies)
         return out
-
-    def _with_metadata(self, reply: ProcessingResponse, completed: list[Action]) -> ProcessingResponse:
-        """``reply`` with the completed request's ``response_metadata`` as dynamic metadata (a copy:
-        replies may be shared message instances)."""
-        provider = self._config.response_metadata
-        if provider is None:
-            return reply
-        done = completed[0]
-        assert isinstance(done, Completed)
-        try:
-            metadata = provider(done.request, done.result, done.completion.usage)
-        except Exception:
-            _log.exception("response metadata provider failed", request_id=done.request.request_id)
-            return reply
-        if not metadata:
-            return reply
-        copy = ProcessingResponse()
-        copy.CopyFrom(reply)
-        copy.dynamic_metadata.update({ns: dict(fields) for ns, fields in metadata.items()})
-        return copy
 
     def _on_response_trailers(self, msg: ProcessingRequest) -> list[Action]:
         self._note_served(msg)
@@ -479,7 +438,7 @@ class Session:
         replies.append(m.trailers_response("response_trailers"))
         if completed:
             i = len(replies) - 2 if len(replies) > 1 else 0  # the last body reply, else the trailers'
-            replies[i] = self._with_metadata(replies[i], completed)
+            replies[i] = with_response_metadata(self._config.response_metadata, replies[i], completed[0])
         out.extend(Send(r) for r in replies)
         return out
 
@@ -534,9 +493,3 @@ _TRANSITIONS: dict[tuple[State, str | None], _Handler] = {
     (State.RESPONDING, "response_trailers"): Session._on_response_trailers,
     (State.COMPLETE, "response_trailers"): Session._on_response_trailers,
 }
-
-
-def _scores(result: SchedulingResult) -> dict[str, float]:
-    """The primary profile's candidates -> total score (``--emit-endpoint-scores``)."""
-    primary = result.profile_results.get(result.primary_profile)
-    return {} if primary is None else {c.endpoint.address: c.score for c in primary.candidates}

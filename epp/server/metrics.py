@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from epp.server.grpc_status import GRPC_CODES, GRPC_UNKNOWN
 from epp.server.latency_metrics import PredictedLatencyMetrics
 from epp.server.metric_catalog import Family, Naming, Scheme, by_key
 from epp.server.metric_twin import Recorder, Twin
@@ -249,7 +250,7 @@ class RequestMetrics:
         """A dispatched request ended (any outcome); ``seconds`` since it was received.
 
         ``response_bytes`` None: the stream did not see the response body (its size and usage are
-        recorded by :meth:`observed` when an observer stream reports them). ``ttft`` (0 = unknown):
+        recorded by :meth:`observed` when an observability stream reports them). ``ttft`` (0 = unknown):
         seconds from receipt to the first response body byte; ``streaming``: the response was SSE.
         """
         c.running.dec()
@@ -270,7 +271,7 @@ class RequestMetrics:
                 c.tpot.observe((seconds - ttft) / (tokens - 1))
 
     def observed(self, c: _Children, usage: Usage, seconds: float, response_bytes: int) -> None:
-        """An observer stream saw a successful response end, ``seconds`` after the request was received."""
+        """An observability stream saw a successful response end, ``seconds`` after the request arrived."""
         self._usage(c, usage, seconds, response_bytes)
 
     @staticmethod
@@ -289,7 +290,7 @@ class SchedulerMetrics:
     :class:`scheduler.observer.PluginMetrics` (decision counters, the in-flight gauges' collector).
 
     Also holds the prefix-cache hit histograms (fed per routed request by
-    :func:`epp.server.prefix_stats.prefix_hit_observer`) and ``plugin_errors_total`` (ours, not
+    :func:`epp.server.prefix_stats.prefix_hit_recorder`) and ``plugin_errors_total`` (ours, not
     upstream's: plugin calls that raised).
     """
 
@@ -461,12 +462,6 @@ _PLUGIN_ERRORS = Family(
 )  # fmt: skip
 
 
-# gRPC status numbers -> the names grpc-go prints (the ``code`` label of upstream's stream counter).
-GRPC_CODES = ("OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound", "AlreadyExists",
-              "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
-              "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated")  # fmt: skip
-
-
 class StreamMetrics:
     """``llm_d_epp_extproc_streams_inflight``, ``..._stream_duration_seconds``, ``..._streams_total{code}``:
     upstream's opt-in ext_proc stream metrics (``--enable-grpc-stream-metrics``), llm-d names only (they
@@ -485,7 +480,7 @@ class StreamMetrics:
         """A stream closed with gRPC ``status`` after ``seconds``."""
         self.inflight.dec()
         self.duration.observe(seconds)
-        status = status if 0 <= status < len(GRPC_CODES) else 2  # Unknown
+        status = status if 0 <= status < len(GRPC_CODES) else GRPC_UNKNOWN
         child = self._totals.get(status)
         if child is None:
             child = self._totals[status] = self._totals_family.bind({"code": GRPC_CODES[status]})

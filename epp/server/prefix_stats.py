@@ -24,15 +24,15 @@ from collections.abc import Callable, Sequence
 from scheduler.interfaces import Plugin, PrefixIndexStats, Scorer
 from scheduler.types import LLMRequest, SchedulingResult
 
-__all__ = ["index_sizes_reader", "prefix_hit_observer"]
+__all__ = ["index_sizes_reader", "prefix_hit_recorder"]
 
 Observe = Callable[[str, str, float, float | None], None]  # (name, type, hit bytes, hit ratio or None)
 
 
-def prefix_hit_observer(
+def prefix_hit_recorder(
     plugins: Sequence[Plugin], observe: Observe
 ) -> Callable[[LLMRequest, SchedulingResult], None] | None:
-    """``f(request, result)`` observing the primary endpoint's prefix hit; None without a prefix scorer
+    """``f(request, result)`` recording the primary endpoint's prefix hit; None without a prefix scorer
     (a :class:`~scheduler.interfaces.Scorer` that is a :class:`~scheduler.interfaces.PrefixIndexStats`)."""
     scorers: dict[str, PrefixIndexStats] = {
         p.name: p for p in plugins if isinstance(p, PrefixIndexStats) and isinstance(p, Scorer)

@@ -25,6 +25,13 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
 
 from epp.protocol import RemoteProtocolError
+from epp.server.grpc_status import (
+    GRPC_CANCELLED,
+    GRPC_DEADLINE_EXCEEDED,
+    GRPC_INVALID_ARGUMENT,
+    GRPC_OK,
+    GRPC_RESOURCE_EXHAUSTED,
+)
 from epp.server.stream import StreamCore
 from scheduler.types import Outcome
 
@@ -59,7 +66,7 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         stream = self.core.open()
         write = context.write
         outcome = Outcome.STREAM_RESET
-        code = -1  # not sent: the stream's end decides (see StreamState.end)
+        code = -1  # not sent: the stream's end decides (see ExtProcStream.end)
         limit = self.max_send_bytes
         try:
             async for msg in request_iterator:
@@ -70,12 +77,12 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                     responses = await stream.settle()
                 for response in responses:
                     if limit and (size := response.ByteSize()) > limit:
-                        code = 8  # ResourceExhausted, as grpc-go's send limit
+                        code = GRPC_RESOURCE_EXHAUSTED  # as grpc-go's send limit
                         message = f"trying to send message larger than max ({size} vs. {limit})"
                         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
                     await write(response)
                 if stream.finished:
-                    code = 0
+                    code = GRPC_OK
                     return
             # The messages ended: a half-close by the proxy, or a reset. grpc.aio ends the iterator on a
             # reset and injects CancelledError a moment later; give it that moment (only on this rare
@@ -83,14 +90,14 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
             if stream.dispatched:
                 await asyncio.sleep(_RESET_SETTLE_SECONDS)
             outcome = Outcome.CLIENT_CANCEL
-            code = 0
+            code = GRPC_OK
         except asyncio.CancelledError:
             outcome = self._cancel_outcome(context)
-            code = 4 if outcome is Outcome.TIMEOUT else 1  # DeadlineExceeded / Canceled
+            code = GRPC_DEADLINE_EXCEEDED if outcome is Outcome.TIMEOUT else GRPC_CANCELLED
             raise
         except RemoteProtocolError as exc:
             _log.warning("ext_proc protocol error", error=str(exc))
-            code = 3  # InvalidArgument
+            code = GRPC_INVALID_ARGUMENT
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except grpc.aio.AioRpcError as exc:  # a write refused, e.g. over --grpc-max-send-msg-size
             code = exc.code().value[0]

@@ -56,7 +56,7 @@ from scheduler.observer import PluginMetrics, ProgramFairnessMetrics, ProgramSam
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.flowcontrol.interfaces import FairnessState, FlowHandle, OrderingPolicy
-from scheduler.types import Completion, LLMRequest, SchedulingResult
+from scheduler.types import DEFAULT_FAIRNESS_ID, Completion, LLMRequest, SchedulingResult
 
 __all__ = [
     "DEFAULT_FAIRNESS_ID",
@@ -69,8 +69,6 @@ __all__ = [
     "range_normalize",
 ]
 
-DEFAULT_FAIRNESS_ID = "default-flow"
-"""The program of a request without a fairness id (upstream's ``DefaultFairnessID``)."""
 WEIGHT_INPUT_TOKEN = 1
 WEIGHT_OUTPUT_TOKEN = 2
 MAX_PROGRAMS = 10_000

@@ -33,6 +33,7 @@ from typing import Any
 import structlog
 
 from scheduler.errors import ConfigError
+from scheduler.headers import LB_NAMESPACE
 from scheduler.interfaces import Handle, Plugin
 from scheduler.params import plugin_location
 from scheduler.plugins.base import PluginBase
@@ -40,7 +41,7 @@ from scheduler.types import LLMRequest, SchedulingResult, Usage
 
 __all__ = ["DEFAULT_NAMESPACE", "AttributeSpec", "RequestAttributeReporter", "factory", "usage_struct"]
 
-DEFAULT_NAMESPACE = "envoy.lb"
+DEFAULT_NAMESPACE = LB_NAMESPACE
 _log = structlog.get_logger("scheduler.attribute_reporter")
 
 

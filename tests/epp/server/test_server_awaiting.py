@@ -1,11 +1,11 @@
-"""AwaitingUsage: the bounded, expiring request-id map between routing and observer streams."""
+"""AwaitingUsage: the bounded, expiring request-id map between routing and observability streams."""
 
 from __future__ import annotations
 
 import pytest
 
 from epp.protocol import Observed
-from epp.server.awaiting import Awaited, AwaitingUsage
+from epp.server.correlation import Awaited, AwaitingUsage
 
 
 class FakeClock:

@@ -22,7 +22,7 @@ from epp.server.metrics import (
     error_code,
 )
 from epp.server.pool_metrics import PoolCollector, mean_and_stdev
-from epp.server.prefix_stats import index_sizes_reader, prefix_hit_observer
+from epp.server.prefix_stats import index_sizes_reader, prefix_hit_recorder
 from epp.server.routing import Router
 from epp.server.stream import StreamCore
 from scheduler.config import load_config_text
@@ -226,7 +226,7 @@ def test_prefix_hits_are_observed_in_bytes_and_ratio_per_index(text: str, block:
     scheduler = config.build_scheduler()
     registry = CollectorRegistry()
     metrics = SchedulerMetrics(registry)
-    observe = prefix_hit_observer([p.plugin for p in config.plugins], metrics.observe_prefix)
+    observe = prefix_hit_recorder([p.plugin for p in config.plugins], metrics.observe_prefix)
     assert observe is not None
     pool = [Endpoint("10.0.0.1:8000", "a", {}, True, Metrics(updated_at=1.0))]
     prompt = "0123456789abcdef" * (block // 16) * 10  # 10 blocks
@@ -269,7 +269,7 @@ def test_a_scorer_reading_the_precise_producer_is_not_observed() -> None:
     config = load_config_text(PRECISE_PAIR_CONFIG)
     registry = CollectorRegistry()
     plugins = [p.plugin for p in config.plugins]
-    observe = prefix_hit_observer(plugins, SchedulerMetrics(registry).observe_prefix)
+    observe = prefix_hit_recorder(plugins, SchedulerMetrics(registry).observe_prefix)
     assert observe is not None
     pool = [Endpoint("10.0.0.1:8000", "a", {}, True, Metrics(updated_at=1.0))]
     request = LLMRequest("r1", "m", "m", prompt_text="0123456789abcdef" * 40)

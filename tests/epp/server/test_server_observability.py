@@ -1,4 +1,4 @@
-"""Observer streams on the real server (both engines): usage reported off the routing stream is counted."""
+"""Observability streams on the real server (both engines): usage reported off the routing stream counts."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def metric(registry: CollectorRegistry, name: str) -> float:
     return registry.get_sample_value(name, LABELS) or 0.0
 
 
-def observer_msg(msg: ProcessingRequest) -> ProcessingRequest:
+def observability_msg(msg: ProcessingRequest) -> ProcessingRequest:
     msg.observability_mode = True
     return msg
 
@@ -59,39 +59,39 @@ async def route(channel: grpc.aio.Channel, request_id: str, response_mode: int) 
 
 
 async def observe(channel: grpc.aio.Channel, request_id: str | None, body: bytes, status: int = 200) -> None:
-    """An observer stream: request headers, response headers, body; the server answers nothing."""
+    """An observability stream: request headers, response headers, body; the server answers nothing."""
     call = stub(channel).Process()
     headers = {":method": "POST", ":path": "/v1/completions"}
     if request_id is not None:
         headers["x-request-id"] = request_id
     hm = HeaderMap(headers=[HeaderValue(key=k, raw_value=v.encode()) for k, v in headers.items()])
-    await call.write(observer_msg(ProcessingRequest(request_headers=HttpHeaders(headers=hm))))
-    await call.write(observer_msg(response_headers(status)))
-    await call.write(observer_msg(response_body(body[:5], end_of_stream=False)))
-    await call.write(observer_msg(response_body(body[5:])))
+    await call.write(observability_msg(ProcessingRequest(request_headers=HttpHeaders(headers=hm))))
+    await call.write(observability_msg(response_headers(status)))
+    await call.write(observability_msg(response_body(body[:5], end_of_stream=False)))
+    await call.write(observability_msg(response_body(body[5:])))
     assert await call.read() is grpc.aio.EOF  # closed with OK, no response written
     assert await call.code() == grpc.StatusCode.OK
 
 
-async def test_observer_usage_is_counted_once_against_the_routed_request(
+async def test_observability_usage_is_counted_once_against_the_routed_request(
     channel: grpc.aio.Channel, server: EppServer, sched: FakeScheduler, registry: CollectorRegistry
 ) -> None:
     await route(channel, "obs-1", ProcessingMode.NONE)
     await eventually(lambda: len(sched.completions()) == 1)
     assert sched.completions() == [("completed", "obs-1", Outcome.OK)]
-    assert len(server.core.awaiting) == 1
+    assert len(server.core.correlation.awaiting) == 1
     assert metric(registry, "inference_objective_response_sizes_count") == 0
     body = orjson.dumps({"choices": [], "usage": USAGE})
     await observe(channel, "obs-1", body)
-    await eventually(lambda: server.core.observations == 1)
+    await eventually(lambda: server.core.correlation.observations == 1)
     assert metric(registry, "inference_objective_input_tokens_sum") == 11
     assert metric(registry, "inference_objective_output_tokens_sum") == 4
     assert metric(registry, "inference_objective_prompt_cached_tokens_sum") == 8
     assert metric(registry, "inference_objective_response_sizes_sum") == len(body)
     assert metric(registry, "inference_objective_normalized_time_per_output_token_seconds_count") == 1
     assert metric(registry, "inference_objective_request_duration_seconds_count") == 1
-    assert len(server.core.awaiting) == 0
-    assert len(sched.completions()) == 1  # the observer fires no scheduler hooks
+    assert len(server.core.correlation.awaiting) == 0
+    assert len(sched.completions()) == 1  # the observability stream fires no scheduler hooks
     assert server.core.active_streams == 0
 
 
@@ -101,7 +101,7 @@ async def test_unknown_or_missing_request_id_counts_nothing(
     body = orjson.dumps({"usage": USAGE})
     await observe(channel, "never-routed", body)
     await observe(channel, None, body)
-    await eventually(lambda: server.core.unmatched_observations == 2)
+    await eventually(lambda: server.core.correlation.unmatched_observations == 2)
     assert metric(registry, "inference_objective_input_tokens_count") == 0
 
 
@@ -110,33 +110,33 @@ async def test_observed_error_response_counts_no_usage(
 ) -> None:
     await route(channel, "obs-err", ProcessingMode.NONE)
     await observe(channel, "obs-err", orjson.dumps({"usage": USAGE}), status=500)
-    await eventually(lambda: server.core.observations == 1)
+    await eventually(lambda: server.core.correlation.observations == 1)
     assert metric(registry, "inference_objective_input_tokens_count") == 0
 
 
 async def test_routing_stream_that_sees_the_body_is_not_awaited(
     channel: grpc.aio.Channel, server: EppServer, registry: CollectorRegistry
 ) -> None:
-    """The GIE config (no observer): usage is recorded by the routing stream, nothing is registered."""
+    """The GIE config (no observability stream): the routing stream records usage, nothing is registered."""
     await route(channel, "gie-1", ProcessingMode.FULL_DUPLEX_STREAMED)
     await eventually(lambda: metric(registry, "inference_objective_input_tokens_count") == 1)
-    assert len(server.core.awaiting) == 0
+    assert len(server.core.correlation.awaiting) == 0
     await observe(channel, "gie-1", orjson.dumps({"usage": USAGE}))
-    await eventually(lambda: server.core.unmatched_observations == 1)
+    await eventually(lambda: server.core.correlation.unmatched_observations == 1)
     assert metric(registry, "inference_objective_input_tokens_sum") == 11
 
 
-async def test_observer_reset_mid_response_counts_nothing(
+async def test_observability_stream_reset_mid_response_counts_nothing(
     channel: grpc.aio.Channel, server: EppServer, registry: CollectorRegistry
 ) -> None:
     await route(channel, "obs-reset", ProcessingMode.NONE)
     call = stub(channel).Process()
-    await call.write(observer_msg(request_headers({"x-request-id": "obs-reset"})))
-    await call.write(observer_msg(response_headers(200)))
-    await call.write(observer_msg(response_body(b'{"usage":', end_of_stream=False)))
+    await call.write(observability_msg(request_headers({"x-request-id": "obs-reset"})))
+    await call.write(observability_msg(response_headers(200)))
+    await call.write(observability_msg(response_body(b'{"usage":', end_of_stream=False)))
     call.cancel()
     await eventually(lambda: server.core.active_streams == 0)
-    assert server.core.observations == 0
+    assert server.core.correlation.observations == 0
     assert metric(registry, "inference_objective_input_tokens_count") == 0
 
 
@@ -152,10 +152,10 @@ async def _route_without_response(channel: grpc.aio.Channel, request_id: str) ->
     return call
 
 
-async def test_routing_stream_closed_after_routing_defers_its_completion_to_the_observer(
+async def test_routing_stream_closed_after_routing_defers_its_completion_to_the_observability_stream(
     channel: grpc.aio.Channel, server: EppServer, sched: FakeScheduler, registry: CollectorRegistry
 ) -> None:
-    await observe(channel, "warm-up", b"{}" * 4)  # the server has now seen an observer stream
+    await observe(channel, "warm-up", b"{}" * 4)  # the server has now seen an observability stream
     call = await _route_without_response(channel, "deferred")
     call.cancel()  # Envoy resets the routing stream once the request phase is done
     await eventually(lambda: server.core.active_streams == 0)
@@ -173,7 +173,7 @@ async def test_routing_stream_closed_after_routing_defers_its_completion_to_the_
     )
 
 
-async def test_deferred_completion_keeps_its_outcome_when_the_observer_is_cut_off(
+async def test_deferred_completion_keeps_its_outcome_when_the_observability_stream_is_cut_off(
     channel: grpc.aio.Channel, server: EppServer, sched: FakeScheduler
 ) -> None:
     await observe(channel, "warm-up", b"{}" * 4)
@@ -181,15 +181,15 @@ async def test_deferred_completion_keeps_its_outcome_when_the_observer_is_cut_of
     call.cancel()
     await eventually(lambda: server.core.active_streams == 0)
     obs = stub(channel).Process()
-    await obs.write(observer_msg(request_headers({"x-request-id": "cut"})))
-    await obs.write(observer_msg(response_headers(200)))
-    await obs.done_writing()  # the observer stream ends before its response did
+    await obs.write(observability_msg(request_headers({"x-request-id": "cut"})))
+    await obs.write(observability_msg(response_headers(200)))
+    await obs.done_writing()  # the observability stream ends before its response did
     assert await obs.read() is grpc.aio.EOF
     await eventually(lambda: len(sched.completions()) == 1)
     assert sched.completions() == [("completed", "cut", Outcome.STREAM_RESET)]
 
 
-async def test_without_any_observer_the_routing_stream_completes_at_once(
+async def test_without_any_observability_stream_the_routing_stream_completes_at_once(
     channel: grpc.aio.Channel, sched: FakeScheduler
 ) -> None:
     call = await _route_without_response(channel, "alone")

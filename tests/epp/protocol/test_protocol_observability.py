@@ -1,4 +1,4 @@
-"""ObserverSession: observer streams (observability_mode) driven message by message with real messages."""
+"""ObservabilitySession: observability_mode streams driven message by message with real messages."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ from extproc_messages import (
     response_trailers,
 )
 
-from epp.protocol import Observed, ObserverSession, ObserverState, RemoteProtocolError, is_observer
+from epp.protocol import (
+    ObservabilitySession,
+    ObservabilityState,
+    Observed,
+    RemoteProtocolError,
+    is_observability_stream,
+)
 from scheduler.types import Usage
 
 SSE = "text/event-stream"
@@ -34,8 +40,8 @@ def sse(*events: dict[str, object]) -> bytes:
     return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
 
 
-def drive(*msgs: ProcessingRequest) -> tuple[ObserverSession, list[Observed]]:
-    session = ObserverSession(usage_capture_bytes=1 << 20)
+def drive(*msgs: ProcessingRequest) -> tuple[ObservabilitySession, list[Observed]]:
+    session = ObservabilitySession(usage_capture_bytes=1 << 20)
     out: list[Observed] = []
     for msg in msgs:
         out.extend(session.receive(msg))
@@ -43,8 +49,8 @@ def drive(*msgs: ProcessingRequest) -> tuple[ObserverSession, list[Observed]]:
 
 
 def test_detection_reads_the_observability_flag() -> None:
-    assert is_observer(headers())
-    assert not is_observer(request_headers())
+    assert is_observability_stream(headers())
+    assert not is_observability_stream(request_headers())
 
 
 def test_sse_with_include_usage_reports_the_final_usage() -> None:
@@ -99,7 +105,7 @@ def test_trailers_end_the_response_and_a_grpc_error_makes_it_incomplete() -> Non
 def test_request_body_and_trailers_are_ignored() -> None:
     trailers = ProcessingRequest(request_trailers={"trailers": header_map({"x": "y"})})
     session, out = drive(headers(), observed(request_body(b"{}", eos=False)), observed(trailers))
-    assert out == [] and session.state is ObserverState.REQUEST
+    assert out == [] and session.state is ObservabilityState.REQUEST
 
 
 def test_client_reset_mid_stream_reports_nothing() -> None:
@@ -123,8 +129,8 @@ def test_client_reset_mid_stream_reports_nothing() -> None:
     ],
 )
 def test_messages_out_of_order_are_protocol_errors(msgs: list[ProcessingRequest]) -> None:
-    session = ObserverSession(1024)
-    with pytest.raises(RemoteProtocolError, match="observer stream"):
+    session = ObservabilitySession(1024)
+    with pytest.raises(RemoteProtocolError, match="observability stream"):
         for msg in msgs:
             session.receive(observed(msg))
 

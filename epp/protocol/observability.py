@@ -1,11 +1,12 @@
-"""Observer streams (sans-I/O): an ext_proc stream in ``observability_mode`` turned into one usage report.
+"""Observability streams (sans-I/O): an ext_proc stream in ``observability_mode`` made one usage report.
 
 Envoy's ext_proc filter with ``observability_mode: true`` sends the messages of its processing mode
 without waiting for answers and ignores any it gets, and it sets ``ProcessingRequest.observability_mode``
 on every message. The picker uses such a stream only to account usage off the critical path (the
-``observability`` Envoy variant): it is never scheduled and never answered. :func:`is_observer` tells
-the I/O loop, from a stream's first message, to drive an :class:`ObserverSession` instead of a
-:class:`~epp.protocol.session.Session`.
+``observability`` Envoy variant): it is never scheduled and never answered.
+:func:`is_observability_stream` tells the I/O loop, from a stream's first message, to drive an
+:class:`ObservabilitySession` instead of a :class:`~epp.protocol.session.Session`. (Not to be confused
+with the scheduler's observer seam, :mod:`scheduler.observer`.)
 
 States and the messages each accepts (anything else raises RemoteProtocolError)::
 
@@ -35,22 +36,22 @@ from epp.protocol.headers import CONTENT_TYPE, REQUEST_ID_HEADER, read_headers
 from epp.protocol.response import ResponseState
 from scheduler.types import Usage
 
-__all__ = ["ObserverSession", "ObserverState", "is_observer"]
+__all__ = ["ObservabilitySession", "ObservabilityState", "is_observability_stream"]
 
 
-def is_observer(msg: ProcessingRequest) -> bool:
+def is_observability_stream(msg: ProcessingRequest) -> bool:
     """True when ``msg`` (a stream's first message) comes from an ext_proc filter in observability mode."""
     return bool(msg.observability_mode)
 
 
-class ObserverState(enum.Enum):
+class ObservabilityState(enum.Enum):
     REQUEST = "request"
     RESPONSE = "response"
     DONE = "done"
 
 
-class ObserverSession:
-    """State of one observer stream. Not thread-safe; drive it from one task."""
+class ObservabilitySession:
+    """State of one observability stream. Not thread-safe; drive it from one task."""
 
     __slots__ = ("_capture", "_messages", "_response", "_response_bytes", "request_id", "state")
 
@@ -61,12 +62,12 @@ class ObserverSession:
         self._response: ResponseState | None = None
         self._response_bytes = 0
         self.request_id = ""
-        self.state = ObserverState.REQUEST
+        self.state = ObservabilityState.REQUEST
 
     @property
     def finished(self) -> bool:
         """True once the response ended (or the stream was aborted): nothing more is expected."""
-        return self.state is ObserverState.DONE
+        return self.state is ObservabilityState.DONE
 
     def receive(self, msg: ProcessingRequest) -> list[Observed]:
         """Process one message; ``[Observed]`` when it ended the response, else ``[]``.
@@ -77,14 +78,14 @@ class ObserverSession:
         handler = _TRANSITIONS.get((self.state, kind))
         if handler is None or (kind == "request_headers" and self._messages):
             raise RemoteProtocolError(
-                f"unexpected {kind or 'empty'} message in observer stream state {self.state.value}"
+                f"unexpected {kind or 'empty'} message in observability stream state {self.state.value}"
             )
         self._messages += 1
         return handler(self, msg)
 
     def abort(self) -> None:
         """The stream is over; a response not yet complete is not reported. Idempotent."""
-        self.state = ObserverState.DONE
+        self.state = ObservabilityState.DONE
 
     def _on_request_headers(self, msg: ProcessingRequest) -> list[Observed]:
         self.request_id = read_headers(msg.request_headers.headers).get(REQUEST_ID_HEADER, "")
@@ -99,7 +100,7 @@ class ObserverSession:
         status = int(status_text) if status_text.isdigit() else 0
         streaming = "text/event-stream" in headers.get(CONTENT_TYPE, "")
         self._response = ResponseState(status, streaming, None, self._capture, hold=False)
-        self.state = ObserverState.RESPONSE
+        self.state = ObservabilityState.RESPONSE
         return self._done(True) if msg.response_headers.end_of_stream else []
 
     def _on_response_body(self, msg: ProcessingRequest) -> list[Observed]:
@@ -116,18 +117,18 @@ class ObserverSession:
     def _done(self, complete: bool) -> list[Observed]:
         resp = self._response
         assert resp is not None
-        self.state = ObserverState.DONE
+        self.state = ObservabilityState.DONE
         usage = resp.usage() if complete else Usage()
         return [Observed(self.request_id, resp.status, resp.streaming, usage, self._response_bytes, complete)]
 
 
-_Handler = Callable[[ObserverSession, ProcessingRequest], list[Observed]]
+_Handler = Callable[[ObservabilitySession, ProcessingRequest], list[Observed]]
 
-_TRANSITIONS: dict[tuple[ObserverState, str | None], _Handler] = {
-    (ObserverState.REQUEST, "request_headers"): ObserverSession._on_request_headers,
-    (ObserverState.REQUEST, "request_body"): ObserverSession._ignore,
-    (ObserverState.REQUEST, "request_trailers"): ObserverSession._ignore,
-    (ObserverState.REQUEST, "response_headers"): ObserverSession._on_response_headers,
-    (ObserverState.RESPONSE, "response_body"): ObserverSession._on_response_body,
-    (ObserverState.RESPONSE, "response_trailers"): ObserverSession._on_response_trailers,
+_TRANSITIONS: dict[tuple[ObservabilityState, str | None], _Handler] = {
+    (ObservabilityState.REQUEST, "request_headers"): ObservabilitySession._on_request_headers,
+    (ObservabilityState.REQUEST, "request_body"): ObservabilitySession._ignore,
+    (ObservabilityState.REQUEST, "request_trailers"): ObservabilitySession._ignore,
+    (ObservabilityState.REQUEST, "response_headers"): ObservabilitySession._on_response_headers,
+    (ObservabilityState.RESPONSE, "response_body"): ObservabilitySession._on_response_body,
+    (ObservabilityState.RESPONSE, "response_trailers"): ObservabilitySession._on_response_trailers,
 }
