@@ -31,9 +31,9 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
 
 from epp.server.h2 import frames as f
 from epp.server.h2.core import H2Core
-from epp.server.h2.events import ConnectionClosed, DeadlineCleared, DeadlineSet, Suspended
+from epp.server.h2.events import ConnectionClosed, DeadlineCleared, DeadlineSet, ExtProcHandler, Suspended
 from epp.server.h2.limits import H2Limits
-from epp.server.stream import ExtProcStream, StreamCore
+from epp.server.stream import StreamCore
 
 __all__ = ["H2Connection"]
 
@@ -169,7 +169,7 @@ class H2Connection(asyncio.Protocol):
         self._deadlines.pop(sid, None)
         self._send(self._h2.expire(sid))
 
-    async def _settle(self, sid: int, ext: ExtProcStream) -> None:
+    async def _settle(self, sid: int, ext: ExtProcHandler) -> None:
         """Await a suspended stream's waits, then let the core send its answers and go on."""
         responses: list[ProcessingResponse] | None
         try:

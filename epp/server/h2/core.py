@@ -39,7 +39,7 @@ from collections.abc import Callable
 import structlog
 
 from epp.server.h2 import frames as f
-from epp.server.h2.events import ConnectionClosed, DeadlineSet, Event
+from epp.server.h2.events import ConnectionClosed, DeadlineSet, Event, ExtProcHandler, StreamState
 from epp.server.h2.frames import (
     DATA,
     END_HEADERS,
@@ -56,7 +56,6 @@ from epp.server.h2.headers import HeaderError, RequestHeaders
 from epp.server.h2.limits import H2Limits
 from epp.server.h2.reader import GoAwayError, MessageReader
 from epp.server.h2.sender import _STREAM_RESET, H2Stream
-from epp.server.stream import ExtProcStream
 from scheduler.types import Outcome
 
 __all__ = ["H2Core"]
@@ -78,7 +77,7 @@ class H2Core(MessageReader):
 
     def __init__(
         self,
-        open_stream: Callable[[], ExtProcStream],
+        open_stream: Callable[[], ExtProcHandler],
         max_message_bytes: int,
         *,
         max_send_bytes: int = 0,
@@ -124,6 +123,13 @@ class H2Core(MessageReader):
     def held_bytes(self) -> int:
         """Bytes counted against the memory budget now (partial messages and queued answers)."""
         return self._held + self._queued
+
+    def state_of(self, sid: int) -> StreamState | None:
+        """Stream ``sid``'s state: None for a stream never opened (idle), CLOSED for one forgotten."""
+        stream = self._streams.get(sid)
+        if stream is not None:
+            return stream.state
+        return StreamState.CLOSED if 0 < sid <= self._last_stream else None
 
     @property
     def settings_pending(self) -> bool:
@@ -216,13 +222,21 @@ class H2Core(MessageReader):
             stream.ext.end(outcome)
 
     def expire(self, sid: int) -> bytes:
-        """Stream ``sid``'s ``grpc-timeout`` passed: it ends DEADLINE_EXCEEDED (outcome TIMEOUT)."""
+        """Stream ``sid``'s ``grpc-timeout`` passed: it ends DEADLINE_EXCEEDED (outcome TIMEOUT), also when
+        its trailers were decided but answers still wait for the peer's window (those are dropped)."""
         stream = self._streams.get(sid)
         if stream is None or not stream.deadline:
             return b""
         stream.deadline = False
         out: list[bytes] = []
-        self._fail(sid, stream, GRPC_DEADLINE_EXCEEDED, "Deadline Exceeded", out, _TIMEOUT)
+        if stream.trailer is not None:  # CLOSING: the answers still waiting are dropped; say why
+            stream.pending.clear()
+            stream.pending_bytes = 0
+            stream.trailer = f.trailers(GRPC_DEADLINE_EXCEEDED, "Deadline Exceeded")
+            stream.ext.end(_TIMEOUT, GRPC_DEADLINE_EXCEEDED)
+            self._flush(sid, stream, out)
+        else:
+            self._fail(sid, stream, GRPC_DEADLINE_EXCEEDED, "Deadline Exceeded", out, _TIMEOUT)
         return b"".join(out)
 
     def _spend(self) -> None:

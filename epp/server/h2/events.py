@@ -18,12 +18,49 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from epp.server.stream import ExtProcStream
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
-__all__ = ["ConnectionClosed", "DeadlineCleared", "DeadlineSet", "Event", "StreamState", "Suspended"]
+from scheduler.types import Outcome
+
+__all__ = [
+    "ConnectionClosed",
+    "DeadlineCleared",
+    "DeadlineSet",
+    "Event",
+    "ExtProcHandler",
+    "StreamState",
+    "Suspended",
+]
+
+
+class ExtProcHandler(Protocol):
+    """What the core needs of the application behind one stream (:class:`~epp.server.stream.ExtProcStream`
+    is the engine's): a synchronous state machine fed one decoded message at a time."""
+
+    def feed(self, msg: ProcessingRequest) -> list[ProcessingResponse]:
+        """The answers to ``msg``, in order; raises RemoteProtocolError for a protocol violation."""
+        ...
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more will be sent: the stream ends with ``grpc-status: 0``."""
+        ...
+
+    @property
+    def suspended(self) -> bool:
+        """Later messages must wait for :meth:`settle` (the core reports :class:`Suspended`)."""
+        ...
+
+    async def settle(self) -> list[ProcessingResponse]:
+        """Await what the stream waits for; the answers to send then."""
+        ...
+
+    def end(self, outcome: Outcome, status: int = -1) -> None:
+        """The stream ended (``status``: the gRPC status sent, -1 for none); called once or more,
+        idempotent."""
+        ...
 
 
 class StreamState(enum.Enum):
@@ -77,7 +114,7 @@ class Suspended:
     ``H2Core.settled(stream_id, answers)``."""
 
     stream_id: int
-    ext: ExtProcStream
+    ext: ExtProcHandler
 
 
 @dataclass(frozen=True, slots=True)

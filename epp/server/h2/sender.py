@@ -10,7 +10,7 @@ from __future__ import annotations
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
 
 from epp.server.h2 import frames as f
-from epp.server.h2.events import TRANSITIONS, DeadlineCleared, Event, StreamState
+from epp.server.h2.events import TRANSITIONS, DeadlineCleared, Event, ExtProcHandler, StreamState
 from epp.server.h2.frames import (
     DATA,
     END_HEADERS,
@@ -22,7 +22,6 @@ from epp.server.h2.frames import (
     RESPONSE_HEADERS,
     frame,
 )
-from epp.server.stream import ExtProcStream
 from scheduler.types import Outcome
 
 __all__ = ["H2Stream", "StreamSender"]
@@ -55,7 +54,7 @@ class H2Stream:
         "window",
     )
 
-    def __init__(self, ext: ExtProcStream, window: int, recv_window: int) -> None:
+    def __init__(self, ext: ExtProcHandler, window: int, recv_window: int) -> None:
         self.state = _OPEN
         self.ext = ext
         self.buf: bytes | bytearray = b""  # received bytes of messages not yet complete
