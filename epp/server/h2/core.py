@@ -55,7 +55,7 @@ from epp.server.h2.frames import (
 from epp.server.h2.headers import HeaderError, RequestHeaders
 from epp.server.h2.limits import H2Limits
 from epp.server.h2.reader import GoAwayError, MessageReader
-from epp.server.h2.sender import _STREAM_RESET, H2Stream
+from epp.server.h2.sender import _CLOSING, _STREAM_RESET, H2Stream
 from scheduler.types import Outcome
 
 __all__ = ["H2Core"]
@@ -229,7 +229,7 @@ class H2Core(MessageReader):
             return b""
         stream.deadline = False
         out: list[bytes] = []
-        if stream.trailer is not None:  # CLOSING: the answers still waiting are dropped; say why
+        if stream.state is _CLOSING:  # the answers still waiting are dropped; the trailers say why
             stream.pending.clear()
             stream.pending_bytes = 0
             stream.trailer = f.trailers(GRPC_DEADLINE_EXCEEDED, "Deadline Exceeded")
@@ -356,7 +356,7 @@ class H2Core(MessageReader):
             if self._send_window > _MAX_WINDOW:
                 raise GoAwayError(_E.FLOW_CONTROL_ERROR, "connection window over 2^31-1")
             for stream_id, waiting in list(self._streams.items()):
-                if waiting.pending or waiting.trailer is not None:
+                if waiting.pending or waiting.state is _CLOSING:
                     self._flush(stream_id, waiting, out)
             return
         stream = self._streams.get(sid)
@@ -412,7 +412,7 @@ class H2Core(MessageReader):
             raise GoAwayError(_E.COMPRESSION_ERROR, str(exc)) from None
         stream = self._streams.get(sid)
         if stream is not None:
-            if end_stream and stream.trailer is None:
+            if end_stream and stream.state is not _CLOSING:
                 self._remote_end(sid, stream, out)
             return
         if sid % 2 == 0:

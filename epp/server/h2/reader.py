@@ -33,7 +33,7 @@ from epp.server.h2.frames import (
     PADDED,
 )
 from epp.server.h2.limits import H2Limits
-from epp.server.h2.sender import _OPEN, _SUSPENDED, H2Stream, StreamSender
+from epp.server.h2.sender import _CLOSING, _OPEN, _SUSPENDED, H2Stream, StreamSender
 
 __all__ = ["GoAwayError", "MessageReader"]
 
@@ -72,7 +72,7 @@ class MessageReader(StreamSender):
         if n == 0 and not flags & END_STREAM:
             self._spend()
         stream = self._streams.get(sid)
-        if stream is None or stream.trailer is not None:
+        if stream is None or stream.state is _CLOSING:
             if sid == 0 or sid > self._last_stream:
                 raise GoAwayError(_E.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
             return  # a stream we already finished: only the connection window counts

@@ -65,7 +65,7 @@ class H2Stream:
         self.pending: list[bytes] = []  # gRPC-framed messages (prefix, body, ...) waiting to be sent
         self.pending_bytes = 0
         self.queued = 0  # pending bytes counted in the connection's budget
-        self.trailer: bytes | None = None  # trailers to send once ``pending`` is flushed (state CLOSING)
+        self.trailer = b""  # CLOSING: the trailers to send once ``pending`` is flushed
         self.deadline = False  # a grpc-timeout timer is armed (DeadlineSet sent)
         self.headers_sent = False
         self.remote_closed = False  # the client sent END_STREAM (half-closed remote)
@@ -151,7 +151,7 @@ class StreamSender:
         self, sid: int, stream: H2Stream, status: int, message: str, outcome: Outcome, out: list[bytes]
     ) -> None:
         stream.ext.end(outcome, status)
-        if stream.trailer is None:
+        if stream.state is not _CLOSING:
             stream.move(_CLOSING)
             stream.trailer = f.trailers(status, message)
             self._held -= len(stream.buf)  # nothing more is read from this stream
@@ -161,7 +161,8 @@ class StreamSender:
     def _flush(self, sid: int, stream: H2Stream, out: list[bytes]) -> None:
         """Send what the windows allow; after the last byte, the trailers (and RST_STREAM NO_ERROR)."""
         pending = stream.pending
-        if (pending or stream.trailer is not None) and not stream.headers_sent:
+        closing = stream.state is _CLOSING
+        if (pending or closing) and not stream.headers_sent:
             out.append(frame(HEADERS, END_HEADERS, sid, RESPONSE_HEADERS))
             stream.headers_sent = True
         if pending:
@@ -187,7 +188,7 @@ class StreamSender:
                     stream.pending_bytes = size - pos
                     self._queued += size - pos - stream.queued
                     stream.queued = size - pos
-                    if self._held + self._queued > self._budget and stream.trailer is None:
+                    if self._held + self._queued > self._budget and not closing:
                         message = f"queued answers: over the memory budget ({self._budget} bytes)"
                         self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, message, out)
                     return
@@ -198,7 +199,7 @@ class StreamSender:
         if stream.queued:
             self._queued -= stream.queued
             stream.queued = 0
-        if stream.trailer is not None:
+        if closing:
             out.append(frame(HEADERS, END_HEADERS | END_STREAM, sid, stream.trailer))
             if not stream.remote_closed:
                 out.append(f.rst_stream(sid, f.ErrorCode.NO_ERROR))
