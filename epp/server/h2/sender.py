@@ -113,7 +113,7 @@ class StreamSender:
         """Forget a stream (CLOSED): its buffers leave the budget, its deadline is cleared."""
         if self._streams.pop(sid, None) is None:
             return
-        stream.move(_CLOSED)
+        stream.state = _CLOSED  # allowed from every state (TRANSITIONS); set inline on the hot path
         self._held -= len(stream.buf)
         stream.buf = b""
         self._reserved -= stream.commit
@@ -152,7 +152,7 @@ class StreamSender:
     ) -> None:
         stream.ext.end(outcome, status)
         if stream.state is not _CLOSING:
-            stream.move(_CLOSING)
+            stream.state = _CLOSING  # from OPEN or SUSPENDED, both allowed (TRANSITIONS): set inline
             stream.trailer = f.trailers(status, message)
             self._held -= len(stream.buf)  # nothing more is read from this stream
             stream.buf = b""
