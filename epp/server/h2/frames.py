@@ -3,7 +3,7 @@
 Only what a gRPC server sends is encoded: response headers (``:status 200`` from the static table,
 ``content-type: application/grpc``) and trailers (``grpc-status``, ``grpc-message``) as literals
 without indexing and without Huffman coding, so the peer's HPACK decoder state never depends on ours.
-Incoming header blocks are not decoded at all (see :mod:`epp.server.h2.connection`).
+Incoming header blocks are decoded by :mod:`epp.server.h2.headers`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
-"""The sending side of the HTTP/2 engine's streams: per-stream state, answers queued under the peer's
+"""The sending side of the HTTP/2 core's streams: per-stream state, answers queued under the peer's
 windows, and every way a stream ends (trailers, RST_STREAM, the memory budget's accounting).
 
-:class:`StreamSender` is a mix-in of :class:`~epp.server.h2.connection.H2Connection`, which owns the
-attributes declared on it; it is split out only to keep each module readable.
+:class:`StreamSender` is a mix-in of :class:`~epp.server.h2.core.H2Core`, which owns the attributes
+declared on it; it is split out only to keep each module readable. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
 
 from epp.server.h2 import frames as f
+from epp.server.h2.events import TRANSITIONS, DeadlineCleared, Event, ExtProcHandler, StreamState
 from epp.server.h2.frames import (
     DATA,
     END_HEADERS,
@@ -23,13 +22,16 @@ from epp.server.h2.frames import (
     RESPONSE_HEADERS,
     frame,
 )
-from epp.server.stream import ExtProcStream
 from scheduler.types import Outcome
 
 __all__ = ["H2Stream", "StreamSender"]
 
-# Outcome members as globals (cheaper to load than Enum attributes), named after the member.
+# Enum members as globals (cheaper to load than Enum attributes), named after the member; the core's
+# modules use these names only.
 _CLIENT_CANCEL, _STREAM_RESET = Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET
+_OPEN, _SUSPENDED, _CLOSING, _CLOSED = (
+    StreamState.OPEN, StreamState.SUSPENDED, StreamState.CLOSING, StreamState.CLOSED
+)  # fmt: skip
 
 
 class H2Stream:
@@ -38,6 +40,7 @@ class H2Stream:
     __slots__ = (
         "buf",
         "commit",
+        "deadline",
         "ext",
         "headers_sent",
         "need",
@@ -46,13 +49,13 @@ class H2Stream:
         "queued",
         "recv_window",
         "remote_closed",
-        "task",
-        "timer",
+        "state",
         "trailer",
         "window",
     )
 
-    def __init__(self, ext: ExtProcStream, window: int, recv_window: int) -> None:
+    def __init__(self, ext: ExtProcHandler, window: int, recv_window: int) -> None:
+        self.state = _OPEN
         self.ext = ext
         self.buf: bytes | bytearray = b""  # received bytes of messages not yet complete
         self.need = 0  # len(buf) needed before the next message can be complete
@@ -62,17 +65,23 @@ class H2Stream:
         self.pending: list[bytes] = []  # gRPC-framed messages (prefix, body, ...) waiting to be sent
         self.pending_bytes = 0
         self.queued = 0  # pending bytes counted in the connection's budget
-        self.trailer: bytes | None = None  # trailers to send once ``pending`` is flushed
-        self.task: asyncio.Task[None] | None = None  # the async pre-scheduling step, while it runs
-        self.timer: asyncio.TimerHandle | None = None  # grpc-timeout
+        self.trailer = b""  # CLOSING: the trailers to send once ``pending`` is flushed
+        self.deadline = False  # a grpc-timeout timer is armed (DeadlineSet sent)
         self.headers_sent = False
-        self.remote_closed = False
+        self.remote_closed = False  # the client sent END_STREAM (half-closed remote)
+
+    def move(self, state: StreamState) -> None:
+        """Change state; a transition :data:`~epp.server.h2.events.TRANSITIONS` lacks is a bug."""
+        if state not in TRANSITIONS[self.state]:
+            raise AssertionError(f"stream state {self.state.name} -> {state.name}")
+        self.state = state
 
 
 class StreamSender:
     """Queueing, flushing and ending streams (see the module docstring)."""
 
     _streams: dict[int, H2Stream]
+    events: list[Event]
     _max_send: int
     _budget: int
     _held: int
@@ -101,17 +110,18 @@ class StreamSender:
     # -- stream endings ----------------------------------------------------------------------------
 
     def _drop(self, sid: int, stream: H2Stream) -> None:
-        """Forget a stream: its buffers leave the budget, its deadline is cancelled."""
+        """Forget a stream (CLOSED): its buffers leave the budget, its deadline is cleared."""
         if self._streams.pop(sid, None) is None:
             return
+        stream.state = _CLOSED  # allowed from every state (TRANSITIONS); set inline on the hot path
         self._held -= len(stream.buf)
         stream.buf = b""
         self._reserved -= stream.commit
         self._queued -= stream.queued
         stream.commit = stream.queued = 0
-        if stream.timer is not None:
-            stream.timer.cancel()
-            stream.timer = None
+        if stream.deadline:
+            stream.deadline = False
+            self.events.append(DeadlineCleared(sid))
 
     def _reset(self, sid: int, stream: H2Stream, code: int, out: list[bytes]) -> None:
         """A stream error (RFC 9113 5.4.2): RST_STREAM with ``code``; a dispatched request is reset."""
@@ -141,7 +151,8 @@ class StreamSender:
         self, sid: int, stream: H2Stream, status: int, message: str, outcome: Outcome, out: list[bytes]
     ) -> None:
         stream.ext.end(outcome, status)
-        if stream.trailer is None:
+        if stream.state is not _CLOSING:
+            stream.state = _CLOSING  # from OPEN or SUSPENDED, both allowed (TRANSITIONS): set inline
             stream.trailer = f.trailers(status, message)
             self._held -= len(stream.buf)  # nothing more is read from this stream
             stream.buf = b""
@@ -150,7 +161,8 @@ class StreamSender:
     def _flush(self, sid: int, stream: H2Stream, out: list[bytes]) -> None:
         """Send what the windows allow; after the last byte, the trailers (and RST_STREAM NO_ERROR)."""
         pending = stream.pending
-        if (pending or stream.trailer is not None) and not stream.headers_sent:
+        closing = stream.state is _CLOSING
+        if (pending or closing) and not stream.headers_sent:
             out.append(frame(HEADERS, END_HEADERS, sid, RESPONSE_HEADERS))
             stream.headers_sent = True
         if pending:
@@ -176,7 +188,7 @@ class StreamSender:
                     stream.pending_bytes = size - pos
                     self._queued += size - pos - stream.queued
                     stream.queued = size - pos
-                    if self._held + self._queued > self._budget and stream.trailer is None:
+                    if self._held + self._queued > self._budget and not closing:
                         message = f"queued answers: over the memory budget ({self._budget} bytes)"
                         self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, message, out)
                     return
@@ -187,7 +199,7 @@ class StreamSender:
         if stream.queued:
             self._queued -= stream.queued
             stream.queued = 0
-        if stream.trailer is not None:
+        if closing:
             out.append(frame(HEADERS, END_HEADERS | END_STREAM, sid, stream.trailer))
             if not stream.remote_closed:
                 out.append(f.rst_stream(sid, f.ErrorCode.NO_ERROR))
