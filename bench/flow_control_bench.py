@@ -3,8 +3,10 @@
 Each fleet scenario runs twice in the same invocation, with the same configuration except the
 ``flowControl`` gate (``concurrency-detector`` at each server's ``--max-num-seqs``, as detector and
 as a filter; round-robin fairness by tenant; ``priority-holdback-policy`` with ``minCeiling: 0.5``, so
-the lower of two waiting bands stops at half the pool; without the gate the legacy admission sheds
-sheddable requests with 429).
+the lowest provisioned band stops at half the pool; without the gate the legacy admission sheds
+sheddable requests with 429). The tenant scenarios run on a stack without InferenceObjectives (one
+priority band, 0); the priority scenario on a fresh stack with the objectives ``critical`` (10) and
+``sheddable`` (-1), whose bands (10, 0, -1) are provisioned as a cluster's objectives provision them.
 Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first response byte.
 
 * noisy neighbour: tenant A runs 5x the fleet's slots in clients, tenant B 20%; target: B's TTFT p90
@@ -17,7 +19,9 @@ Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first re
 * picker CPU added by queueing (in process, no network): CPU per request of the controller on the
   fast path and through the queue; target <= 50 us.
 
-Prints each figure with PASS or MISS. ``--quick``: shorter phases (the ``make bench`` form).
+Prints each figure with PASS or MISS, and where the time went: each group's mean wait in the picker's
+flow-control queue (the picker's ``..._request_queue_duration_seconds`` histogram) and TTFT p50.
+``--quick``: shorter phases (the ``make bench`` form).
 """
 
 from __future__ import annotations
@@ -81,12 +85,19 @@ class Tally:
     ok: int = 0
     rejected: int = 0  # 429/503 with a JSON reason
     lost: int = 0  # anything else
+    queue_wait: float = math.nan  # mean seconds in the picker's flow-control queue (nan: none counted)
 
     def p90(self) -> float:
+        return self._quantile(0.9)
+
+    def p50(self) -> float:
+        return self._quantile(0.5)
+
+    def _quantile(self, q: float) -> float:
         if not self.ttft:
             return math.nan
         values = sorted(self.ttft)
-        return values[min(len(values) - 1, math.ceil(0.9 * len(values)) - 1)]
+        return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
 async def _client(http: httpx.AsyncClient, url: str, headers: dict[str, str], tally: Tally, until: float,
@@ -125,6 +136,28 @@ async def _client(http: httpx.AsyncClient, url: str, headers: dict[str, str], ta
             tally.lost += 1
 
 
+QUEUE_WAIT = "inference_extension_flow_control_request_queue_duration_seconds"
+
+
+async def _queue_waits(http: httpx.AsyncClient, stack: Stack) -> dict[str, tuple[float, float]]:
+    """``{fairness_id: (sum, count)}`` of the picker's queue-duration histogram (every outcome)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, tuple[float, float]] = {}
+    text = (await http.get(f"{stack.metrics_url}/metrics")).text
+    for family in text_string_to_metric_families(text):
+        if family.name != QUEUE_WAIT:
+            continue
+        for sample in family.samples:
+            fid = sample.labels.get("fairness_id", "")
+            total, count = out.get(fid, (0.0, 0.0))
+            if sample.name == QUEUE_WAIT + "_sum":
+                out[fid] = (total + sample.value, count)
+            elif sample.name == QUEUE_WAIT + "_count":
+                out[fid] = (total, count + sample.value)
+    return out
+
+
 async def _phase(stack: Stack, groups: dict[str, tuple[int, dict[str, str]]], seconds: float,
                  max_tokens: int) -> dict[str, Tally]:  # fmt: skip
     tallies = {name: Tally() for name in groups}
@@ -137,7 +170,14 @@ async def _phase(stack: Stack, groups: dict[str, tuple[int, dict[str, str]]], se
             for name, (clients, headers) in groups.items()
             for _ in range(clients)
         ]
+        before = await _queue_waits(http, stack)
         await asyncio.gather(*tasks)
+        after = await _queue_waits(http, stack)
+    for name, (_, headers) in groups.items():
+        fid = headers["x-gateway-inference-fairness-id"]
+        (s0, c0), (s1, c1) = before.get(fid, (0.0, 0.0)), after.get(fid, (0.0, 0.0))
+        if c1 > c0:
+            tallies[name].queue_wait = (s1 - s0) / (c1 - c0)
     return tallies
 
 
@@ -151,30 +191,35 @@ class Mode:
     seconds: float
 
 
-def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: int, workdir: Path) -> Mode:
-    objectives = workdir / "objectives.yaml"
-    objectives.write_text(OBJECTIVES)
-    spec = StackSpec(
+def _spec(flow: bool, servers: int, slots: int, objectives: Path | None) -> StackSpec:
+    extra = ("--objectives-file", str(objectives)) if objectives is not None else ()
+    return StackSpec(
         servers=servers,
         sim_args=("--profile", "8b-h100", "--time-scale", "4", "--max-num-seqs", str(slots)),
         picker_args=(
             "--config-text",
             _config(slots, flow),
-            "--objectives-file",
-            str(objectives),
+            *extra,
             "--allow-experimental-plugins",  # priority-holdback-policy is Alpha upstream
         ),
         single_sim_process=True,
     )
+
+
+def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: int, workdir: Path) -> Mode:
+    objectives = workdir / "objectives.yaml"
+    objectives.write_text(OBJECTIVES)
     fleet = servers * slots
     a, b = {"x-gateway-inference-fairness-id": "tenant-a"}, {"x-gateway-inference-fairness-id": "tenant-b"}
     crit = {"x-gateway-inference-objective": "critical", "x-gateway-inference-fairness-id": "crit"}
     shed = {"x-gateway-inference-objective": "sheddable", "x-gateway-inference-fairness-id": "shed"}
     b_clients = max(1, round(0.2 * fleet))
-    with Stack(spec) as stack:
-        run = asyncio.run
+    run = asyncio.run
+    with Stack(_spec(flow, servers, slots, None)) as stack:  # tenants: one band (priority 0)
         solo_b = run(_phase(stack, {"b": (b_clients, b)}, seconds, max_tokens))["b"]
         noisy = run(_phase(stack, {"a": (5 * fleet, a), "b": (b_clients, b)}, seconds, max_tokens))
+        saturated = run(_phase(stack, {"a": (2 * fleet, a)}, seconds, max_tokens))["a"]
+    with Stack(_spec(flow, servers, slots, objectives)) as stack:  # bands 10, 0 and -1
         solo_critical = run(_phase(stack, {"c": (max(1, fleet // 2), crit)}, seconds, max_tokens))["c"]
         overload = run(
             _phase(
@@ -184,7 +229,6 @@ def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: 
                 max_tokens,
             )
         )
-        saturated = run(_phase(stack, {"a": (2 * fleet, a)}, seconds, max_tokens))["a"]
     return Mode(solo_b, noisy, solo_critical, overload, saturated, seconds)
 
 
@@ -294,11 +338,21 @@ def _report(off: Mode, on: Mode) -> list[str]:
         f"noisy neighbour: B TTFT p90 solo {_ms(b_solo)}; with A at 5x: flow control on {_ms(b_on)}, "
         f"off {_ms(b_off)} (target on <= 1.5x solo): {_verdict(b_on <= 1.5 * b_solo)}"
     )
+    out.append(
+        f"  mean wait in the picker's queue with flow control: B {_ms(on.noisy['b'].queue_wait)}, "
+        f"A {_ms(on.noisy['a'].queue_wait)}; B TTFT p50 solo {_ms(on.solo_b.p50())}, "
+        f"with A {_ms(on.noisy['b'].p50())}"
+    )
     crit_solo, crit, crit_off = on.solo_critical.p90(), on.overload["critical"], off.overload["critical"]
     shed_on, shed_off = on.overload["sheddable"], off.overload["sheddable"]
     out.append(
         f"priorities at 2x: critical TTFT p90 unloaded {_ms(crit_solo)}, loaded {_ms(crit.p90())} "
         f"(off: {_ms(crit_off.p90())}; target <= 1.3x): {_verdict(crit.p90() <= 1.3 * crit_solo)}"
+    )
+    out.append(
+        f"  mean wait in the picker's queue with flow control: critical {_ms(crit.queue_wait)}, "
+        f"sheddable {_ms(shed_on.queue_wait)}; critical TTFT p50 unloaded {_ms(on.solo_critical.p50())}, "
+        f"loaded {_ms(crit.p50())}"
     )
     out.append(
         f"  shed: sheddable {shed_on.rejected} (off {shed_off.rejected}), critical {crit.rejected} "
