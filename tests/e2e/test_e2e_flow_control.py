@@ -14,30 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2e_lib import MODEL, completion, eventually, metric_sum, running
-
-from epp.stack import StackSpec
+from e2e_lib import MODEL, completion, eventually, metric_sum, one_slot_flow_control, running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
-CONFIG = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-featureGates: [flowControl]
-plugins:
-- type: concurrency-detector
-  parameters: {maxConcurrency: 1}
-- type: round-robin-fairness-policy
-- type: queue-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
-flowControl:
-  saturationDetector: {pluginRef: concurrency-detector}
-  defaultRequestTTL: 30s
-  defaultPriorityBand: {fairnessPolicyRef: round-robin-fairness-policy}
-"""
 OUTCOMES = "llm_d_epp_flow_control_requests_total"
 
 
@@ -64,11 +44,7 @@ def impatient(stack: object, tag: str, gave_up: list[str]) -> None:
 
 
 def test_requests_wait_while_saturated_and_clients_can_leave_the_queue(tmp_path: Path) -> None:
-    spec = StackSpec(
-        servers=1,
-        sim_args=("--profile", "8b-h100", "--time-scale", "1", "--max-num-seqs", "4"),
-        picker_args=("--config-text", CONFIG),
-    )
+    spec = one_slot_flow_control("round-robin-fairness-policy")
     with running(spec) as stack:
         assert completion(stack, "warm up").status_code == 200
         results: dict[str, int] = {}
