@@ -328,7 +328,7 @@ def main(argv: list[str]) -> int:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.0f} ms"
+    return "n/a" if math.isnan(seconds) else f"{seconds * 1e3:.0f} ms"
 
 
 def _report(off: Mode, on: Mode) -> list[str]:
