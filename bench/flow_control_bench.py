@@ -20,7 +20,8 @@ Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first re
   fast path and through the queue; target <= 50 us.
 
 Prints each figure with PASS or MISS, and where the time went: each group's mean wait in the picker's
-flow-control queue (the picker's ``..._request_queue_duration_seconds`` histogram) and TTFT p50.
+flow-control queue (the picker's ``..._request_queue_duration_seconds`` histogram), TTFT p50, and the
+phase's mean TTFT inside the simulators (their ``vllm:time_to_first_token_seconds``, all groups).
 ``--quick``: shorter phases (the ``make bench`` form).
 """
 
@@ -86,6 +87,7 @@ class Tally:
     rejected: int = 0  # 429/503 with a JSON reason
     lost: int = 0  # anything else
     queue_wait: float = math.nan  # mean seconds in the picker's flow-control queue (nan: none counted)
+    server_ttft: float = math.nan  # the phase's mean TTFT inside the simulators (every group), wall-clock
 
     def p90(self) -> float:
         return self._quantile(0.9)
@@ -158,6 +160,22 @@ async def _queue_waits(http: httpx.AsyncClient, stack: Stack) -> dict[str, tuple
     return out
 
 
+SERVER_TTFT = "vllm:time_to_first_token_seconds"
+TIME_SCALE = 4.0  # the simulators' --time-scale: their metrics are in simulated seconds
+
+
+async def _server_ttft(http: httpx.AsyncClient, stack: Stack) -> tuple[float, float]:
+    """``(sum, count)`` of the simulators' TTFT histograms, summed over the servers (simulated s)."""
+    total = count = 0.0
+    for i in range(len(stack.ports.servers)):
+        for line in (await http.get(f"{stack.server_url(i)}/metrics")).text.splitlines():
+            if line.startswith(SERVER_TTFT + "_sum"):
+                total += float(line.rsplit(" ", 1)[1])
+            elif line.startswith(SERVER_TTFT + "_count"):
+                count += float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
 async def _phase(stack: Stack, groups: dict[str, tuple[int, dict[str, str]]], seconds: float,
                  max_tokens: int) -> dict[str, Tally]:  # fmt: skip
     tallies = {name: Tally() for name in groups}
@@ -170,9 +188,13 @@ async def _phase(stack: Stack, groups: dict[str, tuple[int, dict[str, str]]], se
             for name, (clients, headers) in groups.items()
             for _ in range(clients)
         ]
-        before = await _queue_waits(http, stack)
+        before, server_before = await _queue_waits(http, stack), await _server_ttft(http, stack)
         await asyncio.gather(*tasks)
-        after = await _queue_waits(http, stack)
+        after, server_after = await _queue_waits(http, stack), await _server_ttft(http, stack)
+    served = server_after[1] - server_before[1]
+    for tally in tallies.values():
+        if served:
+            tally.server_ttft = (server_after[0] - server_before[0]) / served / TIME_SCALE
     for name, (_, headers) in groups.items():
         fid = headers["x-gateway-inference-fairness-id"]
         (s0, c0), (s1, c1) = before.get(fid, (0.0, 0.0)), after.get(fid, (0.0, 0.0))
@@ -195,7 +217,7 @@ def _spec(flow: bool, servers: int, slots: int, objectives: Path | None) -> Stac
     extra = ("--objectives-file", str(objectives)) if objectives is not None else ()
     return StackSpec(
         servers=servers,
-        sim_args=("--profile", "8b-h100", "--time-scale", "4", "--max-num-seqs", str(slots)),
+        sim_args=("--profile", "8b-h100", "--time-scale", f"{TIME_SCALE:g}", "--max-num-seqs", str(slots)),
         picker_args=(
             "--config-text",
             _config(slots, flow),
@@ -341,7 +363,8 @@ def _report(off: Mode, on: Mode) -> list[str]:
     out.append(
         f"  mean wait in the picker's queue with flow control: B {_ms(on.noisy['b'].queue_wait)}, "
         f"A {_ms(on.noisy['a'].queue_wait)}; B TTFT p50 solo {_ms(on.solo_b.p50())}, "
-        f"with A {_ms(on.noisy['b'].p50())}"
+        f"with A {_ms(on.noisy['b'].p50())}; mean TTFT inside the servers (all requests) solo "
+        f"{_ms(on.solo_b.server_ttft)}, with A {_ms(on.noisy['b'].server_ttft)}"
     )
     crit_solo, crit, crit_off = on.solo_critical.p90(), on.overload["critical"], off.overload["critical"]
     shed_on, shed_off = on.overload["sheddable"], off.overload["sheddable"]
@@ -352,7 +375,8 @@ def _report(off: Mode, on: Mode) -> list[str]:
     out.append(
         f"  mean wait in the picker's queue with flow control: critical {_ms(crit.queue_wait)}, "
         f"sheddable {_ms(shed_on.queue_wait)}; critical TTFT p50 unloaded {_ms(on.solo_critical.p50())}, "
-        f"loaded {_ms(crit.p50())}"
+        f"loaded {_ms(crit.p50())}; mean TTFT inside the servers (all requests) unloaded "
+        f"{_ms(on.solo_critical.server_ttft)}, loaded {_ms(crit.server_ttft)}"
     )
     out.append(
         f"  shed: sheddable {shed_on.rejected} (off {shed_off.rejected}), critical {crit.rejected} "
