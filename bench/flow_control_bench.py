@@ -21,7 +21,8 @@ Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first re
 
 Prints each figure with PASS or MISS, and where the time went: each group's mean wait in the picker's
 flow-control queue (the picker's ``..._request_queue_duration_seconds`` histogram), TTFT p50, and the
-phase's mean TTFT inside the simulators (their ``vllm:time_to_first_token_seconds``, all groups).
+phase's mean TTFT inside the simulators (their ``vllm:time_to_first_token_seconds``, all groups) and
+the load generator's own event-loop lag (how late a 10 ms timer wakes), which TTFT also carries.
 ``--quick``: shorter phases (the ``make bench`` form).
 """
 
@@ -88,6 +89,7 @@ class Tally:
     lost: int = 0  # anything else
     queue_wait: float = math.nan  # mean seconds in the picker's flow-control queue (nan: none counted)
     server_ttft: float = math.nan  # the phase's mean TTFT inside the simulators (every group), wall-clock
+    client_lag: float = math.nan  # the phase's mean lateness of the load generator's own 10 ms timer
 
     def p90(self) -> float:
         return self._quantile(0.9)
@@ -176,6 +178,14 @@ async def _server_ttft(http: httpx.AsyncClient, stack: Stack) -> tuple[float, fl
     return total, count
 
 
+async def _lag(until: float, samples: list[float]) -> None:
+    """The load generator's event-loop lag: how late a 10 ms sleep wakes up, until ``until``."""
+    while time.monotonic() < until:
+        start = time.monotonic()
+        await asyncio.sleep(0.01)
+        samples.append(time.monotonic() - start - 0.01)
+
+
 async def _phase(stack: Stack, groups: dict[str, tuple[int, dict[str, str]]], seconds: float,
                  max_tokens: int) -> dict[str, Tally]:  # fmt: skip
     tallies = {name: Tally() for name in groups}
@@ -189,10 +199,12 @@ async def _phase(stack: Stack, groups: dict[str, tuple[int, dict[str, str]]], se
             for _ in range(clients)
         ]
         before, server_before = await _queue_waits(http, stack), await _server_ttft(http, stack)
-        await asyncio.gather(*tasks)
+        lags: list[float] = []
+        await asyncio.gather(*tasks, _lag(until, lags))
         after, server_after = await _queue_waits(http, stack), await _server_ttft(http, stack)
     served = server_after[1] - server_before[1]
     for tally in tallies.values():
+        tally.client_lag = sum(lags) / len(lags) if lags else math.nan
         if served:
             tally.server_ttft = (server_after[0] - server_before[0]) / served / TIME_SCALE
     for name, (_, headers) in groups.items():
@@ -364,7 +376,8 @@ def _report(off: Mode, on: Mode) -> list[str]:
         f"  mean wait in the picker's queue with flow control: B {_ms(on.noisy['b'].queue_wait)}, "
         f"A {_ms(on.noisy['a'].queue_wait)}; B TTFT p50 solo {_ms(on.solo_b.p50())}, "
         f"with A {_ms(on.noisy['b'].p50())}; mean TTFT inside the servers (all requests) solo "
-        f"{_ms(on.solo_b.server_ttft)}, with A {_ms(on.noisy['b'].server_ttft)}"
+        f"{_ms(on.solo_b.server_ttft)}, with A {_ms(on.noisy['b'].server_ttft)}; load generator's "
+        f"event-loop lag solo {_ms(on.solo_b.client_lag)}, with A {_ms(on.noisy['b'].client_lag)}"
     )
     crit_solo, crit, crit_off = on.solo_critical.p90(), on.overload["critical"], off.overload["critical"]
     shed_on, shed_off = on.overload["sheddable"], off.overload["sheddable"]
@@ -376,7 +389,8 @@ def _report(off: Mode, on: Mode) -> list[str]:
         f"  mean wait in the picker's queue with flow control: critical {_ms(crit.queue_wait)}, "
         f"sheddable {_ms(shed_on.queue_wait)}; critical TTFT p50 unloaded {_ms(on.solo_critical.p50())}, "
         f"loaded {_ms(crit.p50())}; mean TTFT inside the servers (all requests) unloaded "
-        f"{_ms(on.solo_critical.server_ttft)}, loaded {_ms(crit.server_ttft)}"
+        f"{_ms(on.solo_critical.server_ttft)}, loaded {_ms(crit.server_ttft)}; load generator's "
+        f"event-loop lag unloaded {_ms(on.solo_critical.client_lag)}, loaded {_ms(crit.client_lag)}"
     )
     out.append(
         f"  shed: sheddable {shed_on.rejected} (off {shed_off.rejected}), critical {crit.rejected} "
