@@ -7,7 +7,9 @@ the lowest provisioned band stops at half the pool; without the gate the legacy 
 sheddable requests with 429). The tenant scenarios run on a stack without InferenceObjectives (one
 priority band, 0); the priority scenario on a fresh stack with the objectives ``critical`` (10) and
 ``sheddable`` (-1), whose bands (10, 0, -1) are provisioned as a cluster's objectives provision them.
-Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first response byte.
+Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first response byte. The noisy
+groups (tenant A, the sheddable class) run in a second load-generator process, so the measured
+clients (B, critical) do not share an event loop with them.
 
 * noisy neighbour: tenant A runs 5x the fleet's slots in clients, tenant B 20%; target: B's TTFT p90
   with flow control <= 1.5x B's solo baseline (the figure without flow control is printed too);
@@ -22,7 +24,8 @@ Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first re
 Prints each figure with PASS or MISS, and where the time went: each group's mean wait in the picker's
 flow-control queue (the picker's ``..._request_queue_duration_seconds`` histogram), TTFT p50, and the
 phase's mean TTFT inside the simulators (their ``vllm:time_to_first_token_seconds``, all groups) and
-the load generator's own event-loop lag (how late a 10 ms timer wakes), which TTFT also carries.
+the measuring process's event-loop lag (how late a 10 ms timer wakes: CPU contention on the machine),
+which its TTFT figures also carry.
 ``--quick``: shorter phases (the ``make bench`` form).
 """
 
@@ -31,10 +34,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import multiprocessing
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -89,7 +94,7 @@ class Tally:
     lost: int = 0  # anything else
     queue_wait: float = math.nan  # mean seconds in the picker's flow-control queue (nan: none counted)
     server_ttft: float = math.nan  # the phase's mean TTFT inside the simulators (every group), wall-clock
-    client_lag: float = math.nan  # the phase's mean lateness of the load generator's own 10 ms timer
+    client_lag: float = math.nan  # mean lateness of the measuring process's 10 ms timer
 
     def p90(self) -> float:
         return self._quantile(0.9)
@@ -179,35 +184,67 @@ async def _server_ttft(http: httpx.AsyncClient, stack: Stack) -> tuple[float, fl
 
 
 async def _lag(until: float, samples: list[float]) -> None:
-    """The load generator's event-loop lag: how late a 10 ms sleep wakes up, until ``until``."""
+    """The event-loop lag of this process: how late a 10 ms sleep wakes up, until ``until``."""
     while time.monotonic() < until:
         start = time.monotonic()
         await asyncio.sleep(0.01)
         samples.append(time.monotonic() - start - 0.01)
 
 
-async def _phase(stack: Stack, groups: dict[str, tuple[int, dict[str, str]]], seconds: float,
-                 max_tokens: int) -> dict[str, Tally]:  # fmt: skip
+Groups = dict[str, tuple[int, dict[str, str]]]
+
+
+async def _clients(url: str, groups: Groups, until: float, max_tokens: int,
+                   lags: list[float]) -> dict[str, Tally]:  # fmt: skip
     tallies = {name: Tally() for name in groups}
-    until = time.monotonic() + seconds
     limits = httpx.Limits(max_connections=400, max_keepalive_connections=400)
     async with httpx.AsyncClient(timeout=60.0, limits=limits) as http:
-        url = f"{stack.base_url}/v1/completions"
         tasks = [
             _client(http, url, headers, tallies[name], until, max_tokens)
             for name, (clients, headers) in groups.items()
             for _ in range(clients)
         ]
-        before, server_before = await _queue_waits(http, stack), await _server_ttft(http, stack)
-        lags: list[float] = []
         await asyncio.gather(*tasks, _lag(until, lags))
+    return tallies
+
+
+def _background(url: str, groups: Groups, max_tokens: int, ready: Any, start: Any, out: Any) -> None:
+    """The load generator's process for the noisy groups: says ready, takes the end time, runs, and
+    sends its tallies back."""
+    ready.put(True)
+    until = start.get()
+    out.put(asyncio.run(_clients(url, groups, until, max_tokens, [])))
+
+
+async def _phase(stack: Stack, groups: Groups, seconds: float, max_tokens: int,
+                 background: Groups | None = None) -> dict[str, Tally]:  # fmt: skip
+    """Run ``groups`` in this process (their TTFT is the measured figure) and ``background`` (the noisy
+    load) in a separate process, so the measured clients do not share an event loop with the load."""
+    url = f"{stack.base_url}/v1/completions"
+    ctx = multiprocessing.get_context("spawn")
+    ready, start, out = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    child = None
+    if background:
+        child = ctx.Process(target=_background, args=(url, background, max_tokens, ready, start, out))
+        child.start()
+        ready.get(timeout=60)
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        before, server_before = await _queue_waits(http, stack), await _server_ttft(http, stack)
+        until = time.monotonic() + seconds  # CLOCK_MONOTONIC: the same clock in both processes
+        if child is not None:
+            start.put(until)
+        lags: list[float] = []
+        tallies = await _clients(url, groups, until, max_tokens, lags)
+        if child is not None:
+            tallies.update(await asyncio.to_thread(out.get, True, 120))
+            await asyncio.to_thread(child.join, 30)
         after, server_after = await _queue_waits(http, stack), await _server_ttft(http, stack)
     served = server_after[1] - server_before[1]
     for tally in tallies.values():
         tally.client_lag = sum(lags) / len(lags) if lags else math.nan
         if served:
             tally.server_ttft = (server_after[0] - server_before[0]) / served / TIME_SCALE
-    for name, (_, headers) in groups.items():
+    for name, (_, headers) in {**groups, **(background or {})}.items():
         fid = headers["x-gateway-inference-fairness-id"]
         (s0, c0), (s1, c1) = before.get(fid, (0.0, 0.0)), after.get(fid, (0.0, 0.0))
         if c1 > c0:
@@ -251,18 +288,12 @@ def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: 
     run = asyncio.run
     with Stack(_spec(flow, servers, slots, None)) as stack:  # tenants: one band (priority 0)
         solo_b = run(_phase(stack, {"b": (b_clients, b)}, seconds, max_tokens))["b"]
-        noisy = run(_phase(stack, {"a": (5 * fleet, a), "b": (b_clients, b)}, seconds, max_tokens))
+        noisy = run(_phase(stack, {"b": (b_clients, b)}, seconds, max_tokens, {"a": (5 * fleet, a)}))
         saturated = run(_phase(stack, {"a": (2 * fleet, a)}, seconds, max_tokens))["a"]
     with Stack(_spec(flow, servers, slots, objectives)) as stack:  # bands 10, 0 and -1
         solo_critical = run(_phase(stack, {"c": (max(1, fleet // 2), crit)}, seconds, max_tokens))["c"]
-        overload = run(
-            _phase(
-                stack,
-                {"critical": (max(1, fleet // 2), crit), "sheddable": (3 * fleet // 2, shed)},
-                seconds,
-                max_tokens,
-            )
-        )
+        critical, sheddable = {"critical": (max(1, fleet // 2), crit)}, {"sheddable": (3 * fleet // 2, shed)}
+        overload = run(_phase(stack, critical, seconds, max_tokens, sheddable))
     return Mode(solo_b, noisy, solo_critical, overload, saturated, seconds)
 
 
@@ -376,7 +407,7 @@ def _report(off: Mode, on: Mode) -> list[str]:
         f"  mean wait in the picker's queue with flow control: B {_ms(on.noisy['b'].queue_wait)}, "
         f"A {_ms(on.noisy['a'].queue_wait)}; B TTFT p50 solo {_ms(on.solo_b.p50())}, "
         f"with A {_ms(on.noisy['b'].p50())}; mean TTFT inside the servers (all requests) solo "
-        f"{_ms(on.solo_b.server_ttft)}, with A {_ms(on.noisy['b'].server_ttft)}; load generator's "
+        f"{_ms(on.solo_b.server_ttft)}, with A {_ms(on.noisy['b'].server_ttft)}; measuring process's "
         f"event-loop lag solo {_ms(on.solo_b.client_lag)}, with A {_ms(on.noisy['b'].client_lag)}"
     )
     crit_solo, crit, crit_off = on.solo_critical.p90(), on.overload["critical"], off.overload["critical"]
@@ -389,7 +420,7 @@ def _report(off: Mode, on: Mode) -> list[str]:
         f"  mean wait in the picker's queue with flow control: critical {_ms(crit.queue_wait)}, "
         f"sheddable {_ms(shed_on.queue_wait)}; critical TTFT p50 unloaded {_ms(on.solo_critical.p50())}, "
         f"loaded {_ms(crit.p50())}; mean TTFT inside the servers (all requests) unloaded "
-        f"{_ms(on.solo_critical.server_ttft)}, loaded {_ms(crit.server_ttft)}; load generator's "
+        f"{_ms(on.solo_critical.server_ttft)}, loaded {_ms(crit.server_ttft)}; measuring process's "
         f"event-loop lag unloaded {_ms(on.solo_critical.client_lag)}, loaded {_ms(crit.client_lag)}"
     )
     out.append(
