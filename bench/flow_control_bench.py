@@ -3,9 +3,13 @@
 Each fleet scenario runs twice in the same invocation, with the same configuration except the
 ``flowControl`` gate (``concurrency-detector`` at each server's ``--max-num-seqs``, as detector and
 as a filter; round-robin fairness by tenant; ``priority-holdback-policy`` with ``minCeiling: 0.5``, so
-the lower of two waiting bands stops at half the pool; without the gate the legacy admission sheds
-sheddable requests with 429).
-Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first response byte.
+the lowest provisioned band stops at half the pool; without the gate the legacy admission sheds
+sheddable requests with 429). The tenant scenarios run on a stack without InferenceObjectives (one
+priority band, 0); the priority scenario on a fresh stack with the objectives ``critical`` (10) and
+``sheddable`` (-1), whose bands (10, 0, -1) are provisioned as a cluster's objectives provision them.
+Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first response byte. The noisy
+groups (tenant A, the sheddable class) run in a second load-generator process, so the measured
+clients (B, critical) do not share an event loop with them.
 
 * noisy neighbour: tenant A runs 5x the fleet's slots in clients, tenant B 20%; target: B's TTFT p90
   with flow control <= 1.5x B's solo baseline (the figure without flow control is printed too);
@@ -17,7 +21,12 @@ Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first re
 * picker CPU added by queueing (in process, no network): CPU per request of the controller on the
   fast path and through the queue; target <= 50 us.
 
-Prints each figure with PASS or MISS. ``--quick``: shorter phases (the ``make bench`` form).
+Prints each figure with PASS or MISS, and where the time went: each group's mean wait in the picker's
+flow-control queue (the picker's ``..._request_queue_duration_seconds`` histogram), TTFT p50, and the
+phase's mean TTFT inside the simulators (their ``vllm:time_to_first_token_seconds``, all groups) and
+the measuring process's event-loop lag (how late a 10 ms timer wakes: CPU contention on the machine),
+which its TTFT figures also carry.
+``--quick``: shorter phases (the ``make bench`` form).
 """
 
 from __future__ import annotations
@@ -25,10 +34,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import multiprocessing
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -82,12 +93,21 @@ class Tally:
     ok: int = 0
     rejected: int = 0  # 429/503 with a JSON reason
     lost: int = 0  # anything else
+    queue_wait: float = math.nan  # mean seconds in the picker's flow-control queue (nan: none counted)
+    server_ttft: float = math.nan  # the phase's mean TTFT inside the simulators (every group), wall-clock
+    client_lag: float = math.nan  # mean lateness of the measuring process's 10 ms timer
 
     def p90(self) -> float:
+        return self._quantile(0.9)
+
+    def p50(self) -> float:
+        return self._quantile(0.5)
+
+    def _quantile(self, q: float) -> float:
         if not self.ttft:
             return math.nan
         values = sorted(self.ttft)
-        return values[min(len(values) - 1, math.ceil(0.9 * len(values)) - 1)]
+        return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
 async def _client(http: httpx.AsyncClient, url: str, headers: dict[str, str], tally: Tally, until: float,
@@ -126,19 +146,110 @@ async def _client(http: httpx.AsyncClient, url: str, headers: dict[str, str], ta
             tally.lost += 1
 
 
-async def _phase(stack: Stack, groups: dict[str, tuple[int, dict[str, str]]], seconds: float,
-                 max_tokens: int) -> dict[str, Tally]:  # fmt: skip
+QUEUE_WAIT = "inference_extension_flow_control_request_queue_duration_seconds"
+
+
+async def _queue_waits(http: httpx.AsyncClient, stack: Stack) -> dict[str, tuple[float, float]]:
+    """``{fairness_id: (sum, count)}`` of the picker's queue-duration histogram (every outcome)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, tuple[float, float]] = {}
+    text = (await http.get(f"{stack.metrics_url}/metrics")).text
+    for family in text_string_to_metric_families(text):
+        if family.name != QUEUE_WAIT:
+            continue
+        for sample in family.samples:
+            fid = sample.labels.get("fairness_id", "")
+            total, count = out.get(fid, (0.0, 0.0))
+            if sample.name == QUEUE_WAIT + "_sum":
+                out[fid] = (total + sample.value, count)
+            elif sample.name == QUEUE_WAIT + "_count":
+                out[fid] = (total, count + sample.value)
+    return out
+
+
+SERVER_TTFT = "vllm:time_to_first_token_seconds"
+TIME_SCALE = 4.0  # the simulators' --time-scale: their metrics are in simulated seconds
+
+
+async def _server_ttft(http: httpx.AsyncClient, stack: Stack) -> tuple[float, float]:
+    """``(sum, count)`` of the simulators' TTFT histograms, summed over the servers (simulated s)."""
+    total = count = 0.0
+    for i in range(len(stack.ports.servers)):
+        for line in (await http.get(f"{stack.server_url(i)}/metrics")).text.splitlines():
+            if line.startswith(SERVER_TTFT + "_sum"):
+                total += float(line.rsplit(" ", 1)[1])
+            elif line.startswith(SERVER_TTFT + "_count"):
+                count += float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
+async def _lag(until: float, samples: list[float]) -> None:
+    """The event-loop lag of this process: how late a 10 ms sleep wakes up, until ``until``."""
+    while time.monotonic() < until:
+        start = time.monotonic()
+        await asyncio.sleep(0.01)
+        samples.append(time.monotonic() - start - 0.01)
+
+
+Groups = dict[str, tuple[int, dict[str, str]]]
+
+
+async def _clients(url: str, groups: Groups, until: float, max_tokens: int,
+                   lags: list[float]) -> dict[str, Tally]:  # fmt: skip
     tallies = {name: Tally() for name in groups}
-    until = time.monotonic() + seconds
     limits = httpx.Limits(max_connections=400, max_keepalive_connections=400)
     async with httpx.AsyncClient(timeout=60.0, limits=limits) as http:
-        url = f"{stack.base_url}/v1/completions"
         tasks = [
             _client(http, url, headers, tallies[name], until, max_tokens)
             for name, (clients, headers) in groups.items()
             for _ in range(clients)
         ]
-        await asyncio.gather(*tasks)
+        await asyncio.gather(*tasks, _lag(until, lags))
+    return tallies
+
+
+def _background(url: str, groups: Groups, max_tokens: int, ready: Any, start: Any, out: Any) -> None:
+    """The load generator's process for the noisy groups: says ready, takes the end time, runs, and
+    sends its tallies back."""
+    ready.put(True)
+    until = start.get()
+    out.put(asyncio.run(_clients(url, groups, until, max_tokens, [])))
+
+
+async def _phase(stack: Stack, groups: Groups, seconds: float, max_tokens: int,
+                 background: Groups | None = None) -> dict[str, Tally]:  # fmt: skip
+    """Run ``groups`` in this process (their TTFT is the measured figure) and ``background`` (the noisy
+    load) in a separate process, so the measured clients do not share an event loop with the load."""
+    url = f"{stack.base_url}/v1/completions"
+    ctx = multiprocessing.get_context("spawn")
+    ready, start, out = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    child = None
+    if background:
+        child = ctx.Process(target=_background, args=(url, background, max_tokens, ready, start, out))
+        child.start()
+        ready.get(timeout=60)
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        before, server_before = await _queue_waits(http, stack), await _server_ttft(http, stack)
+        until = time.monotonic() + seconds  # CLOCK_MONOTONIC: the same clock in both processes
+        if child is not None:
+            start.put(until)
+        lags: list[float] = []
+        tallies = await _clients(url, groups, until, max_tokens, lags)
+        if child is not None:
+            tallies.update(await asyncio.to_thread(out.get, True, 120))
+            await asyncio.to_thread(child.join, 30)
+        after, server_after = await _queue_waits(http, stack), await _server_ttft(http, stack)
+    served = server_after[1] - server_before[1]
+    for tally in tallies.values():
+        tally.client_lag = sum(lags) / len(lags) if lags else math.nan
+        if served:
+            tally.server_ttft = (server_after[0] - server_before[0]) / served / TIME_SCALE
+    for name, (_, headers) in {**groups, **(background or {})}.items():
+        fid = headers["x-gateway-inference-fairness-id"]
+        (s0, c0), (s1, c1) = before.get(fid, (0.0, 0.0)), after.get(fid, (0.0, 0.0))
+        if c1 > c0:
+            tallies[name].queue_wait = (s1 - s0) / (c1 - c0)
     return tallies
 
 
@@ -152,40 +263,38 @@ class Mode:
     seconds: float
 
 
-def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: int, workdir: Path) -> Mode:
-    objectives = workdir / "objectives.yaml"
-    objectives.write_text(OBJECTIVES)
-    spec = StackSpec(
+def _spec(flow: bool, servers: int, slots: int, objectives: Path | None) -> StackSpec:
+    extra = ("--objectives-file", str(objectives)) if objectives is not None else ()
+    return StackSpec(
         servers=servers,
-        sim_args=("--profile", "8b-h100", "--time-scale", "4", "--max-num-seqs", str(slots)),
+        sim_args=("--profile", "8b-h100", "--time-scale", f"{TIME_SCALE:g}", "--max-num-seqs", str(slots)),
         picker_args=(
             "--config-text",
             _config(slots, flow),
-            "--objectives-file",
-            str(objectives),
+            *extra,
             "--allow-experimental-plugins",  # priority-holdback-policy is Alpha upstream
         ),
         single_sim_process=True,
     )
+
+
+def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: int, workdir: Path) -> Mode:
+    objectives = workdir / "objectives.yaml"
+    objectives.write_text(OBJECTIVES)
     fleet = servers * slots
     a, b = {"x-gateway-inference-fairness-id": "tenant-a"}, {"x-gateway-inference-fairness-id": "tenant-b"}
     crit = {"x-gateway-inference-objective": "critical", "x-gateway-inference-fairness-id": "crit"}
     shed = {"x-gateway-inference-objective": "sheddable", "x-gateway-inference-fairness-id": "shed"}
     b_clients = max(1, round(0.2 * fleet))
-    with Stack(spec) as stack:
-        run = asyncio.run
+    run = asyncio.run
+    with Stack(_spec(flow, servers, slots, None)) as stack:  # tenants: one band (priority 0)
         solo_b = run(_phase(stack, {"b": (b_clients, b)}, seconds, max_tokens))["b"]
-        noisy = run(_phase(stack, {"a": (5 * fleet, a), "b": (b_clients, b)}, seconds, max_tokens))
-        solo_critical = run(_phase(stack, {"c": (max(1, fleet // 2), crit)}, seconds, max_tokens))["c"]
-        overload = run(
-            _phase(
-                stack,
-                {"critical": (max(1, fleet // 2), crit), "sheddable": (3 * fleet // 2, shed)},
-                seconds,
-                max_tokens,
-            )
-        )
+        noisy = run(_phase(stack, {"b": (b_clients, b)}, seconds, max_tokens, {"a": (5 * fleet, a)}))
         saturated = run(_phase(stack, {"a": (2 * fleet, a)}, seconds, max_tokens))["a"]
+    with Stack(_spec(flow, servers, slots, objectives)) as stack:  # bands 10, 0 and -1
+        solo_critical = run(_phase(stack, {"c": (max(1, fleet // 2), crit)}, seconds, max_tokens))["c"]
+        critical, sheddable = {"critical": (max(1, fleet // 2), crit)}, {"sheddable": (3 * fleet // 2, shed)}
+        overload = run(_phase(stack, critical, seconds, max_tokens, sheddable))
     return Mode(solo_b, noisy, solo_critical, overload, saturated, seconds)
 
 
@@ -289,7 +398,7 @@ def main(argv: list[str]) -> int:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.0f} ms"
+    return "n/a" if math.isnan(seconds) else f"{seconds * 1e3:.0f} ms"
 
 
 def _report(off: Mode, on: Mode) -> list[str]:
@@ -299,11 +408,25 @@ def _report(off: Mode, on: Mode) -> list[str]:
         f"noisy neighbour: B TTFT p90 solo {_ms(b_solo)}; with A at 5x: flow control on {_ms(b_on)}, "
         f"off {_ms(b_off)} (target on <= 1.5x solo): {_verdict(b_on <= 1.5 * b_solo)}"
     )
+    out.append(
+        f"  mean wait in the picker's queue with flow control: B {_ms(on.noisy['b'].queue_wait)}, "
+        f"A {_ms(on.noisy['a'].queue_wait)}; B TTFT p50 solo {_ms(on.solo_b.p50())}, "
+        f"with A {_ms(on.noisy['b'].p50())}; mean TTFT inside the servers (all requests) solo "
+        f"{_ms(on.solo_b.server_ttft)}, with A {_ms(on.noisy['b'].server_ttft)}; measuring process's "
+        f"event-loop lag solo {_ms(on.solo_b.client_lag)}, with A {_ms(on.noisy['b'].client_lag)}"
+    )
     crit_solo, crit, crit_off = on.solo_critical.p90(), on.overload["critical"], off.overload["critical"]
     shed_on, shed_off = on.overload["sheddable"], off.overload["sheddable"]
     out.append(
         f"priorities at 2x: critical TTFT p90 unloaded {_ms(crit_solo)}, loaded {_ms(crit.p90())} "
         f"(off: {_ms(crit_off.p90())}; target <= 1.3x): {_verdict(crit.p90() <= 1.3 * crit_solo)}"
+    )
+    out.append(
+        f"  mean wait in the picker's queue with flow control: critical {_ms(crit.queue_wait)}, "
+        f"sheddable {_ms(shed_on.queue_wait)}; critical TTFT p50 unloaded {_ms(on.solo_critical.p50())}, "
+        f"loaded {_ms(crit.p50())}; mean TTFT inside the servers (all requests) unloaded "
+        f"{_ms(on.solo_critical.server_ttft)}, loaded {_ms(crit.server_ttft)}; measuring process's "
+        f"event-loop lag unloaded {_ms(on.solo_critical.client_lag)}, loaded {_ms(crit.client_lag)}"
     )
     out.append(
         f"  shed: sheddable {shed_on.rejected} (off {shed_off.rejected}), critical {crit.rejected} "

@@ -44,10 +44,18 @@ class ObjectiveStore(Protocol):
 class InMemoryObjectiveStore:
     """A mutable :class:`ObjectiveStore` keyed by objective name."""
 
-    __slots__ = ("_by_name",)
+    __slots__ = ("_by_name", "_priorities")
 
     def __init__(self, objectives: Iterable[InferenceObjective] = ()) -> None:
         self._by_name: dict[str, InferenceObjective] = {o.name: o for o in objectives}
+        self._priorities: frozenset[int] | None = None
+
+    def priorities(self) -> frozenset[int]:
+        """The distinct priorities of the objectives: the same object until the set of objectives
+        changes (flow control's provisioned priority levels)."""
+        if self._priorities is None:
+            self._priorities = frozenset(o.priority for o in self._by_name.values())
+        return self._priorities
 
     def get(self, name: str) -> InferenceObjective | None:
         return self._by_name.get(name)
@@ -55,14 +63,17 @@ class InMemoryObjectiveStore:
     def upsert(self, objective: InferenceObjective) -> None:
         """Add or replace the objective with this name."""
         self._by_name[objective.name] = objective
+        self._priorities = None
 
     def delete(self, name: str) -> None:
         """Forget the objective called ``name`` (no error when unknown)."""
         self._by_name.pop(name, None)
+        self._priorities = None
 
     def replace_all(self, objectives: Iterable[InferenceObjective]) -> None:
         """Swap the whole set atomically (a resync)."""
         self._by_name = {o.name: o for o in objectives}
+        self._priorities = None
 
     def __len__(self) -> int:
         return len(self._by_name)

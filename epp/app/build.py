@@ -157,7 +157,8 @@ async def build_app(options: Options) -> PickerApp:
     flow = None
     if loaded.feature_gates.enabled(FLOW_CONTROL) and loaded.flow_control is not None:
         recorder = FlowMetrics(scheduler_metrics.flow_twins, pool)
-        flow = FlowController(loaded.flow_control, detector, layer.snapshot, layer.now, recorder)
+        flow = FlowController(loaded.flow_control, detector, layer.snapshot, layer.now, recorder,
+                              objective_priorities=objectives.priorities)  # fmt: skip
     elif loaded.flow_control is not None:
         _log.warning(  # as llm-d-router
             "the flowControl config section is set but the flowControl feature gate is disabled; "

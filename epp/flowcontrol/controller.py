@@ -6,7 +6,9 @@ checks and before scheduling:
 
 * nothing is queued and the pool is below the band's ceiling (the saturation detector's value against
   the usage-limit policy's ceiling for the request's band, 1.0 by default): None, the request is
-  scheduled at once (the fast path: one saturation reading, no await);
+  scheduled at once (the fast path: one saturation reading, no await). The policy ranks every
+  provisioned priority level (:mod:`epp.flowcontrol.levels`: 0, the configured bands, the
+  InferenceObjectives' priorities, recently seen ones), as upstream, not only the bands that wait;
 * otherwise the request joins the queues (:mod:`epp.flowcontrol.queues`) and a :class:`Ticket` is
   returned; the caller awaits :meth:`FlowController.wait`. Over capacity it is rejected at once.
 
@@ -39,12 +41,13 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 import structlog
 
 from epp.flowcontrol.config import FlowControlConfig
+from epp.flowcontrol.levels import PriorityLevels
 from epp.flowcontrol.queues import FlowQueues, Item
 from epp.request.errors import RATE_LIMITED, UNAVAILABLE, RequestError
 from scheduler.interfaces import SaturationDetector
@@ -114,9 +117,11 @@ class FlowController:
         recorder: FlowRecorder | None = None,
         poll_interval: float = DEFAULT_POLL_INTERVAL_S,
         perf: Callable[[], float] = time.perf_counter,
+        objective_priorities: Callable[[], Collection[int]] | None = None,
     ) -> None:
         """``detector``: the pool's saturation detector (None: never saturated); ``now``: the clock the
-        detector reads metric ages with (the data layer's); ``perf``: the clock of the cycle metric."""
+        detector reads metric ages with (the data layer's); ``perf``: the clock of the cycle metric;
+        ``objective_priorities``: the InferenceObjectives' priorities (provisioned priority levels)."""
         self.config = config
         self.queues = FlowQueues(config)
         self._detector = detector
@@ -125,6 +130,7 @@ class FlowController:
         self._perf = perf
         self._recorder = recorder
         self._ceilings = config.usage_limit.ceilings
+        self.levels = PriorityLevels(config.bands, objective_priorities)
         self._poll = poll_interval
         self._kicked = False
         self._timer: asyncio.TimerHandle | None = None
@@ -150,9 +156,13 @@ class FlowController:
             raise RequestError(503, UNAVAILABLE, "flow control: the endpoint picker is shutting down")
         queues = self.queues
         priority = request.priority
+        levels = self.levels
+        now = self._now()
+        levels.seen(priority, now)
         if not queues.count:
             saturation = self.saturation()
-            if saturation < self._ceilings(saturation, (priority,))[0]:
+            ranked, index = levels.current(now, queues.holds)
+            if saturation < self._ceilings(saturation, ranked)[index[priority]]:
                 if recorder is not None:
                     recorder.outcome(request, DISPATCHED, 0.0)
                 return None
@@ -164,7 +174,6 @@ class FlowController:
                 recorder.enqueued(request, REJECTED_CAPACITY, self._perf() - start)
                 recorder.outcome(request, REJECTED_CAPACITY, 0.0)
             raise RequestError(429, RATE_LIMITED, f"flow control: request rejected: {reason}")
-        now = self._now()
         ttl = self.config.default_ttl
         ticket = Ticket(request, asyncio.get_running_loop().create_future(), dispatch)
         deadline = now + ttl if ttl else math.inf
@@ -221,14 +230,16 @@ class FlowController:
             self._finish(
                 gone.payload, EVICTED_TTL, f"flow control: request timed out in queue after {ttl:g}s (TTL)"
             )
-        detector, ceilings, recorder = self._detector, self._ceilings, self._recorder
+        detector, ceilings, recorder, levels = self._detector, self._ceilings, self._recorder, self.levels
+        for band in queues.bands():
+            levels.seen(band.priority, now)  # a waiting band stays provisioned
+        ranked, index = levels.current(now, queues.holds)
         while queues.count:
             saturation = 0.0 if detector is None else detector.saturation(endpoints, now)
-            bands = [b.priority for b in queues.bands()]
-            limits = dict(zip(bands, ceilings(saturation, bands), strict=True))
+            limits = ceilings(saturation, ranked)
 
-            def gate(priority: int, s: float = saturation, limits: dict[int, float] = limits) -> bool:
-                return s < limits[priority]
+            def gate(priority: int, s: float = saturation, limits: Sequence[float] = limits) -> bool:
+                return s < limits[index[priority]]
 
             item = queues.pop_next(gate)
             if item is None:

@@ -107,6 +107,10 @@ class FlowQueues:
         """Bands holding requests, highest priority first."""
         return iter(self._order)
 
+    def holds(self, priority: int) -> bool:
+        """Whether band ``priority`` holds queued requests."""
+        return priority in self._bands
+
     def items(self) -> Iterator[Item]:
         """Every live queued item, in arrival order."""
         return (i for i in self._arrivals if not i.removed)

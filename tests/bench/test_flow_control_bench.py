@@ -20,13 +20,21 @@ def mode(b_noisy: float, crit: float, sat: float, ok: int, shed: int = 0, lost: 
     )
 
 
+def verdicts(lines: list[str]) -> list[str]:
+    return [line.rsplit(" ", 1)[1] for line in lines if line.endswith(("PASS", "MISS"))]
+
+
 def test_verdicts() -> None:
     off = mode(b_noisy=900, crit=400, sat=300, ok=50, shed=5)
-    good = _report(off, mode(b_noisy=50, crit=45, sat=290, ok=50, shed=9))
-    assert [line.rsplit(" ", 1)[1] for line in good] == ["PASS"] * 5
+    on = mode(b_noisy=50, crit=45, sat=290, ok=50, shed=9)
+    on.noisy["b"].queue_wait, on.noisy["a"].queue_wait = 0.012, 0.4
+    good = _report(off, on)
+    assert verdicts(good) == ["PASS"] * 5
     bad = _report(off, mode(b_noisy=90, crit=80, sat=400, ok=30, shed=0, lost=1))
-    assert [line.rsplit(" ", 1)[1] for line in bad] == ["MISS"] * 5
+    assert verdicts(bad) == ["MISS"] * 5
     assert "B TTFT p90 solo 40 ms" in good[0] and "on 50 ms, off 900 ms" in good[0]
+    assert "queue with flow control: B 12 ms, A 400 ms" in good[1]
+    assert "critical n/a" in bad[3]  # no queue-wait figure (nothing counted)
 
 
 def test_cpu_measurement_runs_the_controller() -> None:

@@ -16,6 +16,36 @@ from devtools.stack import Stack, StackSpec
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
+def one_slot_flow_control(fairness: str, parameters: str = "") -> StackSpec:
+    """The flow-control tests' stack: one simulated server (time scale 1, ``--max-num-seqs 4``) whose
+    pool ``concurrency-detector`` (``maxConcurrency: 1``) saturates while one request runs, so further
+    requests wait in the picker; ``fairness``: the band's fairness policy (plugin type), declared with
+    ``parameters`` (a YAML flow mapping, e.g. ``{lasHalfLifeSeconds: 0}``); TTL 30s."""
+    params = f"\n  parameters: {parameters}" if parameters else ""
+    config = f"""apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: concurrency-detector
+  parameters: {{maxConcurrency: 1}}
+- type: {fairness}{params}
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins: [{{pluginRef: queue-scorer}}, {{pluginRef: max-score-picker}}]
+flowControl:
+  saturationDetector: {{pluginRef: concurrency-detector}}
+  defaultRequestTTL: 30s
+  defaultPriorityBand: {{fairnessPolicyRef: {fairness}}}
+"""
+    return StackSpec(
+        servers=1,
+        sim_args=("--profile", "8b-h100", "--time-scale", "1", "--max-num-seqs", "4"),
+        picker_args=("--config-text", config),
+    )
+
+
 @contextmanager
 def running(spec: StackSpec) -> Iterator[Stack]:
     """A started stack; on an error while starting or using it the process logs are attached."""

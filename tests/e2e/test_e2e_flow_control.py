@@ -14,30 +14,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2e_lib import MODEL, completion, eventually, metric_sum, running
+from e2e_lib import MODEL, completion, eventually, metric_sum, one_slot_flow_control, running
 
 from devtools.stack import StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
-CONFIG = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-featureGates: [flowControl]
-plugins:
-- type: concurrency-detector
-  parameters: {maxConcurrency: 1}
-- type: round-robin-fairness-policy
-- type: queue-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
-flowControl:
-  saturationDetector: {pluginRef: concurrency-detector}
-  defaultRequestTTL: 30s
-  defaultPriorityBand: {fairnessPolicyRef: round-robin-fairness-policy}
-"""
 OUTCOMES = "llm_d_epp_flow_control_requests_total"
 
 
@@ -64,11 +46,7 @@ def impatient(stack: object, tag: str, gave_up: list[str]) -> None:
 
 
 def test_requests_wait_while_saturated_and_clients_can_leave_the_queue(tmp_path: Path) -> None:
-    spec = StackSpec(
-        servers=1,
-        sim_args=("--profile", "8b-h100", "--time-scale", "1", "--max-num-seqs", "4"),
-        picker_args=("--config-text", CONFIG),
-    )
+    spec = one_slot_flow_control("round-robin-fairness-policy")
     with running(spec) as stack:
         assert completion(stack, "warm up").status_code == 200
         results: dict[str, int] = {}
@@ -102,3 +80,76 @@ def test_requests_wait_while_saturated_and_clients_can_leave_the_queue(tmp_path:
         assert eventually(lambda: metric_sum(stack, queue_size) == 0, 10.0)
         assert outcome(stack, "Dispatched") == 4  # warm-up, blocker and the two waiters
         assert metric_sum(stack, "inference_extension_flow_control_request_queue_duration_seconds_count") == 7
+
+
+HOLDBACK = """\
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: concurrency-detector
+  parameters: {maxConcurrency: 2}
+- type: priority-holdback-policy
+  parameters: {minCeiling: 0.5}
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
+flowControl:
+  saturationDetector: {pluginRef: concurrency-detector}
+  defaultRequestTTL: 30s
+  usageLimitPolicyPluginRef: priority-holdback-policy
+"""
+OBJECTIVES = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha2
+kind: InferenceObjective
+metadata: {name: critical}
+spec: {priority: 10}
+---
+apiVersion: inference.networking.x-k8s.io/v1alpha2
+kind: InferenceObjective
+metadata: {name: sheddable}
+spec: {priority: -1}
+"""
+
+
+def test_holdback_ranks_the_objectives_bands_while_nothing_else_waits(tmp_path: Path) -> None:
+    """Objectives 10 and -1 provision bands 10, 0 and -1 (ceilings 1.0 / 0.75 / 0.5). One sheddable
+    request in flight (saturation 0.5) gates the sheddable band although nothing else waits; a critical
+    request is routed at once; the queued sheddable one goes when the first completes."""
+    objectives = tmp_path / "objectives.yaml"
+    objectives.write_text(OBJECTIVES)
+    spec = StackSpec(
+        servers=1,
+        sim_args=("--profile", "8b-h100", "--time-scale", "1", "--max-num-seqs", "4"),
+        picker_args=(
+            "--config-text",
+            HOLDBACK,
+            "--objectives-file",
+            str(objectives),
+            "--allow-experimental-plugins",  # priority-holdback-policy is Alpha upstream
+        ),
+    )
+    with running(spec) as stack:
+        results: dict[str, int] = {}
+        done: list[str] = []
+
+        def run(tag: str, max_tokens: int, objective: str) -> None:
+            headers = {"x-gateway-inference-objective": objective}
+            r = completion(stack, tag, max_tokens=max_tokens, headers=headers)
+            results[tag] = r.status_code
+            done.append(tag)
+
+        first = threading.Thread(target=run, args=("shed 1", 150, "sheddable"))
+        first.start()
+        assert eventually(lambda: metric_sum(stack, "inference_objective_running_requests") >= 1, 10.0)
+        second = threading.Thread(target=run, args=("shed 2", 4, "sheddable"))
+        second.start()
+        queue_size = "inference_extension_flow_control_queue_size"
+        assert eventually(lambda: metric_sum(stack, queue_size) == 1, 10.0), stack.logs()
+        run("critical", 4, "critical")  # past the waiting sheddable request, at once
+        assert done == ["critical"] and results["critical"] == 200, (done, results)
+        first.join(60)
+        second.join(30)
+        assert done == ["critical", "shed 1", "shed 2"] and set(results.values()) == {200}, (done, results)

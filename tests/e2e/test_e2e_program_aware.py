@@ -14,32 +14,11 @@ import time
 
 import httpx
 import pytest
-from e2e_lib import completion, eventually, metric_sum, running
+from e2e_lib import completion, eventually, metric_sum, one_slot_flow_control, running
 from prometheus_client.parser import text_string_to_metric_families
-
-from devtools.stack import StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
-CONFIG = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-featureGates: [flowControl]
-plugins:
-- type: concurrency-detector
-  parameters: {maxConcurrency: 1}
-- type: program-aware-fairness
-  parameters: {lasWeightHeadWait: 0, lasHalfLifeSeconds: 0}
-- type: queue-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins: [{pluginRef: queue-scorer}, {pluginRef: max-score-picker}]
-flowControl:
-  saturationDetector: {pluginRef: concurrency-detector}
-  defaultRequestTTL: 30s
-  defaultPriorityBand: {fairnessPolicyRef: program-aware-fairness}
-"""
 FAIRNESS = "x-llm-d-inference-fairness-id"
 
 
@@ -54,11 +33,7 @@ def gauges(stack: object, name: str) -> dict[str, float]:
 
 
 def test_least_attained_service_goes_first(tmp_path: object) -> None:
-    spec = StackSpec(
-        servers=1,
-        sim_args=("--profile", "8b-h100", "--time-scale", "1", "--max-num-seqs", "4"),
-        picker_args=("--config-text", CONFIG),
-    )
+    spec = one_slot_flow_control("program-aware-fairness", "{lasWeightHeadWait: 0, lasHalfLifeSeconds: 0}")
     with running(spec) as stack:
         assert (
             completion(stack, "heavy history", max_tokens=200, headers={FAIRNESS: "heavy"}).status_code == 200

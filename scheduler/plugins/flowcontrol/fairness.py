@@ -3,15 +3,21 @@
 * ``global-strict-fairness-policy`` (GIE's default): no fairness; the band behaves as one queue. The
   flow whose next request comes first by the band's ordering policy goes (FCFS: the oldest request of
   the band; EDF: the earliest deadline). O(active flows) per pick.
-* ``round-robin-fairness-policy``: the active flows take turns, one request each, in the order they
-  became active (a flow that empties leaves the rotation; one that refills joins at the end). A flow
-  offering 10x the requests of another gets the same share of dispatches while both wait. O(1) per
-  pick.
+* ``round-robin-fairness-policy``: the waiting flows take turns, one request each, in the cyclic order
+  of their fairness ids, from a cursor on the flow served last (llm-d-router's: the next waiting flow
+  after the last selected one in sorted key order; the cursor starts afresh when the band empties, as
+  upstream's next dispatch cycle resets it). A flow that refills is served when the cursor reaches it:
+  after a burst of one flow, a returning flow goes next, not behind the flow that was just served. A
+  flow offering 10x the requests of another gets the same share of dispatches while both wait.
+  O(log n) per pick, O(n) (a list insert or delete) per flow that starts or stops waiting, n the
+  band's waiting flows.
 
 Neither takes parameters; the per-band state is the object ``new_state`` returns.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
 
 from scheduler.interfaces import Handle
 from scheduler.plugins.base import PluginBase, factory_without_params
@@ -48,25 +54,36 @@ class _GlobalStrictState:
 
 
 class _RoundRobinState:
-    __slots__ = ("_flows",)
+    __slots__ = ("_flows", "_keys", "_last")
 
     def __init__(self) -> None:
-        self._flows: dict[int, FlowHandle] = {}  # insertion order is the rotation
+        self._flows: dict[str, FlowHandle] = {}  # waiting flows by fairness id
+        self._keys: list[str] = []  # their fairness ids, sorted
+        self._last: str | None = None  # the fairness id served last (the cursor)
 
     def activate(self, flow: FlowHandle) -> None:
-        self._flows[id(flow)] = flow
+        key = flow.fairness_id
+        if key not in self._flows:
+            insort(self._keys, key)
+        self._flows[key] = flow
 
     def deactivate(self, flow: FlowHandle) -> None:
-        self._flows.pop(id(flow), None)
+        key = flow.fairness_id
+        if self._flows.get(key) is flow:
+            del self._flows[key]
+            keys = self._keys
+            del keys[bisect_left(keys, key)]
 
     def pick(self) -> FlowHandle | None:
-        flows = self._flows
-        if not flows:
+        keys = self._keys
+        if not keys:
+            self._last = None
             return None
-        key = next(iter(flows))
-        flow = flows.pop(key)
-        flows[key] = flow  # to the end of the rotation
-        return flow
+        last = self._last
+        i = 0 if last is None else bisect_right(keys, last)
+        key = keys[i % len(keys)]
+        self._last = key
+        return self._flows[key]
 
 
 class GlobalStrictFairness(PluginBase):

@@ -1,8 +1,10 @@
 """Usage-limit policies: the saturation ceiling under which each priority band may dispatch.
 
-Each takes the pool's saturation (the saturation detector's value) and the bands holding requests,
-highest priority first, and returns one ceiling per band; the flow controller dispatches from a band
-while ``saturation < ceiling`` and stops at the first band that is gated.
+Each takes the pool's saturation (the saturation detector's value) and the provisioned priority levels,
+highest first (upstream's ``AllOrderedPriorityLevels``: the flow controller's
+:mod:`epp.flowcontrol.levels`, not only the bands holding requests), and returns one ceiling per
+level; the flow controller dispatches from a band while ``saturation < ceiling`` and stops at the
+first band that is gated.
 
 * ``static-usage-limit-policy`` (GIE's default): the same ceiling for every band. Parameter
   ``threshold`` (float >= 0, default 1.0: dispatch until the detector reports the pool saturated).

@@ -73,6 +73,47 @@ def test_fairness_policies(counts: dict[str, int], policy: str, data: st.DataObj
         assert [i.seq for i in popped] == [i.seq for i in pushed]
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("push"), FLOWS), st.tuples(st.just("pop"), st.just(""))),
+                max_size=120))  # fmt: skip
+def test_round_robin_cursor_is_upstreams(ops: list[tuple[str, str]]) -> None:
+    """round-robin against a model of llm-d-router's: each pop serves the first waiting flow after the
+    last served one in sorted fairness-id order (cyclic), from the first when the band was empty; a flow
+    that refills is served when the cursor reaches it, so a flow returning after another's burst goes
+    next."""
+    q = FlowQueues(fc_config({"defaultPriorityBand": {"fairnessPolicyRef": "rr"}}))
+    waiting: dict[str, int] = {}
+    last: str | None = None
+    for t, (op, flow) in enumerate(ops):
+        if op == "push":
+            q.push(0, flow, 1, float(t), math.inf, None)
+            waiting[flow] = waiting.get(flow, 0) + 1
+            continue
+        item = q.pop_next(_open)
+        keys = sorted(f for f, n in waiting.items() if n)
+        if not keys:
+            assert item is None
+            last = None
+            continue
+        expected = next((k for k in keys if last is None or k > last), keys[0])
+        assert item is not None and item.fairness_id == expected
+        waiting[expected] -= 1
+        # upstream's next dispatch cycle (every 1 ms) picks from the empty band and resets the cursor
+        last = expected if any(waiting.values()) else None
+
+
+def test_round_robin_returning_flow_goes_next() -> None:
+    """A's burst holds the band; B arrives: B is served at the next dispatch, not after one more of A."""
+    q = FlowQueues(fc_config({"defaultPriorityBand": {"fairnessPolicyRef": "rr"}}))
+    for t in range(5):
+        q.push(0, "tenant-a", 1, float(t), math.inf, None)
+    first = q.pop_next(_open)
+    assert first is not None and first.fairness_id == "tenant-a"
+    q.push(0, "tenant-b", 1, 10.0, math.inf, None)
+    nxt = q.pop_next(_open)
+    assert nxt is not None and nxt.fairness_id == "tenant-b"
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.floats(0, 100), min_size=1, max_size=40))
 def test_edf_orders_by_deadline_then_arrival(deadlines: list[float]) -> None:
