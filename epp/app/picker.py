@@ -26,7 +26,7 @@ GRPCIO_MISMATCH_NOTICE = (
     "ext_proc on grpc.aio: gRPC closes a client this port cannot serve before the picker sees it, and Envoy "
     "answers its client 500. On the TLS port gRPC logs its own 'Handshake failed' line without the peer "
     "(WRONG_VERSION_NUMBER: a plaintext client); on a plaintext port a TLS client is closed without a line. "
-    "Compare tls here with the Envoy config (--picker-plaintext). The h2 engine (the default; not with "
+    "Compare tls here with the Envoy config (--picker-plaintext). The h2 engine (the default, also with "
     "--health-checking) explains each such connection and names the peer"
 )
 

@@ -134,7 +134,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
     parser = build_parser()
     names, bools = long_flags(parser)
     ns = parser.parse_args(normalise_argv(argv, long_flags=names, bool_flags=bools))
-    engine = ns.grpc_engine or env.get("EPP_GRPC_ENGINE") or ("grpcio" if ns.health_checking else "h2")
+    engine = ns.grpc_engine or env.get("EPP_GRPC_ENGINE") or "h2"
     if engine not in ENGINES:
         raise UsageError(f"EPP_GRPC_ENGINE: expected one of {', '.join(ENGINES)}, got {engine!r}")
     ns.grpc_engine = engine
@@ -290,8 +290,6 @@ def _check(ns: argparse.Namespace) -> None:
             raise UsageError("--grpc-client-ca-file was given but --secure-serving=false turns TLS off")
         if not os.path.isfile(ns.grpc_client_ca_file):
             raise UsageError(f"--grpc-client-ca-file: not a readable file: {ns.grpc_client_ca_file}")
-    if ns.grpc_engine == "h2" and ns.health_checking:
-        raise UsageError("--health-checking needs --grpc-engine=grpcio (the h2 engine serves only ext_proc)")
     _check_serving(ns)
     if ns.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes: expected a positive size, got {ns.max_body_bytes}")

@@ -81,7 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"{_OURS} PEM CA bundle: the ext_proc port requires a client certificate it signed "
         "(mutual TLS; needs --secure-serving) (default none: no client certificate asked)",
     )
-    s.add_argument("--health-checking", action=b, help="also serve grpc.health.v1 on the ext_proc port")
+    s.add_argument(
+        "--health-checking",
+        action=b,
+        help='also serve grpc.health.v1 on the ext_proc port (services "" and the ext_proc service; both '
+        "engines) (default false)",
+    )
     s.add_argument(
         "--ready-requires-endpoint",
         action=b,
@@ -92,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--grpc-engine", choices=ENGINES, default=None,
         help=f"{_OURS} ext_proc server: h2 (lean HTTP/2, ~3x less CPU per request) or grpcio (grpc.aio) "
-        "(default env EPP_GRPC_ENGINE, else h2; grpcio with --health-checking)",
+        "(default env EPP_GRPC_ENGINE, else h2)",
     )  # fmt: skip
     s.add_argument(
         "--drain-timeout",

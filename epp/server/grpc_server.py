@@ -58,7 +58,7 @@ async def start_ext_proc_server(
     server = grpc.aio.server(options=_options(recv, reuse_port, max_send_bytes or -1))
     pb_grpc.add_ExternalProcessorServicer_to_server(servicer, server)
     if health is not None:
-        health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(health.ext_proc_port_servicer, server)
     address = bind_address(host, port)
     try:
         if credentials is None:

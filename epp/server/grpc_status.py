@@ -14,8 +14,10 @@ __all__ = [
     "GRPC_DEADLINE_EXCEEDED",
     "GRPC_INTERNAL",
     "GRPC_INVALID_ARGUMENT",
+    "GRPC_NOT_FOUND",
     "GRPC_OK",
     "GRPC_RESOURCE_EXHAUSTED",
+    "GRPC_UNAVAILABLE",
     "GRPC_UNIMPLEMENTED",
     "GRPC_UNKNOWN",
 ]
@@ -25,9 +27,11 @@ GRPC_CANCELLED = 1
 GRPC_UNKNOWN = 2
 GRPC_INVALID_ARGUMENT = 3
 GRPC_DEADLINE_EXCEEDED = 4
+GRPC_NOT_FOUND = 5
 GRPC_RESOURCE_EXHAUSTED = 8
 GRPC_UNIMPLEMENTED = 12
 GRPC_INTERNAL = 13
+GRPC_UNAVAILABLE = 14
 
 GRPC_CODES = ("OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound", "AlreadyExists",
               "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",

@@ -14,6 +14,12 @@ With leader election (:meth:`HealthStatus.set_leader` is the seam the elector dr
 
 After :meth:`HealthStatus.shutting_down` every service is NOT_SERVING for good. ``Watch`` streams the
 status of a service whenever it changes; ``List`` reports the known services.
+
+On the ext_proc port (``--health-checking``, both engines) the service is GIE's there (grpc-go's standard
+health server registered beside ext_proc): only ``""`` and ``envoy.service.ext_proc.v3.ExternalProcessor``
+are known, with the statuses above (:meth:`HealthStatus.on_ext_proc_port`); ``Check`` of another name
+fails with gRPC status NOT_FOUND, ``Watch`` of one sends SERVICE_UNKNOWN and stays open, as grpc's health
+servicers do.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ from collections.abc import AsyncIterator
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-__all__ = ["EXT_PROC_SERVICE", "LIVENESS", "READINESS", "HealthStatus"]
+__all__ = ["EXT_PROC_PORT_SERVICES", "EXT_PROC_SERVICE", "LIVENESS", "READINESS", "HealthStatus"]
 
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 LIVENESS = "liveness"
 READINESS = "readiness"
 _LEADER_GATED = frozenset({"", READINESS, EXT_PROC_SERVICE})
+EXT_PROC_PORT_SERVICES = ("", EXT_PROC_SERVICE)
+"""The services known on the ext_proc port (``--health-checking``)."""
 
 _SERVING = int(health_pb2.HealthCheckResponse.SERVING)
 _NOT_SERVING = int(health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -44,8 +52,9 @@ class HealthStatus:
         self._synced = False
         self._leader = not leader_election
         self._stopping = False
-        self._changed = asyncio.Condition()
+        self._waiters: set[asyncio.Future[None]] = set()  # one per waiting Watch: bounded by the streams
         self.servicer = _HealthServicer(self)
+        self.ext_proc_port_servicer = _HealthServicer(self, ext_proc_port=True)
 
     @property
     def ready(self) -> bool:
@@ -62,6 +71,14 @@ class HealthStatus:
         if service in _LEADER_GATED:
             return _SERVING if self.ready else _NOT_SERVING
         return _UNKNOWN
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def on_ext_proc_port(self, service: str) -> int | None:
+        """The ServingStatus of ``service`` on the ext_proc port now; None for a service unknown there."""
+        return self.status(service) if service in EXT_PROC_PORT_SERVICES else None
 
     def services(self) -> tuple[str, ...]:
         if self._leader_election:
@@ -88,39 +105,62 @@ class HealthStatus:
         await self._notify()
 
     async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
-    async def watch(self, service: str) -> AsyncIterator[int]:
-        """The status of ``service`` now and after every change (until the caller stops)."""
+    def changed(self) -> asyncio.Future[None]:
+        """A future resolved at the next state change (or set by its owner); pass it to :meth:`forget`
+        when done waiting, so an abandoned wait is not kept."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(waiter)
+        return waiter
+
+    def forget(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.discard(waiter)
+
+    async def watch(self, service: str, *, ext_proc_port: bool = False) -> AsyncIterator[int]:
+        """The status of ``service`` now and after every change (until the caller stops); on the ext_proc
+        port a service unknown there is SERVICE_UNKNOWN."""
         last: int | None = None
         while True:
-            current = self.status(service)
+            current = self.status(service) if not ext_proc_port else self.on_ext_proc_port(service)
+            current = _UNKNOWN if current is None else current
             if current != last:
                 last = current
                 yield current
-            async with self._changed:
-                await self._changed.wait()
+            waiter = self.changed()
+            try:
+                await waiter
+            finally:
+                self.forget(waiter)
 
 
 class _HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
-    def __init__(self, health: HealthStatus) -> None:
+    """grpc.aio's health service: the health port's, or (``ext_proc_port``) the ext_proc port's."""
+
+    def __init__(self, health: HealthStatus, *, ext_proc_port: bool = False) -> None:
         self._health = health
+        self._port = ext_proc_port
 
     async def Check(
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
     ) -> health_pb2.HealthCheckResponse:
-        return health_pb2.HealthCheckResponse(status=self._health.status(request.service))
+        if not self._port:
+            return health_pb2.HealthCheckResponse(status=self._health.status(request.service))
+        status = self._health.on_ext_proc_port(request.service)
+        if status is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
+        return health_pb2.HealthCheckResponse(status=status)
 
     async def List(
         self, request: health_pb2.HealthListRequest, context: grpc.aio.ServicerContext
     ) -> health_pb2.HealthListResponse:
-        statuses = {
-            name: health_pb2.HealthCheckResponse(status=self._health.status(name))
-            for name in self._health.services()
-        }
+        names = EXT_PROC_PORT_SERVICES if self._port else self._health.services()
+        statuses = {name: health_pb2.HealthCheckResponse(status=self._health.status(name)) for name in names}
         return health_pb2.HealthListResponse(statuses=statuses)
 
     async def Watch(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> None:
-        async for status in self._health.watch(request.service):
+        async for status in self._health.watch(request.service, ext_proc_port=self._port):
             await context.write(health_pb2.HealthCheckResponse(status=status))

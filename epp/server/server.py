@@ -162,6 +162,7 @@ class EppServer:
                     tls_cipher_suites=s.tls_cipher_suites,
                     client_ca=s.client_ca,
                     limits=s.h2_limits,
+                    health=self.health if s.health_on_ext_proc_port else None,
                 )
                 self._ext_proc = h2
                 self.grpc_port = await h2.start(s.host, s.grpc_port)

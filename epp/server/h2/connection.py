@@ -33,6 +33,7 @@ from epp.server.h2 import frames as f
 from epp.server.h2.core import H2Core
 from epp.server.h2.events import ConnectionClosed, DeadlineCleared, DeadlineSet, ExtProcHandler, Suspended
 from epp.server.h2.limits import H2Limits
+from epp.server.health import HealthStatus
 from epp.server.stream import StreamCore
 
 __all__ = ["H2Connection"]
@@ -49,11 +50,15 @@ class H2Connection(asyncio.Protocol):
         *,
         max_send_bytes: int = 0,
         limits: H2Limits | None = None,
+        health: HealthStatus | None = None,
     ) -> None:
+        """``health``: also serve grpc.health.v1 (``--health-checking``); None: UNIMPLEMENTED."""
         self._core = core
         self._on_close = on_close
         self._limits = limits = limits or H2Limits()
-        self._h2 = H2Core(core.open, max_message_bytes, max_send_bytes=max_send_bytes, limits=limits)
+        self._h2 = H2Core(
+            core.open, max_message_bytes, max_send_bytes=max_send_bytes, limits=limits, health=health
+        )
         self._transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timers: list[asyncio.TimerHandle] = []  # settings and idle checks

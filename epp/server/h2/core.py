@@ -6,7 +6,8 @@ what needs a timer or a task is appended to :attr:`H2Core.events` (:mod:`epp.ser
 asyncio adapter (:class:`~epp.server.h2.connection.H2Connection`) owns the socket, the timers and the
 tasks; tests drive the core with bytes alone.
 
-Scope (a gRPC server for exactly one bidirectional method, the ext_proc ``Process``):
+Scope (a gRPC server for exactly one bidirectional method, the ext_proc ``Process``, plus grpc.health.v1
+when given a ``health`` status: :mod:`epp.server.h2.health`, dispatched once per stream at its HEADERS):
 
 * request header blocks are HPACK-decoded (:mod:`epp.server.h2.headers`): another ``:path`` is answered
   UNIMPLEMENTED, a content-type other than ``application/grpc`` HTTP 415, ``grpc-timeout`` sets the
@@ -53,9 +54,11 @@ from epp.server.h2.frames import (
     frame,
 )
 from epp.server.h2.headers import HeaderError, RequestHeaders
+from epp.server.h2.health import HealthServing
 from epp.server.h2.limits import H2Limits
 from epp.server.h2.reader import GoAwayError, MessageReader
 from epp.server.h2.sender import _CLOSING, _STREAM_RESET, H2Stream
+from epp.server.health import HealthStatus
 from scheduler.types import Outcome
 
 __all__ = ["H2Core"]
@@ -68,8 +71,9 @@ _SHUTDOWN, _TIMEOUT = Outcome.SHUTDOWN, Outcome.TIMEOUT
 _ONLY_PROCESS = "unknown method: only envoy.service.ext_proc.v3.ExternalProcessor/Process is served"
 
 
-class H2Core(MessageReader):
-    """One connection's protocol state; ``open_stream`` makes the ext_proc stream of each new stream.
+class H2Core(MessageReader, HealthServing):
+    """One connection's protocol state; ``open_stream`` makes the ext_proc stream of each new stream;
+    ``health`` (None: not served, UNIMPLEMENTED) answers grpc.health.v1 calls.
 
     Not thread-safe; every method returns the bytes to send (possibly empty) and may append to
     :attr:`events`, which the caller empties.
@@ -82,8 +86,10 @@ class H2Core(MessageReader):
         *,
         max_send_bytes: int = 0,
         limits: H2Limits | None = None,
+        health: HealthStatus | None = None,
     ) -> None:
         self._open_stream = open_stream
+        self._health = health
         self._max_message = max_message_bytes
         self._max_send = max_send_bytes  # 0: no limit
         lim = self._limits = limits or H2Limits()
@@ -196,11 +202,14 @@ class H2Core(MessageReader):
         self.events.append(ConnectionClosed(code, reason))
 
     def goaway(self) -> bytes:
-        """GOAWAY NO_ERROR (once): no new stream will be accepted; streams already open continue."""
+        """GOAWAY NO_ERROR (once): no new stream will be accepted; streams already open continue, except
+        health Watch streams, which end UNAVAILABLE after their last status."""
         if self._goaway_sent or self.closed:
             return b""
         self._goaway_sent = True
-        return f.goaway(self._last_stream, _E.NO_ERROR)
+        out = [f.goaway(self._last_stream, _E.NO_ERROR)]
+        self._end_watches(out)
+        return b"".join(out)
 
     def abort_all(self) -> bytes:
         """Shutdown: end every open stream with outcome SHUTDOWN (RST_STREAM CANCEL each)."""
@@ -426,6 +435,9 @@ class H2Core(MessageReader):
             out.append(f.rst_stream(sid, _E.REFUSED_STREAM))
             return
         if not head.grpc_content or not head.path_ok:
+            if head.health and head.grpc_content and self._health is not None:
+                self._open_health(sid, head.health, head.timeout, end_stream, out)
+                return
             self._spend()
             if head.grpc_content:
                 trailers = RESPONSE_HEADERS + f.trailers(GRPC_UNIMPLEMENTED, _ONLY_PROCESS)

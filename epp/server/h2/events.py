@@ -30,6 +30,7 @@ __all__ = [
     "DeadlineSet",
     "Event",
     "ExtProcHandler",
+    "StreamError",
     "StreamState",
     "Suspended",
 ]
@@ -61,6 +62,16 @@ class ExtProcHandler(Protocol):
         """The stream ended (``status``: the gRPC status sent, -1 for none); called once or more,
         idempotent."""
         ...
+
+
+class StreamError(Exception):
+    """Raised by a handler's ``feed``: the stream ends with gRPC ``status`` and ``message`` (the health
+    service's NOT_FOUND, for one); the connection goes on."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class StreamState(enum.Enum):

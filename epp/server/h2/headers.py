@@ -6,7 +6,8 @@ them, also those of streams that are refused or already closed) with the ``hpack
 bytes, the default). What the engine reads from a request's headers:
 
 * ``:path``: anything but ``/envoy.service.ext_proc.v3.ExternalProcessor/Process`` is answered
-  UNIMPLEMENTED;
+  UNIMPLEMENTED, unless it is a ``grpc.health.v1.Health`` method and the engine serves health
+  (``--health-checking``; :data:`HEALTH_METHODS`);
 * ``content-type``: not ``application/grpc`` (or ``application/grpc+...``/``;...``) is answered HTTP 415,
   as the gRPC HTTP/2 protocol says;
 * ``grpc-timeout``: the stream's deadline in seconds (``None`` when absent).
@@ -25,9 +26,16 @@ from dataclasses import dataclass
 import hpack
 from hpack.exceptions import HPACKError
 
-__all__ = ["HeaderError", "RequestHead", "RequestHeaders", "parse_grpc_timeout"]
+__all__ = ["HEALTH_METHODS", "HeaderError", "RequestHead", "RequestHeaders", "parse_grpc_timeout"]
 
 PROCESS_PATH = b"/envoy.service.ext_proc.v3.ExternalProcessor/Process"
+CHECK, WATCH, LIST = 1, 2, 3
+HEALTH_METHODS = {
+    b"/grpc.health.v1.Health/Check": CHECK,
+    b"/grpc.health.v1.Health/Watch": WATCH,
+    b"/grpc.health.v1.Health/List": LIST,
+}
+"""``:path`` of the grpc.health.v1 methods -> :attr:`RequestHead.health` (0: not a health method)."""
 _UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _CACHE_SIZE = 64
 _GRPC_SUBTYPES = (b"application/grpc+", b"application/grpc;")
@@ -45,6 +53,7 @@ class RequestHead:
     path_ok: bool  # :path is the ext_proc Process method
     grpc_content: bool  # content-type is application/grpc[+proto|;...]
     timeout: float | None  # grpc-timeout in seconds; None: no deadline (or an unreadable value)
+    health: int = 0  # a grpc.health.v1 method (CHECK, WATCH, LIST); 0: another path
 
 
 def parse_grpc_timeout(value: bytes) -> float | None:
@@ -56,15 +65,16 @@ def parse_grpc_timeout(value: bytes) -> float | None:
 
 
 def _head(headers: list[tuple[bytes, bytes]]) -> RequestHead:
-    path_ok, grpc_content, timeout = False, False, None
+    path_ok, grpc_content, timeout, health = False, False, None, 0
     for name, value in headers:
         if name == b":path":
             path_ok = value == PROCESS_PATH
+            health = 0 if path_ok else HEALTH_METHODS.get(value, 0)
         elif name == b"content-type":
             grpc_content = value == b"application/grpc" or value[:17] in _GRPC_SUBTYPES
         elif name == b"grpc-timeout":
             timeout = parse_grpc_timeout(value)
-    return RequestHead(path_ok, grpc_content, timeout)
+    return RequestHead(path_ok, grpc_content, timeout, health)
 
 
 class RequestHeaders:

@@ -18,12 +18,12 @@ from __future__ import annotations
 import struct
 
 import structlog
-from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
 from google.protobuf.message import DecodeError
 
 from epp.protocol import RemoteProtocolError
 from epp.server.h2 import frames as f
-from epp.server.h2.events import Event, Suspended
+from epp.server.h2.events import Event, StreamError, Suspended
 from epp.server.h2.frames import (
     END_STREAM,
     GRPC_INTERNAL,
@@ -116,11 +116,14 @@ class MessageReader(StreamSender):
                 need = 5 + size
                 break
             try:
-                message = ProcessingRequest.FromString(buf[pos + 5 : pos + 5 + size])
+                message = stream.decode(buf[pos + 5 : pos + 5 + size])
                 responses = stream.ext.feed(message)
             except (DecodeError, RemoteProtocolError) as exc:
                 _log.warning("ext_proc protocol error", error=str(exc))
                 self._fail(sid, stream, GRPC_INVALID_ARGUMENT, str(exc) or "invalid ProcessingRequest", out)
+                return False
+            except StreamError as exc:
+                self._fail(sid, stream, exc.status, exc.message, out)
                 return False
             except Exception:
                 _log.exception("ext_proc stream failed")
@@ -188,5 +191,11 @@ class MessageReader(StreamSender):
         if responses is None:
             self._fail(sid, stream, GRPC_INTERNAL, "internal error in the endpoint picker", out)
         elif self._queue(sid, stream, responses, out):
-            self._drain(sid, stream, out)
+            if stream.ext.suspended:  # waits again (a health Watch, until its next change)
+                stream.move(_SUSPENDED)
+                self.events.append(Suspended(sid, stream.ext))
+                if stream.pending:
+                    self._flush(sid, stream, out)
+            else:
+                self._drain(sid, stream, out)
         return b"".join(out)

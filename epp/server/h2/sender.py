@@ -7,7 +7,10 @@ declared on it; it is split out only to keep each module readable. Pure: no I/O,
 
 from __future__ import annotations
 
-from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingResponse
+from collections.abc import Callable
+from typing import Any
+
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
 
 from epp.server.h2 import frames as f
 from epp.server.h2.events import TRANSITIONS, DeadlineCleared, Event, ExtProcHandler, StreamState
@@ -29,6 +32,7 @@ __all__ = ["H2Stream", "StreamSender"]
 # Enum members as globals (cheaper to load than Enum attributes), named after the member; the core's
 # modules use these names only.
 _CLIENT_CANCEL, _STREAM_RESET = Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET
+_DECODE_PROCESSING = ProcessingRequest.FromString
 _OPEN, _SUSPENDED, _CLOSING, _CLOSED = (
     StreamState.OPEN, StreamState.SUSPENDED, StreamState.CLOSING, StreamState.CLOSED
 )  # fmt: skip
@@ -39,8 +43,10 @@ class H2Stream:
 
     __slots__ = (
         "buf",
+        "call",
         "commit",
         "deadline",
+        "decode",
         "ext",
         "headers_sent",
         "need",
@@ -69,6 +75,8 @@ class H2Stream:
         self.deadline = False  # a grpc-timeout timer is armed (DeadlineSet sent)
         self.headers_sent = False
         self.remote_closed = False  # the client sent END_STREAM (half-closed remote)
+        self.decode: Callable[[bytes | bytearray], Any] = _DECODE_PROCESSING  # message bytes -> message
+        self.call: object = None  # a health call (epp.server.h2.health); None: an ext_proc stream
 
     def move(self, state: StreamState) -> None:
         """Change state; a transition :data:`~epp.server.h2.events.TRANSITIONS` lacks is a bug."""
@@ -130,9 +138,16 @@ class StreamSender:
         out.append(f.rst_stream(sid, code))
 
     def _remote_end(self, sid: int, stream: H2Stream, out: list[bytes]) -> None:
-        """The client finished sending: the stream ends (a request still open was cancelled)."""
+        """The client finished sending: an ext_proc stream ends (a request still open was cancelled); a
+        health call decides itself (:meth:`_call_half_closed`)."""
         stream.remote_closed = True
-        self._finish(sid, stream, GRPC_OK, "", _CLIENT_CANCEL, out)
+        if stream.call is None:
+            self._finish(sid, stream, GRPC_OK, "", _CLIENT_CANCEL, out)
+        else:
+            self._call_half_closed(sid, stream, out)
+
+    def _call_half_closed(self, sid: int, stream: H2Stream, out: list[bytes]) -> None:
+        raise NotImplementedError  # H2Core's (epp.server.h2.health)
 
     def _fail(
         self,

@@ -34,6 +34,7 @@ import structlog
 
 from epp.server.h2.connection import H2Connection
 from epp.server.h2.limits import H2Limits
+from epp.server.health import HealthStatus
 from epp.server.mismatch import HTTP2_PREFACE, MismatchLog, classify
 from epp.server.stream import StreamCore
 from epp.server.tls import CertDir, CertPair, apply_tls_overrides, require_client_certificates
@@ -77,8 +78,11 @@ class H2Server:
         tls_cipher_suites: Sequence[str] = (),
         client_ca: bytes | None = None,
         limits: H2Limits | None = None,
+        health: HealthStatus | None = None,
     ) -> None:
+        """``health``: also serve grpc.health.v1 on this port (``--health-checking``)."""
         self._core = core
+        self._health = health
         self._max_message = max_message_bytes
         self._max_send = max_send_bytes
         self._limits = limits or H2Limits()
@@ -104,6 +108,7 @@ class H2Server:
             on_close=self._connections.discard,
             max_send_bytes=self._max_send,
             limits=self._limits,
+            health=self._health,
         )
         self._connections.add(connection)
         return connection

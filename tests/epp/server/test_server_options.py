@@ -154,15 +154,15 @@ def test_older_gie_chart_invocation() -> None:
 
 def test_grpc_engine_flag_and_environment() -> None:
     assert parse_options(["--endpoints", "a:1"], env={}).grpc_engine == "h2"
-    assert parse_options(["--endpoints", "a:1", "--health-checking"], env={}).grpc_engine == "grpcio"
+    assert parse_options(["--endpoints", "a:1", "--health-checking"], env={}).grpc_engine == "h2"
     assert parse_options(["--endpoints", "a:1"], env={"EPP_GRPC_ENGINE": "grpcio"}).grpc_engine == "grpcio"
     assert parse_options(["--endpoints", "a:1"], env={"EPP_GRPC_ENGINE": "h2"}).grpc_engine == "h2"
     flag = parse_options(["--endpoints", "a:1", "--grpc-engine", "grpcio"], env={"EPP_GRPC_ENGINE": "h2"})
     assert flag.grpc_engine == "grpcio"
     with pytest.raises(UsageError, match="EPP_GRPC_ENGINE"):
         parse_options(["--endpoints", "a:1"], env={"EPP_GRPC_ENGINE": "fast"})
-    with pytest.raises(UsageError, match="--health-checking"):
-        parse_options(["--endpoints", "a:1", "--grpc-engine=h2", "--health-checking"], env={})
+    both = parse_options(["--endpoints", "a:1", "--grpc-engine=h2", "--health-checking"], env={})
+    assert (both.grpc_engine, both.health_checking) == ("h2", True)  # the h2 engine serves health too
 
 
 def test_name_resolution_and_readiness_flags() -> None:

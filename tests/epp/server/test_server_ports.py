@@ -67,8 +67,9 @@ async def test_health_transitions_follow_gie() -> None:
         await srv.shutdown(grace=0)
 
 
-async def test_leader_election_gates_readiness() -> None:
-    srv = make_server(leader_election=True, health_on_ext_proc_port=True)
+@pytest.mark.parametrize("engine", ["grpcio", "h2"])
+async def test_leader_election_gates_readiness(engine: str) -> None:
+    srv = make_server(leader_election=True, health_on_ext_proc_port=True, engine=engine)
     await srv.start()
     try:
         await srv.set_synced(True)
@@ -79,6 +80,9 @@ async def test_leader_election_gates_readiness() -> None:
         assert await _status(srv.grpc_health_port, "readiness") == SERVING
         assert await _status(srv.grpc_port, "") == SERVING  # --health-checking: also on the ext_proc port
         assert await _status(srv.grpc_port, EXT_PROC) == SERVING
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # the ext_proc port knows "" and ext_proc only
+            await _status(srv.grpc_port, "liveness")
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
         await srv.set_leader(False)
         assert await _status(srv.grpc_health_port, "") == NOT_SERVING
         assert await _status(srv.grpc_health_port, "liveness") == SERVING
