@@ -235,6 +235,7 @@ def run(args: argparse.Namespace) -> list[Point]:
         single_sim_process=True,
         envoy_variant=None,
         picker_args=("-v", "0", *shlex.split(args.picker_args)),
+        picker_program=(str(args.picker_script.resolve()),) if args.picker_script else ("-m", "epp"),
     )
     points: list[Point] = []
     with Stack(spec, progress=lambda m: print(f"[extproc-envoy] {m}", flush=True)) as stack:
@@ -384,6 +385,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--itl", default="100us", help="simulated inter-token latency (default 100us)")
     p.add_argument("--picker-args", default="", help="extra picker flags, e.g. '--grpc-engine=grpcio'")
+    p.add_argument(
+        "--picker-script",
+        type=Path,
+        default=None,
+        help="run this Python file as the picker instead of `-m epp` (a prototype that patches the "
+        "picker, e.g. tests/epp/server/ngh2_picker.py)",
+    )
     p.add_argument(
         "--out",
         type=Path,
