@@ -176,3 +176,40 @@ def test_direct_logger_before_configuration_is_structlogs() -> None:
         assert not isinstance(logs.direct_logger("epp.request"), DirectLogger)
     finally:
         logs._direct = saved
+
+
+async def test_direct_lines_of_one_loop_iteration_are_written_together() -> None:
+    """In a running loop the lines wait for the end of the iteration, then go out in order, each line's
+    bytes unchanged; past the budget they go at once; flush() (and so exit) writes what is held."""
+    import asyncio
+
+    import epp.server.logs as logs
+
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        out, _ = _configured("json")
+        log = RequestLog(2)
+        for i in range(3):
+            log.stream_ended(LLMRequest(f"r{i}", "m", "m"), RESULT, None, 0.0001, DONE, 0.02)
+        assert out.getvalue() == ""  # held until this iteration ends
+        await asyncio.sleep(0)
+        lines = [orjson.loads(line) for line in out.getvalue().splitlines()]
+        assert [line["request_id"] for line in lines] == ["r0", "r1", "r2"]
+        assert out.getvalue().endswith("}\n") and "\n\n" not in out.getvalue()
+        direct = log._log
+        assert isinstance(direct, DirectLogger)
+        for i in range(logs.MAX_PENDING_LINES):
+            log.stream_ended(LLMRequest(f"b{i}", "m", "m"), RESULT, None, 0.0001, DONE, 0.02)
+        assert len(out.getvalue().splitlines()) == 3 + logs.MAX_PENDING_LINES  # the budget wrote them
+        log.stream_ended(REQUEST, RESULT, None, 0.0001, DONE, 0.02)
+        assert direct in logs._holding
+        logs._flush_held()  # what exit runs
+        assert orjson.loads(out.getvalue().splitlines()[-1])["request_id"] == "r1"
+        await asyncio.sleep(0)  # the iteration's own flush then finds nothing to write
+        assert len(out.getvalue().splitlines()) == 4 + logs.MAX_PENDING_LINES
+    finally:
+        structlog.configure(**saved)
+        root.handlers[:] = handlers
+        root.setLevel(level)
