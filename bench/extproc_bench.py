@@ -183,14 +183,21 @@ def idle_cpu_rate(stack: Stack, seconds: float = 2.0) -> float:
 
 @contextlib.contextmanager
 def bench_stack(
-    *, servers: int, itl: str, picker_args: str, envoy_variant: str | None, tag: str
+    *,
+    servers: int,
+    itl: str,
+    picker_args: str,
+    envoy_variant: str | None,
+    tag: str,
+    picker_script: Path | None = None,
 ) -> Iterator[tuple[Stack, float]]:
     """The stack the Envoy benchmarks drive, started, and the picker's idle CPU rate measured on it.
 
     ``servers`` simulated servers in one ``epp-sim`` process (no time to first token, ``itl`` between
     tokens, room for 512 sequences), the picker at ``-v 0`` plus ``picker_args`` (a shell-quoted string),
     Envoy rendered ``envoy_variant`` (None: started later with ``stack.start_envoy``). Progress lines
-    are printed prefixed ``[tag]``; the stack is stopped when the block ends."""
+    are printed prefixed ``[tag]``; the stack is stopped when the block ends. ``picker_script``: a Python
+    file run as the picker instead of ``-m epp`` (a prototype engine)."""
     sim_args = (
         "--time-to-first-token", "0",
         "--inter-token-latency", itl,
@@ -205,6 +212,7 @@ def bench_stack(
         single_sim_process=True,
         envoy_variant=envoy_variant,
         picker_args=("-v", "0", *shlex.split(picker_args)),
+        picker_program=(str(picker_script.resolve()),) if picker_script else ("-m", "epp"),
     )
     with Stack(spec, progress=lambda m: print(f"[{tag}] {m}", flush=True)) as stack:
         yield stack, idle_cpu_rate(stack)
@@ -259,6 +267,7 @@ def run(args: argparse.Namespace) -> list[Point]:
         picker_args=args.picker_args,
         envoy_variant=None,
         tag="extproc-envoy",
+        picker_script=args.picker_script,
     )
     with started as (stack, idle):
         print(
@@ -430,6 +439,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=256, help="output tokens per request")
     p.add_argument("--itl", default="100us", help="simulated inter-token latency (default 100us)")
     p.add_argument("--picker-args", default="", help="extra picker flags, e.g. '--grpc-engine=grpcio'")
+    p.add_argument(
+        "--picker-script",
+        type=Path,
+        default=None,
+        help="run this Python file as the picker instead of `-m epp` (a prototype that patches the "
+        "picker, e.g. tests/epp/server/ngh2_picker.py)",
+    )
     p.add_argument(
         "--out",
         type=Path,

@@ -201,6 +201,7 @@ class StackSpec:
     picker_tls: bool = False
     picker_client_cert: tuple[str, str] = ("", "")  # (cert, key) PEM files Envoy presents to the picker
     picker_args: tuple[str, ...] = ()
+    picker_program: tuple[str, ...] = ("-m", "epp")  # what the Python runs as the picker (before its flags)
     picker_hosts: tuple[str, ...] = ()
     envoy_variant: str | None = "gie-fail-closed"
     envoy_concurrency: int = 1
@@ -384,7 +385,7 @@ class Stack:
     def picker_argv(self) -> list[str]:
         p = self.ports
         return [
-            self.python, "-m", "epp",
+            self.python, *self.spec.picker_program,
             "--host", "127.0.0.1",
             "--grpc-port", str(p.grpc),
             "--grpc-health-port", str(p.health),

@@ -171,9 +171,14 @@ class HistogramChild:
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self._bounds = bounds
-        self.counts = [0] * len(bounds)
+        self.counts = [0] * len(bounds)  # never replaced: recorders may hold it
         self.total = 0.0
         self.created = time.time()
+
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        """The buckets' upper bounds (the last is +Inf)."""
+        return self._bounds
 
     def observe(self, amount: float) -> None:
         if amount == amount:  # NaN counts in no bucket (as in prometheus_client), only in the sum

@@ -4,15 +4,15 @@ Fields: ``request_id``, ``model``, ``target_model``, ``priority``, ``endpoints``
 ``profile``, ``schedule_ms``, ``duration_ms``, ``outcome``, ``status``, ``error`` (the error type of an
 HTTP error answered by the picker), token usage, and ``trace_id`` (from a W3C ``traceparent`` header)
 when tracing is on. Verbosity >= 4 adds ``decision`` (filters, per-plugin scores, weights, totals).
-Prompt text is added only at verbosity 5.
+Prompt text is added only at verbosity 5. Written through :func:`epp.server.logs.direct_logger` (the
+configured chain without structlog's per-call machinery; the same bytes).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import structlog
-
+from epp.server.logs import direct_logger
 from scheduler.types import Completion, LLMRequest, SchedulingResult
 
 __all__ = ["RequestLog"]
@@ -24,7 +24,7 @@ class RequestLog:
     def __init__(self, verbosity: int, *, tracing: bool = True, logger: Any = None) -> None:
         self._verbosity = verbosity
         self._tracing = tracing
-        self._log = logger if logger is not None else structlog.get_logger("epp.request")
+        self._log = logger if logger is not None else direct_logger("epp.request")
 
     def stream_ended(
         self,

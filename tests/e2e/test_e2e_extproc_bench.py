@@ -53,3 +53,25 @@ def test_short_run_writes_a_report_with_cpu_per_request(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "picker CPU per 1k request" in report
     assert "added p50 at c=16 paced" in report
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(90)
+def test_picker_script_runs_as_the_picker(tmp_path: Path) -> None:
+    """``--picker-script`` (how a prototype engine is measured behind Envoy) runs that file as the picker,
+    with the picker's flags, and the point is measured through it."""
+    marker = tmp_path / "argv.txt"
+    script = tmp_path / "picker.py"
+    script.write_text(
+        "import pathlib, sys\n"
+        f"pathlib.Path({str(marker)!r}).write_text(' '.join(sys.argv[1:]))\n"
+        "from epp.cli import main\n"
+        "sys.exit(main())\n"
+    )
+    argv = ["--servers", "1", "--seconds", "1", "--concurrency", "2", "--bodies", "1k", "--kinds", "plain"]
+    argv += ["--configs", "gie-fail-closed", "--picker-script", str(script), "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    flags = marker.read_text().split()
+    assert "--grpc-port" in flags and flags[flags.index("-v") + 1] in {"0", "1"}
+    [point] = json.loads((tmp_path / "out" / "points.json").read_text())
+    assert point["requests"] > 0 and point["errors"] == 0 and point["msgs_per_req"] >= 4

@@ -21,6 +21,7 @@ import asyncio
 import cProfile
 import os
 import pstats
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from epp.app import build_app
 from epp.config.options import parse_options
 from epp.server.h2 import frames as f
 from epp.server.h2.connection import H2Connection
+from epp.server.logs import configure_logging
 from scheduler.types import Endpoint, EndpointView, Metrics
 
 
@@ -117,6 +119,12 @@ async def main() -> None:
     p.add_argument(
         "--engine", choices=("h2", "ngh2"), default="h2", help="ngh2: the prototype in ngh2_proto.py"
     )
+    p.add_argument(
+        "--picker-args",
+        default="-v 0",
+        help="picker flags (default '-v 0'; '-v 2' adds the per-request log line, written to stderr as "
+        "the picker writes it: redirect stderr)",
+    )
     args = p.parse_args()
     now = time.monotonic()
     endpoints = tuple(
@@ -124,7 +132,11 @@ async def main() -> None:
                  metrics=Metrics(updated_at=now, waiting_queue_size=i % 3, kv_cache_usage=0.1 * (i % 5)))
         for i in range(args.endpoints)
     )  # fmt: skip
-    options = parse_options(["--endpoints", ",".join(e.address for e in endpoints), "--secure-serving=false"])
+    options = parse_options([
+        "--endpoints", ",".join(e.address for e in endpoints), "--secure-serving=false",
+        *shlex.split(args.picker_args),
+    ])  # fmt: skip
+    configure_logging(options.verbosity, options.log_format, time_encoding=options.zap_time_encoding)
     app = await build_app(options)
     core = app.server.core
     core.router._source = _Source(endpoints)  # the data layer is never started

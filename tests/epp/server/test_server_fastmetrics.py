@@ -131,3 +131,28 @@ def test_counter_refuses_negative_and_unlabelled_use_of_labelled_collectors() ->
     FastCounter("dup", "doc", registry=registry)
     with pytest.raises(ValueError, match="Duplicated"):
         Counter("dup", "doc", registry=registry)
+
+
+def test_twin_histogram_pair_records_what_two_observes_would() -> None:
+    """A histogram family under both names is bound to one recorder that finds the bucket once; every
+    bucket, count and sum equals that of a lone child observing the same values (NaN and +Inf included)."""
+    from epp.server.metric_catalog import Naming, by_key
+    from epp.server.metric_twin import Twin
+
+    registry = CollectorRegistry()
+    twin = Twin(by_key("plugin_duration"), Naming.BOTH, registry)
+    labels = {"extension_point": "Scorer", "plugin_type": "queue-scorer", "plugin_name": "q"}
+    recorder = twin.bind(labels)
+    (a, _), (b, _) = twin.parts
+    lone = FastHistogram("lone", "d", buckets=a.labels("Scorer", "queue-scorer", "q").bounds[:-1])
+    values = [0.0, 1e-7, 0.0001, 0.00025, 0.003, 0.5, 7.0, math.inf, math.nan, 0.0001]
+    for v in values:
+        recorder.observe(v)
+        lone.observe(v)
+    reference = lone.labels()
+    for collector in (a, b):
+        child = collector.labels("Scorer", "queue-scorer", "q")
+        assert child.counts == reference.counts and sum(child.counts) == len(values) - 1  # NaN: no bucket
+        assert math.isnan(child.total) and math.isnan(reference.total)
+    samples = {s.name: s.value for m in registry.collect() for s in m.samples if s.name.endswith("_count")}
+    assert set(samples.values()) == {len(values) - 1} and len(samples) == 2

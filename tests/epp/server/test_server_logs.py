@@ -7,10 +7,12 @@ import logging
 from typing import Any
 
 import orjson
+import pytest
 import structlog
+from structlog.testing import capture_logs
 
 from epp.server.decisions import DecisionLog
-from epp.server.logs import configure_logging, level_for
+from epp.server.logs import DirectLogger, configure_logging, level_for
 from epp.server.request_log import RequestLog
 from scheduler.types import (
     Completion,
@@ -108,3 +110,106 @@ def test_decision_ring_is_bounded_newest_first() -> None:
     assert got[0]["model"] == "m" and got[0]["priority"] == 0
     # the request (prompt, headers) is not kept alive by the ring
     assert not any(isinstance(field, LLMRequest) for entry in ring._ring for field in entry)
+
+
+def _configured(fmt: str, **kwargs: Any) -> tuple[io.StringIO, Any]:
+    out = io.StringIO()
+    configure_logging(2, fmt, out, **kwargs)
+    return out, structlog.get_config()
+
+
+@pytest.mark.parametrize(
+    ("fmt", "kwargs"),
+    [
+        ("json", {}),
+        ("json", {"time_encoding": "nano"}),
+        ("json", {"stacktrace_level": "info"}),
+        ("console", {}),
+    ],
+)
+def test_direct_request_line_is_structlogs_line(fmt: str, kwargs: dict[str, Any]) -> None:
+    """The request line written through direct_logger is byte-for-byte structlog's (timestamps aside)."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        out, _ = _configured(fmt, **kwargs)
+        log = RequestLog(2)
+        traced = kwargs.get("stacktrace_level") == "info"
+        assert isinstance(log._log, DirectLogger) is not traced  # the direct path would add a stack frame
+        log.stream_ended(REQUEST, RESULT, None, 0.0001, DONE, 0.02)
+        RequestLog(2, logger=structlog.get_logger("epp.request")).stream_ended(
+            REQUEST, RESULT, None, 0.0001, DONE, 0.02
+        )
+        direct, chained = out.getvalue().splitlines()
+        if fmt == "json":  # same fields in the same order, timestamps (and stack traces' call sites) aside
+            lines = [orjson.loads(line) for line in (direct, chained)]
+            for line in lines:
+                assert line.pop("timestamp") and ("stacktrace" in line) is traced
+                line.pop("stacktrace", None)
+            assert list(lines[0].items()) == list(lines[1].items())
+        else:
+            assert direct.split(" ", 1)[1] == chained.split(" ", 1)[1]
+        # capture_logs (which edits the configured chain in place) sees the line: the direct path steps aside
+        with capture_logs() as captured:
+            log.stream_ended(REQUEST, RESULT, None, 0.0001, DONE, 0.02)
+        assert [e["event"] for e in captured] == ["request"] and captured[0]["request_id"] == "r1"
+        # a later configuration (to another stream) wins: the old direct logger hands over to structlog
+        # (structlog's own proxy, used when traced, stays with the logger it cached on first use)
+        other, _ = _configured("json")
+        log.stream_ended(REQUEST, RESULT, None, 0.0001, DONE, 0.02)
+        if not traced:
+            assert len(out.getvalue().splitlines()) == 2
+            assert orjson.loads(other.getvalue())["request_id"] == "r1"
+    finally:
+        structlog.configure(**saved)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def test_direct_logger_before_configuration_is_structlogs() -> None:
+    import epp.server.logs as logs
+
+    saved = logs._direct
+    logs._direct = None
+    try:
+        assert not isinstance(logs.direct_logger("epp.request"), DirectLogger)
+    finally:
+        logs._direct = saved
+
+
+async def test_direct_lines_of_one_loop_iteration_are_written_together() -> None:
+    """In a running loop the lines wait for the end of the iteration, then go out in order, each line's
+    bytes unchanged; past the budget they go at once; flush() (and so exit) writes what is held."""
+    import asyncio
+
+    import epp.server.logs as logs
+
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        out, _ = _configured("json")
+        log = RequestLog(2)
+        for i in range(3):
+            log.stream_ended(LLMRequest(f"r{i}", "m", "m"), RESULT, None, 0.0001, DONE, 0.02)
+        assert out.getvalue() == ""  # held until this iteration ends
+        await asyncio.sleep(0)
+        lines = [orjson.loads(line) for line in out.getvalue().splitlines()]
+        assert [line["request_id"] for line in lines] == ["r0", "r1", "r2"]
+        assert out.getvalue().endswith("}\n") and "\n\n" not in out.getvalue()
+        direct = log._log
+        assert isinstance(direct, DirectLogger)
+        for i in range(logs.MAX_PENDING_LINES):
+            log.stream_ended(LLMRequest(f"b{i}", "m", "m"), RESULT, None, 0.0001, DONE, 0.02)
+        assert len(out.getvalue().splitlines()) == 3 + logs.MAX_PENDING_LINES  # the budget wrote them
+        log.stream_ended(REQUEST, RESULT, None, 0.0001, DONE, 0.02)
+        assert direct in logs._holding
+        logs._flush_held()  # what exit runs
+        assert orjson.loads(out.getvalue().splitlines()[-1])["request_id"] == "r1"
+        await asyncio.sleep(0)  # the iteration's own flush then finds nothing to write
+        assert len(out.getvalue().splitlines()) == 4 + logs.MAX_PENDING_LINES
+    finally:
+        structlog.configure(**saved)
+        root.handlers[:] = handlers
+        root.setLevel(level)
