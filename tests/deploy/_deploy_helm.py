@@ -79,6 +79,15 @@ def run_helm(python: Path, *args: str) -> Any:
 
 Job = tuple[Path, dict[str, Any], str]  # chart, values, release
 
+TRANSPORT_ATTEMPTS = 3
+_TRANSPORT_ERRORS = ("connection reset by peer", "connection refused", "broken pipe", "i/o timeout", ": EOF")
+
+
+def _transport_error(message: str) -> bool:
+    """Whether a render failed on the way to helm-sdkpy's in-memory API server (seen once on a loaded
+    machine: ``read: connection reset by peer``) rather than on the chart: such renders are tried again."""
+    return message.startswith("install failed: Post ") and any(e in message for e in _TRANSPORT_ERRORS)
+
 
 class HelmRenderer:
     def __init__(self, python: Path, workdir: Path) -> None:
@@ -98,14 +107,26 @@ class HelmRenderer:
             {"chart": str(chart), "release": release, "namespace": NAMESPACE, "values": values}
             for chart, values, release in todo.values()
         ]
-        jobs_file = self._workdir / f"jobs-{len(self._cache)}.json"
-        jobs_file.write_text(json.dumps(payload))
-        results = run_helm(self._python, "render-many", str(jobs_file))
-        for key, out in zip(todo, results, strict=True):
-            if "error" in out:
-                self._cache[key] = str(out["error"])
-            else:
-                self._cache[key] = [doc for doc in yaml.safe_load_all(out["manifest"]) if doc]
+        for attempt in range(TRANSPORT_ATTEMPTS):
+            jobs_file = self._workdir / f"jobs-{len(self._cache)}-{attempt}.json"
+            jobs_file.write_text(json.dumps(payload))
+            results = run_helm(self._python, "render-many", str(jobs_file))
+            retry: dict[str, Job] = {}
+            last = attempt + 1 == TRANSPORT_ATTEMPTS
+            for (key, job), out in zip(todo.items(), results, strict=True):
+                if "error" in out and _transport_error(str(out["error"])) and not last:
+                    retry[key] = job  # the in-process API server dropped a connection: not Helm's verdict
+                elif "error" in out:
+                    self._cache[key] = str(out["error"])
+                else:
+                    self._cache[key] = [doc for doc in yaml.safe_load_all(out["manifest"]) if doc]
+            if not retry:
+                return
+            todo = retry
+            payload = [
+                {"chart": str(chart), "release": release, "namespace": NAMESPACE, "values": values}
+                for chart, values, release in todo.values()
+            ]
 
     def __call__(self, chart: Path, values: dict[str, Any], release: str = "pool") -> list[dict[str, Any]]:
         """The rendered objects; HelmRenderError with Helm's message when Helm refuses."""
