@@ -6,9 +6,9 @@ applied by the same worker, in arrival order (the sequence tracking of
 :class:`~scheduler.plugins.precise.events.KVEventIngester` relies on it). A worker unpacks the msgpack
 payload and hands the batch to the ingester.
 
-The workers are asyncio tasks of the picker's event loop: they take turns, one message each, and yield
-to the loop after every message, so a burst of events (a publisher's whole backlog arriving at once
-after a reconnect) never holds the request path for longer than one batch. With ``concurrency`` N the
+The workers are asyncio tasks of the picker's event loop: they take turns, each yielding to the loop
+after :data:`SLICE` (0.2 ms) of work, so a burst of events (a publisher's whole backlog arriving at once
+after a reconnect) never holds the request path for longer than a slice per worker. With ``concurrency`` N the
 publishers are spread over N queues: a flooding publisher fills its own shard only, and the others'
 batches keep being applied in turn. They do not run in parallel (one interpreter thread).
 
@@ -20,6 +20,7 @@ shard is dropped and counted (``queue_drops``); the publisher's next batch then 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ import structlog
 __all__ = ["SHARD_BUDGET", "KVEventPool", "fnv1a32"]
 
 SHARD_BUDGET = 4096  # messages queued per shard before further ones are dropped
+SLICE = 0.0002  # seconds a worker (or a receiver) runs before it yields to the event loop
 log = structlog.get_logger("datalayer.kv_events")
 
 _FNV_OFFSET = 0x811C9DC5
@@ -112,8 +114,14 @@ class KVEventPool:
     async def _work(self, index: int) -> None:
         queue = self._queues[index]
         ingest, unpack = self._ingest, self._unpack
+        clock = time.perf_counter
+        turn = clock()
         while True:
-            source, seq, payload = await queue.get()
+            if queue.empty():
+                source, seq, payload = await queue.get()  # suspends: the turn ends
+                turn = clock()
+            else:
+                source, seq, payload = queue.get_nowait()
             try:
                 try:
                     batch = unpack(payload)
@@ -127,4 +135,6 @@ class KVEventPool:
                 self.applied[index] += 1
             finally:
                 queue.task_done()
-            await asyncio.sleep(0)  # one message, then the other workers and the request path
+            if clock() - turn >= SLICE:  # the other workers and the request path get their turn
+                await asyncio.sleep(0)
+                turn = clock()

@@ -39,12 +39,13 @@ also logged that often.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
-from datalayer.kv_event_pool import KVEventPool
+from datalayer.kv_event_pool import SLICE, KVEventPool
 from datalayer.notifications import EndpointNotificationSource
 from scheduler.errors import ConfigError
 from scheduler.params import plugin_location
@@ -234,6 +235,8 @@ class KVEventFeed(EndpointNotificationSource):
         zmq_error = self._zmq.ZMQError
         label = source if source is not None else CENTRAL
         received = self.received
+        clock = time.perf_counter
+        turn = clock()
         try:
             while True:
                 try:
@@ -251,7 +254,9 @@ class KVEventFeed(EndpointNotificationSource):
                     self.unattributed += 1
                     continue
                 pool.add(who, int.from_bytes(seq, "big"), payload)
-                await asyncio.sleep(0)  # a backlog is read in turns with the workers and requests
+                if clock() - turn >= SLICE:  # a backlog is read in turns with the workers and requests
+                    await asyncio.sleep(0)
+                    turn = clock()
         finally:
             sock.close(linger=0)
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from bench.precise_bench import entry_bytes, ingestion_us, keys_ms, main
+from bench.precise_bench import entry_bytes, ingestion_us, keys_ms, main, pooled_ingestion_us
 
 
 def test_figures_are_positive_and_plausible() -> None:
     assert 0 < ingestion_us(servers=4, batches=5, seed=1) < 1000
+    assert 0 < pooled_ingestion_us(servers=4, batches=5, seed=1) < 1000
     assert 28 < entry_bytes(servers=2, blocks=300, seed=1) < 1000  # at least an int object per entry
     assert keys_ms(256, 128, seed=1, tokenize=False) >= 0
 
@@ -16,4 +17,4 @@ def test_figures_are_positive_and_plausible() -> None:
 def test_main_prints_a_verdict_per_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--servers", "4", "--batches", "5", "--blocks", "300", "--repeats", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 5 and all(line.split()[0] in ("PASS", "MISS") for line in lines)
+    assert len(lines) == 6 and all(line.split()[0] in ("PASS", "MISS") for line in lines)
