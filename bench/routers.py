@@ -24,6 +24,7 @@ import yaml
 
 from epp.envoy_config import envoy_binary, render
 from epp.stack import ManagedProcess, Stack, StackError, StackSpec, free_ports
+from scheduler.config.defaults import DEFAULT_CONFIG_TEXT
 
 __all__ = [
     "GIE_DEFAULT_CONFIG",
@@ -35,6 +36,7 @@ __all__ = [
     "TUNED_CONFIG",
     "RouterSpec",
     "RunningRouter",
+    "precise_profile",
     "running_router",
     "vllm_router_binary",
 ]
@@ -47,38 +49,48 @@ LOAD_ONLY_CONFIG = (CONFIG_DIR / "load-only.yaml").read_text()
 PREFIX_ONLY_CONFIG = (CONFIG_DIR / "prefix-only.yaml").read_text()
 TUNED_CONFIG = (CONFIG_DIR / "tuned.yaml").read_text()
 GIE_DEFAULT_CONFIG = (CONFIG_DIR / "gie-default.yaml").read_text()
-# The default profile with the exact prefix scorer in place of the approximate one: the servers publish
-# vLLM KV events to the picker's bound socket ({kv_events_port}); a sidecar epp-sim renders prompts
-# ({render_url}), as llm-d runs `vllm launch render` beside its picker. No speculativeIndexing: the
-# affinity scorer already keeps a prefix on its owner between dispatch and the owner's events.
-PRECISE_CONFIG = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: token-producer
-  parameters: {{modelName: "{model}", vllm: {{url: "{render_url}"}}}}
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: precise-prefix-cache-scorer
-  parameters:
-    tokenProcessorConfig: {{blockSize: 16, hashSeed: "{hash_seed}"}}
-    kvEventsConfig: {{zmqEndpoint: "tcp://127.0.0.1:{kv_events_port}"}}
-- type: prefix-affinity-scorer
-- type: active-request-scorer
-- type: no-hit-lru-scorer
-- type: max-score-picker
-- type: single-profile-handler
-schedulingProfiles:
-- name: default
-  plugins:
-  - {{pluginRef: queue-scorer, weight: 2}}
-  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}
-  - {{pluginRef: precise-prefix-cache-scorer, weight: 3}}
-  - {{pluginRef: prefix-affinity-scorer, weight: 10}}
-  - {{pluginRef: active-request-scorer, weight: 1}}
-  - {{pluginRef: no-hit-lru-scorer, weight: 1}}
-  - pluginRef: max-score-picker
-"""
+# The placeholders a KV-event profile's text carries; running_router fills them in.
+_PLACEHOLDERS = ("model", "render_url", "hash_seed", "kv_events_port")
+
+
+def precise_profile(default_text: str = DEFAULT_CONFIG_TEXT) -> str:
+    """``default_text`` (the built-in default profile) with the exact prefix scorer in place of the
+    approximate one, same weight and place, every other plugin and weight as they are there. The servers
+    publish vLLM KV events to the picker's bound socket (``{kv_events_port}``); a sidecar epp-sim renders
+    prompts (``{render_url}``) for the ``token-producer`` put first, as llm-d runs ``vllm launch render``
+    beside its picker. No ``speculativeIndexing``: the affinity scorer already keeps a prefix on its owner
+    between dispatch and the owner's events. Returns a ``str.format`` template of those placeholders."""
+    doc = yaml.safe_load(default_text)
+    doc["apiVersion"] = "llm-d.ai/v1alpha1"  # token-producer and the precise scorer are llm-d's types
+    mark = {name: f"@@{name}@@" for name in _PLACEHOLDERS}
+    precise = {
+        "type": "precise-prefix-cache-scorer",
+        "parameters": {
+            "tokenProcessorConfig": {"blockSize": 16, "hashSeed": mark["hash_seed"]},
+            "kvEventsConfig": {"zmqEndpoint": f"tcp://127.0.0.1:{mark['kv_events_port']}"},
+        },
+    }
+    refs = [p.get("name", p["type"]) for p in doc["plugins"] if p["type"] == "prefix-cache-scorer"]
+    if len(refs) != 1:
+        raise ValueError(f"expected one prefix-cache-scorer in the default profile, found {len(refs)}")
+    doc["plugins"] = [
+        {
+            "type": "token-producer",
+            "parameters": {"modelName": mark["model"], "vllm": {"url": mark["render_url"]}},
+        },
+        *(precise if p["type"] == "prefix-cache-scorer" else p for p in doc["plugins"]),
+    ]
+    for profile in doc["schedulingProfiles"]:
+        for ref in profile["plugins"]:
+            if ref["pluginRef"] == refs[0]:
+                ref["pluginRef"] = "precise-prefix-cache-scorer"
+    text = yaml.safe_dump(doc, sort_keys=False).replace("{", "{{").replace("}", "}}")
+    for name, marker in mark.items():
+        text = text.replace(marker, "{" + name + "}")
+    return text
+
+
+PRECISE_CONFIG = precise_profile()
 PREDICTED_CONFIG = (CONFIG_DIR / "predicted-latency.yaml").read_text()
 
 
