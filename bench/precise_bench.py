@@ -12,6 +12,12 @@
   offline tokenizer in front, tokenisation + hashing. Target <= 1 ms. (A real deployment tokenises
   on the model server's ``/render`` endpoint; the picker's own work is the hashing.)
 
+* **render round trip** (``--render``): the request-path step a ``token-producer`` with ``vllm.url`` adds
+  before scheduling (:class:`epp.server.render.TokenRenderer`), against a real ``epp-sim`` render
+  sidecar on 127.0.0.1 (as ``epp-bench routing``'s ``picker-precise`` runs it): wall latency p50/p90
+  per request and the picker's CPU per request, at 1 and 16 requests in flight. No target: it is the
+  cost the approximate profile does not pay.
+
 Figures are medians of ``--repeats`` runs.
 """
 
@@ -103,6 +109,69 @@ def pooled_ingestion_us(servers: int, batches: int, seed: int, concurrency: int 
     return asyncio.run(run()) / blocks * 1e6
 
 
+def render_round_trip(words: int, concurrency: int, requests: int, seed: int) -> tuple[float, float, float]:
+    """(p50 ms, p90 ms, picker CPU ms per request) of ``/v1/completions/render`` calls to an epp-sim."""
+    import subprocess
+    import sys
+
+    import httpx
+    import orjson
+
+    from epp.server.render import TokenRenderer
+    from epp.stack import free_ports
+    from scheduler.plugins.tokens.params import parse_token_producer_params
+    from scheduler.plugins.tokens.producer import TokenProducer
+    from scheduler.types import ApiKind, LLMRequest
+
+    (port,) = free_ports(1)
+    argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port), "--model", "m"]
+    sidecar = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or sidecar.poll() is not None:
+                    raise RuntimeError("the epp-sim render sidecar did not start") from None
+                time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}"
+        producer = TokenProducer(
+            "t", parse_token_producer_params({"modelName": "m", "vllm": {"url": url}}, "t", "t")
+        )
+        rng = random.Random(seed)
+        system = " ".join(f"w{rng.randrange(50_000)}" for _ in range(words))
+        bodies = [orjson.dumps({"model": "m", "prompt": f"{system} question {i}", "max_tokens": 1})
+                  for i in range(requests + 1)]  # fmt: skip
+
+        async def run() -> tuple[list[float], float]:
+            renderer = TokenRenderer([producer])
+            slots = asyncio.Semaphore(concurrency)
+            latencies: list[float] = []
+
+            async def one(i: int) -> None:
+                request = LLMRequest(f"r{i}", "m", "m", prompt_text="", api=ApiKind.COMPLETIONS)
+                async with slots:
+                    t0 = time.perf_counter()
+                    await renderer.render(request, bodies[i])
+                    latencies.append(time.perf_counter() - t0)
+
+            await one(requests)  # connect
+            latencies.clear()
+            cpu = time.process_time()
+            await asyncio.gather(*(one(i) for i in range(requests)))
+            cpu = time.process_time() - cpu
+            await renderer.aclose()
+            return sorted(latencies), cpu
+
+        lat, cpu = asyncio.run(run())
+    finally:
+        sidecar.terminate()
+        sidecar.wait(10)
+    return lat[len(lat) // 2] * 1e3, lat[int(len(lat) * 0.9)] * 1e3, cpu / requests * 1e3
+
+
 def entry_bytes(servers: int, blocks: int, seed: int) -> float:
     """Allocated bytes per (block, server) entry of a populated index."""
     rng = random.Random(seed)
@@ -144,6 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="smaller figures (make bench)")
+    p.add_argument(
+        "--render", action="store_true", help="also time /render round trips to an epp-sim sidecar"
+    )
     ns = p.parse_args(argv)
     if ns.quick:
         ns.batches, ns.blocks, ns.repeats = 50, 30_000, 3
@@ -169,6 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{_verdict(both <= KEYS_TARGET_MS)} epp-sim's offline tokenizer + keys of the same prompt: "
           f"{both:.3f} ms (target <= {KEYS_TARGET_MS:g} ms; the picker itself does not tokenise: "
           "token-producer renders on the model server)")  # fmt: skip
+    if ns.render:
+        for words in (1000, 4000):
+            for concurrency in (1, 16):
+                p50, p90, cpu = render_round_trip(words, concurrency, 200, ns.seed)
+                print(f"INFO render round trip, {words}-word prompt, {concurrency} in flight: "
+                      f"p50 {p50:.1f} ms, p90 {p90:.1f} ms, picker CPU {cpu:.2f} ms per request")  # fmt: skip
     return 0
 
 

@@ -29,6 +29,7 @@ bounded by the session's body limit).
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ CHAT_RENDER_PATH = "/v1/chat/completions/render"
 COMPLETIONS_RENDER_PATH = "/v1/completions/render"
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 _log = structlog.get_logger("epp.render")
+_U32 = next(code for code in "ILH" if array(code).itemsize == 4)  # an unsigned 32-bit array type code
 
 
 class RenderError(Exception):
@@ -165,18 +167,25 @@ def _multimodal(payload: dict[str, Any]) -> bool:
 
 def _token_prompt(prompt: Any) -> list[int] | None:
     """A completions prompt given as token ids (a list of ints), else None."""
-    if isinstance(prompt, list) and prompt and all(_is_id(t) for t in prompt):
+    if isinstance(prompt, list) and prompt and _all_ids(prompt):
         return list(prompt)
     return None
 
 
-def _is_id(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32
+def _all_ids(values: list[Any]) -> bool:
+    """Every value an int (not a bool) in [0, 2**32). Checked in C: an ``array('I')`` refuses other types
+    and out-of-range values, and the set of the values' types must be ``{int}`` (a bool passes the array);
+    a few microseconds for thousands of ids, where a Python loop took about a millisecond."""
+    try:
+        array(_U32, values)
+    except (TypeError, OverflowError):
+        return False
+    return not values or set(map(type, values)) == {int}
 
 
 def _ids(item: Any) -> list[int]:
     ids = item.get("token_ids") if isinstance(item, dict) else None
-    if not isinstance(ids, list) or not all(_is_id(t) for t in ids):
+    if not isinstance(ids, list) or not _all_ids(ids):
         raise RenderError("answer without a list of token ids")
     return ids
 
