@@ -18,6 +18,12 @@
   per request and the picker's CPU per request, at 1 and 16 requests in flight. No target: it is the
   cost the approximate profile does not pay.
 
+* **active-active** (``--active-active SCENARIO``): that ``epp-bench routing`` scenario (``--quick``)
+  with ``picker-precise`` and ``picker-precise-x2`` (two picker replicas behind one Envoy, ext_proc
+  round-robined over both, every server publishing its KV events to both), and ``picker-default`` /
+  ``-x2`` beside them; prints the target (two replicas' hit rate at most 2 points below one's) and the
+  approximate profile's change. Minutes: four fresh fleets.
+
 Figures are medians of ``--repeats`` runs.
 """
 
@@ -247,6 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 p50, p90, cpu = render_round_trip(words, concurrency, 200, ns.seed)
                 print(f"INFO render round trip, {words}-word prompt, {concurrency} in flight: "
                       f"p50 {p50:.1f} ms, p90 {p90:.1f} ms, picker CPU {cpu:.2f} ms per request")  # fmt: skip
+    if ns.active_active:
+        from bench import routing
+
+        routers = "picker-precise,picker-precise-x2,picker-default,picker-default-x2"
+        argv = ["--scenario", ns.active_active, "--quick", "--routers", routers, "--no-progress"]
+        return routing.main([*argv, "--out", ns.out] if ns.out else argv)
     return 0
 
 
