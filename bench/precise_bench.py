@@ -222,7 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--render", action="store_true", help="also time /render round trips to an epp-sim sidecar"
     )
-    p.add_argument("--active-active", metavar="SCENARIO", help="also run two replicas vs one on this scenario")
+    p.add_argument(
+        "--active-active", metavar="SCENARIO", help="also run two replicas vs one on this scenario"
+    )
     p.add_argument("--out", help="report folder of --active-active (default: epp-bench routing's)")
     ns = p.parse_args(argv)
     if ns.quick:
