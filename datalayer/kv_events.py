@@ -299,8 +299,10 @@ def kv_event_sources(
     wired = {id(x) for s in configured for x in s.extractors}
     sinks = [p for p in plugins if isinstance(p, KVEventSink) and hasattr(p.settings, "events")]
     for sink in sinks:
-        wanted = sink.settings.events.pod_namespace
-        if wanted and namespace and wanted != namespace and sink.settings.events.discover_pods:
+        events = sink.settings.events
+        wanted = events.pod_namespace
+        per_endpoint = events.discover_pods and not events.zmq_endpoint
+        if wanted and namespace and wanted != namespace and per_endpoint:
             raise ConfigError(
                 f"{wanted!r} is not the pool's namespace {namespace!r}: the picker's endpoints all live "
                 "in the pool's namespace, so none would be subscribed (leave it empty or set the pool's)",

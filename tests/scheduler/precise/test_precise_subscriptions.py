@@ -98,6 +98,8 @@ def test_pod_namespace_other_than_the_pools_is_refused_at_start_up() -> None:
     assert "kvEventsConfig.podDiscoveryConfig.podNamespace" in message and "'serving'" in message
     assert "precise-prefix-cache-producer" in message
     assert len(kv_event_sources([plugin], [], namespace="models")) == 1  # the pool's own: fine
+    central, _ = producer({"zmqEndpoint": "tcp://*:5557", "podDiscoveryConfig": {"podNamespace": "models"}})
+    assert len(kv_event_sources([central], [], namespace="serving")) == 1  # central mode: not per endpoint
 
 
 def test_concurrency_is_parsed_and_rendered() -> None:
