@@ -13,8 +13,10 @@ admissions, evictions, lookups, hits, lookup latency, exported on ``/metrics``, 
 default, logs nothing, as llm-d)); ``kvCacheBackendConfigs`` (``[{name, weight}]``, tier weights,
 default gpu 1.0, cpu 0.8); ``maxPrefixBlocksToMatch`` (blocks hashed per request, default 4096; older
 llm-d releases put it in ``kvBlockIndexConfig`` and ``tokenProcessorConfig`` in ``indexerConfig``: both
-places are read). ``redisConfig`` and ``costAwareMemoryConfig`` (other index backends) and
-``tokenizersPoolConfig`` (the deprecated in-process tokenizer) are rejected: tokenize with a
+places are read). ``inMemoryConfig.podCacheSize`` (llm-d's per-block cap on remembered servers) has
+no counterpart in pyepp's per-server key sets and is rejected; so are ``redisConfig`` and
+``costAwareMemoryConfig`` (other index backends) and ``tokenizersPoolConfig`` (the deprecated
+in-process tokenizer): tokenize with a
 ``token-producer``.
 
 ``kvEventsConfig``: ``zmqEndpoint`` (central mode: the picker binds a SUB socket there and every
@@ -239,9 +241,13 @@ def parse_precise_params(parameters: Any, plugin_type: str, name: str) -> Precis
     capacity = r.integer(
         in_memory.get("size"), "indexerConfig.kvBlockIndexConfig.inMemoryConfig.size", 1 << 20, 1
     )
-    r.integer(
-        in_memory.get("podCacheSize"), "indexerConfig.kvBlockIndexConfig.inMemoryConfig.podCacheSize", 10, 1
-    )
+    if in_memory.get("podCacheSize") is not None:
+        raise r.fail(
+            "indexerConfig.kvBlockIndexConfig.inMemoryConfig.podCacheSize",
+            "has no counterpart in pyepp: it caps the servers llm-d's key-to-servers index remembers per "
+            "block, while pyepp keeps one key set per server (bounded by inMemoryConfig.size) and knows "
+            "every server holding a block; leave it unset",
+        )
     metrics = r.boolean(
         block_index.get("enableMetrics"), "indexerConfig.kvBlockIndexConfig.enableMetrics", False
     )
