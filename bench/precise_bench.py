@@ -1,8 +1,10 @@
 """``epp-bench precise``: the costs of exact prefix routing (issue 14's targets), printed PASS/MISS.
 
 * **ingestion**: vLLM KV-event batches from 64 servers (msgpack, vLLM's struct layout: BlockStored runs
-  of 4 blocks, a BlockRemoved for every second batch), unpacked and applied to the index as the
-  transport does; CPU time (``process_time``) per block event. Target <= 5 us.
+  of 4 blocks, a BlockRemoved for every second batch), unpacked and applied to the index; CPU time
+  (``process_time``) per block event. Target <= 5 us. Measured twice: applied directly, and as the
+  transport does it (each message handed to the ``kvEventsConfig.concurrency`` worker pool by a
+  receiver that yields every 0.2 ms, the workers applying it on the event loop).
 * **index memory**: bytes allocated (``tracemalloc``) per (block, server) entry with 64 servers
   holding ``--blocks`` blocks each, about a third of them shared. Target <= 100 B.
 * **keys for an 8k-token prompt**: the prompt's block keys (vLLM ``sha256`` chain, 16-token blocks)
@@ -10,18 +12,32 @@
   offline tokenizer in front, tokenisation + hashing. Target <= 1 ms. (A real deployment tokenises
   on the model server's ``/render`` endpoint; the picker's own work is the hashing.)
 
+* **render round trip** (``--render``): the request-path step a ``token-producer`` with ``vllm.url`` adds
+  before scheduling (:class:`epp.server.render.TokenRenderer`), against a real ``epp-sim`` render
+  sidecar on 127.0.0.1 (as ``epp-bench routing``'s ``picker-precise`` runs it): wall latency p50/p90
+  per request and the picker's CPU per request, at 1 and 16 requests in flight. No target: it is the
+  cost the approximate profile does not pay.
+
+* **active-active** (``--active-active SCENARIO``): that ``epp-bench routing`` scenario (``--quick``)
+  with ``picker-precise`` and ``picker-precise-x2`` (two picker replicas behind one Envoy, ext_proc
+  round-robined over both, every server publishing its KV events to both), and ``picker-default`` /
+  ``-x2`` beside them; prints the target (two replicas' hit rate at most 2 points below one's) and the
+  approximate profile's change. Minutes: four fresh fleets.
+
 Figures are medians of ``--repeats`` runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import statistics
 import time
 import tracemalloc
 from collections.abc import Sequence
 
+from datalayer.kv_event_pool import SLICE, KVEventPool
 from epp.config.flags import ManualHelpFormatter
 from scheduler.plugins.precise.events import KVEventIngester
 from scheduler.plugins.precise.hashing import BlockKeyer
@@ -71,6 +87,98 @@ def ingestion_us(servers: int, batches: int, seed: int) -> float:
     return (time.process_time() - start) / blocks * 1e6
 
 
+def pooled_ingestion_us(servers: int, batches: int, seed: int, concurrency: int = 4) -> float:
+    """CPU microseconds per block event through the worker pool, as the transport (``KVEventFeed``)."""
+    frames, blocks = _batches(servers, batches, random.Random(seed))
+    import msgpack
+
+    ingester = KVEventIngester(KVBlockIndex())
+    unpackb = msgpack.unpackb
+
+    async def run() -> float:
+        pool = KVEventPool(
+            concurrency, ingester.ingest, lambda b: unpackb(b, raw=False, strict_map_key=False), lambda: None
+        )
+        pool.start()
+        start = time.process_time()
+        clock, turn = time.perf_counter, time.perf_counter()
+        for source, seq, payload in frames:  # the receiver: a slice of messages, then a turn for the others
+            pool.add(source, seq, payload)
+            if clock() - turn >= SLICE:
+                await asyncio.sleep(0)
+                turn = clock()
+        await pool.drain()
+        spent = time.process_time() - start
+        await pool.stop()
+        assert pool.queue_drops == 0 and ingester.batches == len(frames)
+        return spent
+
+    return asyncio.run(run()) / blocks * 1e6
+
+
+def render_round_trip(words: int, concurrency: int, requests: int, seed: int) -> tuple[float, float, float]:
+    """(p50 ms, p90 ms, picker CPU ms per request) of ``/v1/completions/render`` calls to an epp-sim."""
+    import subprocess
+    import sys
+
+    import httpx
+    import orjson
+
+    from devtools.stack import free_ports
+    from epp.server.render import TokenRenderer
+    from scheduler.plugins.tokens.params import parse_token_producer_params
+    from scheduler.plugins.tokens.producer import TokenProducer
+    from scheduler.types import ApiKind, LLMRequest
+
+    (port,) = free_ports(1)
+    argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port), "--model", "m"]
+    sidecar = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or sidecar.poll() is not None:
+                    raise RuntimeError("the epp-sim render sidecar did not start") from None
+                time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}"
+        producer = TokenProducer(
+            "t", parse_token_producer_params({"modelName": "m", "vllm": {"url": url}}, "t", "t")
+        )
+        rng = random.Random(seed)
+        system = " ".join(f"w{rng.randrange(50_000)}" for _ in range(words))
+        bodies = [orjson.dumps({"model": "m", "prompt": f"{system} question {i}", "max_tokens": 1})
+                  for i in range(requests + 1)]  # fmt: skip
+
+        async def run() -> tuple[list[float], float]:
+            renderer = TokenRenderer([producer])
+            slots = asyncio.Semaphore(concurrency)
+            latencies: list[float] = []
+
+            async def one(i: int) -> None:
+                request = LLMRequest(f"r{i}", "m", "m", prompt_text="", api=ApiKind.COMPLETIONS)
+                async with slots:
+                    t0 = time.perf_counter()
+                    await renderer.render(request, bodies[i])
+                    latencies.append(time.perf_counter() - t0)
+
+            await one(requests)  # connect
+            latencies.clear()
+            cpu = time.process_time()
+            await asyncio.gather(*(one(i) for i in range(requests)))
+            cpu = time.process_time() - cpu
+            await renderer.aclose()
+            return sorted(latencies), cpu
+
+        lat, cpu = asyncio.run(run())
+    finally:
+        sidecar.terminate()
+        sidecar.wait(10)
+    return lat[len(lat) // 2] * 1e3, lat[int(len(lat) * 0.9)] * 1e3, cpu / requests * 1e3
+
+
 def entry_bytes(servers: int, blocks: int, seed: int) -> float:
     """Allocated bytes per (block, server) entry of a populated index."""
     rng = random.Random(seed)
@@ -114,10 +222,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="runs per figure (the median is reported)")
     p.add_argument("--seed", type=int, default=1, help="random seed")
     p.add_argument("--quick", action="store_true", help="smaller figures (make bench)")
+    p.add_argument(
+        "--render", action="store_true", help="also time /render round trips to an epp-sim sidecar"
+    )
+    p.add_argument(
+        "--active-active", metavar="SCENARIO", help="also run two replicas vs one on this scenario"
+    )
+    p.add_argument("--out", help="report folder of --active-active (default: epp-bench routing's)")
     ns = p.parse_args(argv)
     if ns.quick:
         ns.batches, ns.blocks, ns.repeats = 50, 30_000, 3
     ingest = statistics.median(ingestion_us(ns.servers, ns.batches, ns.seed + r) for r in range(ns.repeats))
+    pooled = statistics.median(
+        pooled_ingestion_us(ns.servers, ns.batches, ns.seed + r) for r in range(ns.repeats)
+    )
     sizes = (ns.blocks // 3, ns.blocks)
     reps = range(ns.repeats)
     memory = {n: statistics.median(entry_bytes(ns.servers, n, ns.seed + r) for r in reps) for n in sizes}
@@ -125,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     both = statistics.median(keys_ms(8192, 6144, ns.seed + r, True) for r in range(ns.repeats))
     print(f"{_verdict(ingest <= INGEST_TARGET_US)} ingestion: {ingest:.2f} us CPU per block event at "
           f"{ns.servers} servers (target <= {INGEST_TARGET_US:g} us)")  # fmt: skip
+    print(f"{_verdict(pooled <= INGEST_TARGET_US)} ingestion through the worker pool (concurrency 4, "
+          f"a yield per {SLICE * 1e3:g} ms): {pooled:.2f} us CPU per block event "
+          f"(target <= {INGEST_TARGET_US:g} us)")  # fmt: skip
     for n, size in memory.items():  # a set's fill (hence its bytes per entry) varies with its size
         print(f"{_verdict(size <= ENTRY_TARGET_BYTES)} index: {size:.1f} B per (block, server) entry with "
               f"{n} blocks per server (target <= {ENTRY_TARGET_BYTES:g} B)")  # fmt: skip
@@ -133,6 +254,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{_verdict(both <= KEYS_TARGET_MS)} epp-sim's offline tokenizer + keys of the same prompt: "
           f"{both:.3f} ms (target <= {KEYS_TARGET_MS:g} ms; the picker itself does not tokenise: "
           "token-producer renders on the model server)")  # fmt: skip
+    if ns.render:
+        for words in (1000, 4000):
+            for concurrency in (1, 16):
+                p50, p90, cpu = render_round_trip(words, concurrency, 200, ns.seed)
+                print(f"INFO render round trip, {words}-word prompt, {concurrency} in flight: "
+                      f"p50 {p50:.1f} ms, p90 {p90:.1f} ms, picker CPU {cpu:.2f} ms per request")  # fmt: skip
+    if ns.active_active:
+        from bench import routing
+
+        routers = "picker-precise,picker-precise-x2,picker-default,picker-default-x2"
+        argv = ["--scenario", ns.active_active, "--quick", "--routers", routers, "--no-progress"]
+        return routing.main([*argv, "--out", ns.out] if ns.out else argv)
     return 0
 
 

@@ -3,7 +3,10 @@
 A :class:`RouterSpec` names one router: ``envoy`` with a load-balancing policy (``ROUND_ROBIN``,
 ``LEAST_REQUEST``; Envoy's config is the repository's ``round-robin`` variant with ``lb_policy``
 replaced), ``vllm-router`` with a ``--policy``, or ``picker`` (our EPP behind Envoy's GIE fail-closed
-config) with an ``EndpointPickerConfig`` text (``""`` = the built-in default). :func:`running_router`
+config) with an ``EndpointPickerConfig`` text (``""`` = the built-in default), ``replicas`` picker
+processes (2: active-active, Envoy's ``endpoint_picker`` cluster round-robins the ext_proc streams over
+both; with KV events each replica binds its own socket and every server publishes to both, as in
+llm-d's central mode with several replicas). :func:`running_router`
 starts the fleet (:class:`devtools.stack.Stack`, every server a fresh ``epp-sim`` process with cold caches),
 then the router, waits until a request gets through, yields a :class:`RunningRouter` and stops
 everything on exit (also on errors and interrupts).
@@ -17,6 +20,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -24,6 +28,7 @@ import yaml
 
 from devtools.envoy_config import envoy_binary, render
 from devtools.stack import ManagedProcess, Stack, StackError, StackSpec, free_ports
+from scheduler.config.defaults import DEFAULT_CONFIG_TEXT
 
 __all__ = [
     "GIE_DEFAULT_CONFIG",
@@ -35,6 +40,7 @@ __all__ = [
     "TUNED_CONFIG",
     "RouterSpec",
     "RunningRouter",
+    "precise_profile",
     "running_router",
     "vllm_router_binary",
 ]
@@ -47,38 +53,48 @@ LOAD_ONLY_CONFIG = (CONFIG_DIR / "load-only.yaml").read_text()
 PREFIX_ONLY_CONFIG = (CONFIG_DIR / "prefix-only.yaml").read_text()
 TUNED_CONFIG = (CONFIG_DIR / "tuned.yaml").read_text()
 GIE_DEFAULT_CONFIG = (CONFIG_DIR / "gie-default.yaml").read_text()
-# The default profile with the exact prefix scorer in place of the approximate one: the servers publish
-# vLLM KV events to the picker's bound socket ({kv_events_port}); a sidecar epp-sim renders prompts
-# ({render_url}), as llm-d runs `vllm launch render` beside its picker. No speculativeIndexing: the
-# affinity scorer already keeps a prefix on its owner between dispatch and the owner's events.
-PRECISE_CONFIG = """\
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: token-producer
-  parameters: {{modelName: "{model}", vllm: {{url: "{render_url}"}}}}
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: precise-prefix-cache-scorer
-  parameters:
-    tokenProcessorConfig: {{blockSize: 16, hashSeed: "{hash_seed}"}}
-    kvEventsConfig: {{zmqEndpoint: "tcp://127.0.0.1:{kv_events_port}"}}
-- type: prefix-affinity-scorer
-- type: active-request-scorer
-- type: no-hit-lru-scorer
-- type: max-score-picker
-- type: single-profile-handler
-schedulingProfiles:
-- name: default
-  plugins:
-  - {{pluginRef: queue-scorer, weight: 2}}
-  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}
-  - {{pluginRef: precise-prefix-cache-scorer, weight: 3}}
-  - {{pluginRef: prefix-affinity-scorer, weight: 10}}
-  - {{pluginRef: active-request-scorer, weight: 1}}
-  - {{pluginRef: no-hit-lru-scorer, weight: 1}}
-  - pluginRef: max-score-picker
-"""
+# The placeholders a KV-event profile's text carries; running_router fills them in.
+_PLACEHOLDERS = ("model", "render_url", "hash_seed", "kv_events_port")
+
+
+def precise_profile(default_text: str = DEFAULT_CONFIG_TEXT) -> str:
+    """``default_text`` (the built-in default profile) with the exact prefix scorer in place of the
+    approximate one, same weight and place, every other plugin and weight as they are there. The servers
+    publish vLLM KV events to the picker's bound socket (``{kv_events_port}``); a sidecar epp-sim renders
+    prompts (``{render_url}``) for the ``token-producer`` put first, as llm-d runs ``vllm launch render``
+    beside its picker. No ``speculativeIndexing``: the affinity scorer already keeps a prefix on its owner
+    between dispatch and the owner's events. Returns a ``str.format`` template of those placeholders."""
+    doc = yaml.safe_load(default_text)
+    doc["apiVersion"] = "llm-d.ai/v1alpha1"  # token-producer and the precise scorer are llm-d's types
+    mark = {name: f"@@{name}@@" for name in _PLACEHOLDERS}
+    precise = {
+        "type": "precise-prefix-cache-scorer",
+        "parameters": {
+            "tokenProcessorConfig": {"blockSize": 16, "hashSeed": mark["hash_seed"]},
+            "kvEventsConfig": {"zmqEndpoint": f"tcp://127.0.0.1:{mark['kv_events_port']}"},
+        },
+    }
+    refs = [p.get("name", p["type"]) for p in doc["plugins"] if p["type"] == "prefix-cache-scorer"]
+    if len(refs) != 1:
+        raise ValueError(f"expected one prefix-cache-scorer in the default profile, found {len(refs)}")
+    doc["plugins"] = [
+        {
+            "type": "token-producer",
+            "parameters": {"modelName": mark["model"], "vllm": {"url": mark["render_url"]}},
+        },
+        *(precise if p["type"] == "prefix-cache-scorer" else p for p in doc["plugins"]),
+    ]
+    for profile in doc["schedulingProfiles"]:
+        for ref in profile["plugins"]:
+            if ref["pluginRef"] == refs[0]:
+                ref["pluginRef"] = "precise-prefix-cache-scorer"
+    text = yaml.safe_dump(doc, sort_keys=False).replace("{", "{{").replace("}", "}}")
+    for name, marker in mark.items():
+        text = text.replace(marker, "{" + name + "}")
+    return text
+
+
+PRECISE_CONFIG = precise_profile()
 PREDICTED_CONFIG = (CONFIG_DIR / "predicted-latency.yaml").read_text()
 
 
@@ -92,6 +108,7 @@ class RouterSpec:
     option: str = ""
     config: str = ""
     extra_args: tuple[str, ...] = ()
+    replicas: int = 1  # picker processes behind the one Envoy (active-active; ext_proc load-balanced)
 
 
 ROUTERS: dict[str, RouterSpec] = {
@@ -109,6 +126,8 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-gie-default", "picker", config=GIE_DEFAULT_CONFIG),
         RouterSpec("picker-precise", "picker", config=PRECISE_CONFIG),
         RouterSpec("picker-predicted", "picker", config=PREDICTED_CONFIG),
+        RouterSpec("picker-default-x2", "picker", replicas=2),
+        RouterSpec("picker-precise-x2", "picker", config=PRECISE_CONFIG, replicas=2),
     )
 }
 
@@ -124,6 +143,7 @@ class RunningRouter:
     picker_pid: int | None = None
     picker_metrics_url: str = ""
     processes: list[ManagedProcess] = field(default_factory=list)
+    replica_metrics_urls: list[str] = field(default_factory=list)  # every picker's, the first one's first
 
 
 def vllm_router_binary(python: str) -> Path:
@@ -162,6 +182,59 @@ def _probe(url: str, model: str) -> Callable[[], bool]:
     return ok
 
 
+def _start_replicas(
+    stack: Stack, texts: Sequence[str], workdir: Path, timeout_s: float
+) -> list[tuple[ManagedProcess, int, str]]:
+    """Further picker processes (with their gRPC ports and metrics URLs), each with its own ports and
+    ``texts[i]`` as its ``--config-text`` (when the stack's picker has one)."""
+    out: list[tuple[ManagedProcess, int, str]] = []
+    for i, text in enumerate(texts, start=2):
+        grpc, health, metrics = free_ports(3)
+        argv = stack.picker_argv()
+        for flag, value in (
+            ("--grpc-port", grpc),
+            ("--grpc-health-port", health),
+            ("--metrics-port", metrics),
+        ):
+            argv[argv.index(flag) + 1] = str(value)
+        if "--config-text" in argv:
+            argv[len(argv) - argv[::-1].index("--config-text")] = text  # the last --config-text's value
+        proc = ManagedProcess(f"picker-{i}", argv, workdir / f"picker-{i}.log")
+        proc.start()
+        out.append((proc, grpc, f"http://127.0.0.1:{metrics}"))
+        _wait_ready(proc, partial(_http_ok, f"http://127.0.0.1:{metrics}/metrics"), timeout_s)
+    return out
+
+
+def _balance_ext_proc(
+    stack: Stack, replicas: Sequence[tuple[ManagedProcess, int, str]], workdir: Path
+) -> None:
+    """Restart the stack's Envoy with every picker in its ``endpoint_picker`` cluster (round robin)."""
+    doc = render("gie-fail-closed", stack.envoy_params())
+    cluster = next(c for c in doc["static_resources"]["clusters"] if c["name"] == "endpoint_picker")
+    hosts = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    for _proc, port, _url in replicas:
+        hosts.append(
+            {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}
+        )
+    path = workdir / "envoy-active-active.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    if stack.envoy is not None:
+        stack.envoy.stop()
+    argv = [str(envoy_binary()), "-c", str(path), "--concurrency", "1", "--log-level", "warn",
+            "--disable-hot-restart"]  # fmt: skip
+    stack.envoy = ManagedProcess("envoy-active-active", argv, workdir / "envoy-active-active.log")
+    stack.envoy.start()
+    _wait_ready(stack.envoy, lambda: _http_ok(f"{stack.admin_url}/ready"), 30.0)
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 @contextlib.contextmanager
 def running_router(
     spec: RouterSpec,
@@ -196,23 +269,29 @@ def running_router(
     stack = Stack(stack_spec, workdir=workdir, progress=progress)
     sidecar: ManagedProcess | None = None
     render_port = 0
+    texts = [spec.config] * spec.replicas  # each replica's config text
     if spec.kind == "picker" and "{kv_events_port}" in spec.config:  # KV events: fill in the ports
-        kv_port, render_port = free_ports(2)
+        *kv_ports, render_port = free_ports(spec.replicas + 1)
         render_argv = [stack.python, "-m", "simulator", "--host", "127.0.0.1", "--port", str(render_port),
                        "--model", model, "--profile", "8b-h100"]  # fmt: skip
         sidecar = ManagedProcess("render-sidecar", render_argv, workdir / "render-sidecar.log")
-        text = spec.config.format(
-            model=model,
-            render_url=f"http://127.0.0.1:{render_port}",
-            hash_seed=os.environ.get("PYTHONHASHSEED", ""),
-            kv_events_port=kv_port,
-        )
+        texts = [
+            spec.config.format(
+                model=model,
+                render_url=f"http://127.0.0.1:{render_port}",
+                hash_seed=os.environ.get("PYTHONHASHSEED", ""),
+                kv_events_port=kv_port,
+            )
+            for kv_port in kv_ports
+        ]
+        publish_to = ",".join(f"tcp://127.0.0.1:{p}" for p in kv_ports)
         stack.spec = dataclasses.replace(
             stack_spec,
-            sim_args=(*stack_spec.sim_args, "--kv-events-endpoint", f"tcp://127.0.0.1:{kv_port}"),
-            picker_args=(*picker_args, *spec.extra_args, "--config-text", text),
+            sim_args=(*stack_spec.sim_args, "--kv-events-endpoint", publish_to),
+            picker_args=(*picker_args, *spec.extra_args, "--config-text", texts[0]),
         )
     extra: list[ManagedProcess] = []
+    replica_urls: list[str] = []
     try:
         if sidecar is not None:
             progress("starting the render sidecar")
@@ -240,6 +319,11 @@ def running_router(
         if spec.kind == "picker":
             if stack.picker is None:
                 raise StackError("the picker did not start")
+            if spec.replicas > 1:
+                replicas = _start_replicas(stack, texts[1:], workdir, ready_timeout_s)
+                extra.extend(proc for proc, _port, _url in replicas)
+                replica_urls.extend(url for _proc, _port, url in replicas)
+                _balance_ext_proc(stack, replicas, workdir)
             _wait_ready(stack.picker, _probe(base_url, model), ready_timeout_s)
         yield RunningRouter(
             spec=spec,
@@ -249,6 +333,7 @@ def running_router(
             picker_pid=stack.picker.pid if spec.kind == "picker" and stack.picker else None,
             picker_metrics_url=stack.metrics_url if spec.kind == "picker" else "",
             processes=[*stack.servers, *extra],
+            replica_metrics_urls=[stack.metrics_url, *replica_urls] if spec.kind == "picker" else [],
         )
     finally:
         for proc in extra:

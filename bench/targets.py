@@ -21,7 +21,9 @@ Per scenario, in addition:
 
 When ``picker-precise`` ran (the default profile with ``precise-prefix-cache-scorer`` fed by the
 servers' KV events): its hit rate at least, and its TTFT p90 at most, those of ``picker-default`` and
-of cache_aware.
+of cache_aware. When ``picker-precise-x2`` ran too (two active-active replicas behind one Envoy): its
+hit rate at most 2 points below one replica's; with ``picker-default-x2`` and ``picker-default``, the
+approximate profile's change with two replicas is printed beside it (an ``INFO`` line, no target).
 
 When ``picker-predicted`` ran (the predicted-latency profile, ``deploy/configs/predicted-latency.yaml``;
 issue 18's targets):
@@ -49,10 +51,12 @@ from bench.scenarios import Scenario, capacity_shares
 
 __all__ = [
     "CACHE_AWARE",
+    "DEFAULT_X2",
     "FIXED_WEIGHT",
     "LOAD_ONLY",
     "PICKER",
     "PRECISE",
+    "PRECISE_X2",
     "PREDICTED",
     "ROUND_ROBIN",
     "UNSHARED",
@@ -75,6 +79,9 @@ SLO_ATTAINMENT = 0.95
 MAX_TTFT_MAPE = 0.20
 PREDICTED_VS_FIXED = 0.7
 PRECISE = "picker-precise"
+PRECISE_X2 = "picker-precise-x2"
+DEFAULT_X2 = "picker-default-x2"
+ACTIVE_ACTIVE_POINTS = 0.02  # two replicas' hit rate at most this far below one replica's
 CACHE_AWARE = "vllm-router-cache-aware"
 ROUND_ROBIN = "envoy-round-robin"
 LOAD_ONLY = (
@@ -226,6 +233,7 @@ def check(scenario: Scenario, summaries: Mapping[str, Summary]) -> list[str]:
     pick = summaries.get(PICKER)
     predicted = summaries.get(PREDICTED)
     extra = _predicted(scenario, predicted, summaries) if predicted is not None else []
+    extra += _active_active(name, summaries)
     if pick is None:
         return [_skip(name, "every target", PICKER), *extra]
     rr = summaries.get(ROUND_ROBIN)
@@ -320,6 +328,28 @@ def check_predicted_overall(per_scenario: Mapping[str, Mapping[str, Summary]]) -
             f"(run in {len(ratios)} scenario(s) beside a fixed-weight profile: {figures})"
         ]
     return [_line(good >= 2, "all scenarios", what, f"{good} of {len(ratios)}: {figures}")]
+
+
+def _active_active(name: str, summaries: Mapping[str, Summary]) -> list[str]:
+    """Two picker replicas behind one Envoy against one (see the module docstring)."""
+    out = []
+    one, two = summaries.get(PRECISE), summaries.get(PRECISE_X2)
+    what = f"picker-precise-x2 hit rate at most {ACTIVE_ACTIVE_POINTS * 100:g} points below picker-precise's"
+    if two is not None:
+        if one is None:
+            out.append(_skip(name, what, PRECISE))
+        else:
+            delta = (two.hit_rate - one.hit_rate) * 100
+            figures = f"{two.hit_rate:.1%} vs {one.hit_rate:.1%}, {delta:+.1f} points"
+            out.append(_line(two.hit_rate >= one.hit_rate - ACTIVE_ACTIVE_POINTS, name, what, figures))
+    d1, d2 = summaries.get(PICKER), summaries.get(DEFAULT_X2)
+    if d1 is not None and d2 is not None:
+        out.append(
+            f"INFO {name}: picker-default-x2 (approximate, two replicas) hit rate {d2.hit_rate:.1%} vs "
+            f"{d1.hit_rate:.1%} with one, {(d2.hit_rate - d1.hit_rate) * 100:+.1f} points; TTFT p90 "
+            f"{_ms(d2.ttft_p90)} vs {_ms(d1.ttft_p90)}"
+        )
+    return out
 
 
 def _precise(name: str, precise: Summary, peers: Mapping[str, Summary | None]) -> list[str]:

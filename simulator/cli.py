@@ -191,7 +191,8 @@ def _parser() -> argparse.ArgumentParser:
         "--kv-events-endpoint",
         metavar="ENDPOINT",
         help="publish KV cache events on ZMQ: tcp://*:PORT binds, tcp://HOST:PORT connects; {port} and "
-        "{port+N} expand to the server's HTTP port (+N), e.g. tcp://*:{port+1000} (default off)",
+        "{port+N} expand to the server's HTTP port (+N), e.g. tcp://*:{port+1000}; several comma-separated "
+        "endpoints publish to each (e.g. every picker replica's bound socket) (default off)",
     )
     a(
         "--kv-events-mode",

@@ -144,7 +144,8 @@ def validate(c: SimConfig) -> SimConfig:
     for ft in c.failure_types:
         _require(ft in FAILURE_TYPES, "--failure-types", f"names from {sorted(FAILURE_TYPES)}", ft)
     _require(c.default_max_tokens >= 1, "--default-max-tokens", "an integer >= 1", c.default_max_tokens)
-    _require(c.kv_events_endpoint == "" or c.kv_events_endpoint.startswith(("tcp://", "ipc://", "inproc://")),
+    _require(c.kv_events_endpoint == "" or all(e.startswith(("tcp://", "ipc://", "inproc://"))
+                                               for e in c.kv_events_endpoint.split(",")),
              "--kv-events-endpoint", "a ZMQ endpoint like tcp://*:{port+1000} or tcp://picker:5557",
              c.kv_events_endpoint)  # fmt: skip
     _require(c.kv_events_mode in ("auto", "bind", "connect"), "--kv-events-mode", "auto, bind or connect",

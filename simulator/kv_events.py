@@ -122,10 +122,11 @@ class ZmqKVEventPublisher:
         self._sock: Any = self._ctx.socket(zmq.PUB)
         self._sock.setsockopt(zmq.SNDHWM, 100_000)
         self._sock.setsockopt(zmq.LINGER, 0)
-        if binds(endpoint) if bind is None else bind:
-            self._sock.bind(endpoint)
-        else:
-            self._sock.connect(endpoint)
+        for one in endpoint.split(","):  # several: one PUB socket bound / connected to each
+            if binds(one) if bind is None else bind:
+                self._sock.bind(one)
+            else:
+                self._sock.connect(one)
         self.endpoint = endpoint
         self.topic = topic.encode()
         self._clock = wall_clock

@@ -22,7 +22,7 @@ from datalayer import (
     default_http_client,
 )
 from datalayer.engines import BUILTIN_ENGINES
-from datalayer.kv_events import kv_event_sources
+from datalayer.kv_events import KVEventFeed, kv_event_sources
 from epp.admission import Admitter
 from epp.admission.rewrites import ModelRewriter
 from epp.app.endpoints import DiscoveryError, build_config_discovery, build_discovery
@@ -45,6 +45,7 @@ from epp.flowcontrol.controller import FlowController
 from epp.flowcontrol.metrics import FlowMetrics, queue_gauges
 from epp.protocol import SessionConfig
 from epp.protocol.config import ResponseMetadataFn
+from epp.server.kv_cache_metrics import KVCacheCollector
 from epp.server.metric_catalog import Naming
 from epp.server.metrics import (
     DataLayerMetrics,
@@ -124,6 +125,16 @@ async def build_app(options: Options) -> PickerApp:
         verify_tls=not options.model_server_metrics_https_insecure_skip_verify,
     )
     try:
+        endpoint_sources = kv_event_sources(
+            [p.plugin for p in config.plugins],
+            loaded.data_layer.endpoint_sources(config.plugin),
+            namespace=options.pool_namespace,
+        )
+    except ConfigError as exc:
+        raise StartupError(
+            f"invalid configuration: {exc.at(source=str(options.config_file or ''))}"
+        ) from None
+    try:
         layer = DataLayer(
             built.discovery,
             http=http,
@@ -139,15 +150,15 @@ async def build_app(options: Options) -> PickerApp:
             sources=loaded.data_layer.build_sources(
                 engines=engines, metrics_path=options.model_server_metrics_path
             ),
-            endpoint_sources=kv_event_sources(
-                [p.plugin for p in config.plugins], loaded.data_layer.endpoint_sources(config.plugin)
-            ),
+            endpoint_sources=endpoint_sources,
         )
     except ValueError as exc:  # TLS material of a data source (TlsSettingsError), a bad engine mapping
         raise StartupError(f"dataLayer: {exc}") from None
     registry = CollectorRegistry()
     naming = Naming(options.metrics_naming)
     layer.on_poll_error(DataLayerMetrics(registry, naming))
+    if feeds := [s for s in layer.endpoint_sources if isinstance(s, KVEventFeed)]:
+        registry.register(KVCacheCollector(feeds, naming))
     scheduler_metrics = SchedulerMetrics(registry, naming=naming, namespace=options.pool_namespace)
     scheduler = config.build_scheduler(observer=scheduler_metrics)
     layer.on_endpoints_removed(scheduler.endpoints_removed)

@@ -232,6 +232,7 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    # gRPC's and aiohttp's access chatter only at trace verbosity
-    for noisy in ("aiohttp.access", "grpc._cython.cygrpc"):
+    # gRPC's and aiohttp's access chatter, and httpx's line per request (the token-producer's /render
+    # calls: one per scheduled request), only at trace verbosity
+    for noisy in ("aiohttp.access", "grpc._cython.cygrpc", "httpx"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbosity >= 5 else logging.WARNING)

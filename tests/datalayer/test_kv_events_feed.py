@@ -112,3 +112,28 @@ async def test_central_mode_bind_failure_names_the_parameter() -> None:
         await feed.stop()
     finally:
         holder.close(linger=0)
+
+
+async def test_a_failing_connect_is_counted_and_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datalayer.kv_events as kv
+
+    monkeypatch.setattr(kv, "RETRY_INTERVAL", 0.01)
+    params = parse_precise_params(
+        {"kvEventsConfig": {"concurrency": 2}}, "precise-prefix-cache-producer", "p"
+    )
+    feed = KVEventFeed(PrecisePrefixCacheProducer("p", params, lambda: 0.0), follow_endpoints=True)
+    await feed.start()
+    try:
+        feed.endpoint_added("bad host:8000")  # not a ZMQ address: connect fails at once
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if feed.reconnections.get("bad host:8000", 0) >= 2:
+                break
+        assert feed.errors[("bad host:8000", "connect")] >= 2
+        assert feed.reconnections["bad host:8000"] >= 2
+        stats = feed.stats()
+        assert stats["concurrency"] == 2 and stats["subscriptions"] == 1 and stats["queue_depth"] == 0
+        feed.endpoint_removed("bad host:8000")  # its series go with it
+        assert not feed.errors and not feed.reconnections
+    finally:
+        await feed.stop()

@@ -5,7 +5,7 @@ central mode, ``kvEventsConfig.zmqEndpoint``). A fourth ``epp-sim`` is the token
 
 Checked: a repeated prefix goes to the server whose events say it holds the prefix (the precise score
 is 1 there and 0 elsewhere); a server that restarts (fresh process, sequence back to 0) loses its
-blocks in the picker's index.
+blocks in the picker's index; llm-d's KV-cache event and index metrics are on ``/metrics``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from e2e_lib import MODEL, completion, eventually, long_prefix, running, served_by
+from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.stack import ManagedProcess, Stack, StackSpec, free_ports
 
@@ -39,7 +40,7 @@ plugins:
 - type: precise-prefix-cache-scorer
   parameters:
     tokenProcessorConfig: {{blockSize: 16, hashSeed: "{SEED}"}}
-    kvEventsConfig: {{zmqEndpoint: "tcp://127.0.0.1:{ZMQ_PORT}"}}
+    kvEventsConfig: {{zmqEndpoint: "tcp://127.0.0.1:{ZMQ_PORT}", concurrency: 2}}
     indexerConfig: {{kvBlockIndexConfig: {{enableMetrics: true, metricsLoggingInterval: 1s}}}}
 - type: max-score-picker
 - type: single-profile-handler
@@ -119,3 +120,29 @@ def test_repeated_prefix_goes_to_the_server_holding_it_and_a_restart_drops_its_b
     assert r.status_code == 200, r.text
     after = _scores(stack, "after-restart")
     assert after.get(address) == 0.0, (after, stack.logs())
+
+
+def test_kv_cache_event_and_index_metrics_are_exported(stack: Stack) -> None:
+    shared = long_prefix("metrics", 120)
+    for i in range(3):
+        assert completion(stack, f"{shared} q{i}", request_id=f"metrics-{i}").status_code == 200
+
+    def scrape() -> dict[str, float]:
+        text = httpx.get(f"{stack.metrics_url}/metrics", timeout=5.0).text
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        return out
+
+    assert eventually(lambda: scrape().get("llm_d_epp_kv_cache_index_admissions_total", 0) > 0, timeout_s=10)
+    m = scrape()
+    assert m["llm_d_epp_kv_cache_events_messages_received_total{pod_identifier=local-subscriber}"] > 0
+    assert m["llm_d_epp_kv_cache_events_pool_capacity"] == 2
+    assert m["llm_d_epp_kv_cache_events_active_subscribers"] == 1
+    assert m["llm_d_epp_kv_cache_index_lookup_requests_total"] >= 3
+    assert m["llm_d_epp_kv_cache_index_lookup_hits_total"] > 0
+    assert m["llm_d_epp_kv_cache_index_lookup_latency_seconds_count"] >= 3
+    assert m["kvcache_index_admissions_total"] == m["llm_d_epp_kv_cache_index_admissions_total"]
+    assert "llm_d_epp_kv_cache_events_pool_queue_depth" in m

@@ -170,3 +170,39 @@ async def test_unusable_endpoint_fails_start_cleanly() -> None:
     await srv.stop()  # nothing left running
     with socket.socket() as s:  # and the HTTP port was released: it can be bound again
         s.bind(("127.0.0.1", srv.port))
+
+
+async def test_comma_separated_endpoints_publish_to_each_subscriber() -> None:
+    zmq = pytest.importorskip("zmq")
+    zmq_asyncio = pytest.importorskip("zmq.asyncio")
+    ports = [free_port(), free_port()]
+    ctx = zmq_asyncio.Context()
+    subs = []
+    for port in ports:  # two picker replicas, each with its own bound socket
+        sub = ctx.socket(zmq.SUB)
+        sub.bind(f"tcp://127.0.0.1:{port}")
+        sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
+        subs.append(sub)
+    endpoint = ",".join(f"tcp://127.0.0.1:{p}" for p in ports)
+    srv = SimServer(sim_config(kv_events_endpoint=endpoint), OfflineTokenizer())
+    await srv.start()
+    got = [False, False]
+    try:
+        async with aiohttp.ClientSession() as http:
+            for attempt in range(50):
+                body = {"model": MODEL, "prompt": f"warm up {attempt} a b c d e f g", "max_tokens": 1}
+                async with http.post(srv.url + "/v1/completions", data=orjson.dumps(body)) as r:
+                    assert r.status == 200
+                for i, sub in enumerate(subs):
+                    if await sub.poll(20):
+                        got[i] = True
+                        while await sub.poll(0):
+                            await sub.recv_multipart()
+                if all(got):
+                    break
+    finally:
+        await srv.stop()
+        for sub in subs:
+            sub.close(linger=0)
+        ctx.term()
+    assert got == [True, True]

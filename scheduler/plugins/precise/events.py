@@ -26,7 +26,9 @@ Per source (one server's publisher) the sequence number is tracked:
   re-stored, removals missed linger until the server clears or the index's budget resets it.
 
 Stored events of a hybrid model's non-attention cache groups (``kv_cache_spec_kind`` other than full
-or MLA attention) are skipped: their blocks are not prompt prefixes. A malformed batch or event is
+or MLA attention) are skipped: their blocks are not prompt prefixes (counted per kind in
+``skipped_stores``, at most 16 kinds, further ones as ``other``). ``admitted`` / ``evicted`` count the
+block keys stored / removed (llm-d's index admissions and evictions). A malformed batch or event is
 counted in ``malformed`` and skipped, never raised. When a ``BlockKeyer`` is given, a stored run
 that starts a chain (no parent, no LoRA, no extra keys) is re-hashed from its token ids and compared
 with the server's hash: ``hash_checks`` / ``hash_mismatches`` tell whether the picker's algorithm and
@@ -71,8 +73,10 @@ class KVEventIngester:
     __slots__ = (
         "_last_seq",
         "_last_ts",
+        "admitted",
         "batches",
         "events",
+        "evicted",
         "hash_checks",
         "hash_mismatches",
         "index",
@@ -80,6 +84,7 @@ class KVEventIngester:
         "malformed",
         "missed_batches",
         "restarts",
+        "skipped_stores",
     )
 
     def __init__(self, index: KVBlockIndex, keyer: BlockKeyer | None = None) -> None:
@@ -94,6 +99,9 @@ class KVEventIngester:
         self.malformed = 0
         self.hash_checks = 0
         self.hash_mismatches = 0
+        self.admitted = 0
+        self.evicted = 0
+        self.skipped_stores: dict[str, int] = {}  # cache kind -> stored events skipped (<= 16 kinds)
 
     def forget(self, source: str) -> None:
         """The source went away (endpoint removed, subscriber closed): drop its blocks and sequence."""
@@ -137,17 +145,28 @@ class KVEventIngester:
         self.events += 1
         if kind == "BlockStored":
             if len(event) > 10 and event[10] not in PREFIX_KINDS:
+                self._skip(event[10])
                 return
             keys = _keys(event[1])
             self.index.store(source, keys, _medium(event[6]) if len(event) > 6 else "gpu")
+            self.admitted += len(keys)
             if self.keyer is not None and event[2] is None:
                 self._check(event)
         elif kind == "BlockRemoved":
-            self.index.remove(source, _keys(event[1]), _medium(event[2]) if len(event) > 2 else "gpu")
+            keys = _keys(event[1])
+            self.index.remove(source, keys, _medium(event[2]) if len(event) > 2 else "gpu")
+            self.evicted += len(keys)
         elif kind == "AllBlocksCleared":
             self.index.clear(source)
         else:
             raise ValueError(f"unknown event {kind!r}")
+
+    def _skip(self, kind: Any) -> None:
+        label = kind if isinstance(kind, str) and kind else "unknown"
+        skipped = self.skipped_stores
+        if label not in skipped and len(skipped) >= 16:
+            label = "other"
+        skipped[label] = skipped.get(label, 0) + 1
 
     def _check(self, event: Sequence[Any]) -> None:
         keyer = self.keyer

@@ -7,21 +7,32 @@ is its deprecated name), ``hashSeed`` (the servers' ``PYTHONHASHSEED``; empty: v
 rejected: pyepp looks up the servers' own hashes, so the algorithm must be the servers'.
 
 ``indexerConfig``: ``kvBlockIndexConfig`` (``inMemoryConfig.size``: the most keys per server, default
-1,048,576 (llm-d: keys in all); ``enableMetrics`` (log the index figures, default false);
-``metricsLoggingInterval`` (how often; Go duration string or nanoseconds; 0 = every minute));
-``kvCacheBackendConfigs`` (``[{name, weight}]``, tier weights, default gpu 1.0, cpu 0.8);
-``maxPrefixBlocksToMatch`` (blocks hashed per request, default 4096; older llm-d releases put it in
-``kvBlockIndexConfig`` and ``tokenProcessorConfig`` in ``indexerConfig``: both places are read).
-``redisConfig`` and ``costAwareMemoryConfig`` (other index backends) and ``tokenizersPoolConfig``
-(the deprecated in-process tokenizer) are rejected: tokenize with a ``token-producer``.
+1,048,576 (llm-d: keys in all); ``enableMetrics`` (record llm-d's ``kv_cache_index_*`` figures:
+admissions, evictions, lookups, hits, lookup latency, exported on ``/metrics``, default false);
+``metricsLoggingInterval`` (also log them this often; Go duration string or nanoseconds; 0, the
+default, logs nothing, as llm-d)); ``kvCacheBackendConfigs`` (``[{name, weight}]``, tier weights,
+default gpu 1.0, cpu 0.8); ``maxPrefixBlocksToMatch`` (blocks hashed per request, default 4096; older
+llm-d releases put it in ``kvBlockIndexConfig`` and ``tokenProcessorConfig`` in ``indexerConfig``: both
+places are read). ``inMemoryConfig.podCacheSize`` (llm-d's per-block cap on remembered servers) has
+no counterpart in pyepp's per-server key sets and is rejected; so are ``redisConfig`` and
+``costAwareMemoryConfig`` (other index backends) and ``tokenizersPoolConfig`` (the deprecated
+in-process tokenizer): tokenize with a
+``token-producer``.
 
 ``kvEventsConfig``: ``zmqEndpoint`` (central mode: the picker binds a SUB socket there and every
 server connects to it, e.g. ``tcp://*:5557``; empty: off), ``topicFilter`` (subscription prefix,
-default ``kv@``), ``concurrency`` (llm-d's worker count; accepted for compatibility, >= 1: pyepp applies
-events on one event loop in arrival order), ``engineType`` (``vllm`` only), ``discoverPods`` (per-server
-mode: subscribe to each discovered endpoint's publisher, default true), ``podDiscoveryConfig``
-(``socketPort``, default 5557: the publisher's port on the endpoint's IP; ``podLabelSelector`` /
-``podNamespace``: accepted for compatibility, pyepp subscribes to exactly the endpoints of its pool).
+default ``kv@``), ``concurrency`` (event-processing workers, default 4, 1-1024: each publisher's
+messages go to one worker's bounded queue, chosen by an FNV-1a hash of the publisher as llm-d, so a
+publisher's batches are applied in order; see :mod:`datalayer.kv_events`), ``engineType`` (``vllm``
+only), ``discoverPods`` (per-server mode: subscribe to each discovered endpoint's publisher, default
+true), ``podDiscoveryConfig`` (``socketPort``, default 5557: the publisher's port on the endpoint's IP;
+``podLabelSelector``: a Kubernetes label selector (text, as ``kubectl -l``) that an endpoint's labels
+must match to be subscribed, e.g. ``llm-d.ai/role=prefill``; an endpoint that stops matching is
+unsubscribed and its blocks dropped; empty (the default here): every endpoint of the pool, which
+discovery selected already (llm-d-kv-cache's own pod watcher defaulted to
+``llm-d.ai/inference-serving=true``; pyepp's endpoints come from the pool's selector);
+``podNamespace``: the namespace whose endpoints are subscribed, empty: any; the pool's endpoints all
+live in its namespace, so a different one is refused at start-up, as it would subscribe nothing).
 
 ``speculativeIndexing`` (default false): after a request is dispatched, its blocks count as held by the
 chosen server for ``speculativeTTL`` (default ``2s``), until its events arrive; at most 4,096 requests
@@ -39,6 +50,7 @@ from scheduler.errors import ConfigError
 from scheduler.params import plugin_location
 from scheduler.plugins.precise.hashing import ALGORITHMS
 from scheduler.plugins.precise.index import DEFAULT_TIER_WEIGHTS
+from scheduler.plugins.shared.selector import LabelSelector, parse_selector_text
 
 __all__ = ["KVEventsSettings", "PreciseParams", "parse_precise_params"]
 
@@ -52,6 +64,9 @@ class KVEventsSettings:
     concurrency: int = 4
     discover_pods: bool = True
     socket_port: int = 5557
+    pod_label_selector: str = ""
+    pod_selector: LabelSelector = field(default_factory=LabelSelector)
+    pod_namespace: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +106,11 @@ class PreciseParams:
                 "concurrency": e.concurrency,
                 "engineType": "vllm",
                 "discoverPods": e.discover_pods,
-                "podDiscoveryConfig": {"socketPort": e.socket_port},
+                "podDiscoveryConfig": {
+                    "socketPort": e.socket_port,
+                    "podLabelSelector": e.pod_label_selector,
+                    "podNamespace": e.pod_namespace,
+                },
             },
             "speculativeIndexing": self.speculative_indexing,
             "speculativeTTL": self.speculative_ttl,
@@ -222,9 +241,13 @@ def parse_precise_params(parameters: Any, plugin_type: str, name: str) -> Precis
     capacity = r.integer(
         in_memory.get("size"), "indexerConfig.kvBlockIndexConfig.inMemoryConfig.size", 1 << 20, 1
     )
-    r.integer(
-        in_memory.get("podCacheSize"), "indexerConfig.kvBlockIndexConfig.inMemoryConfig.podCacheSize", 10, 1
-    )
+    if in_memory.get("podCacheSize") is not None:
+        raise r.fail(
+            "indexerConfig.kvBlockIndexConfig.inMemoryConfig.podCacheSize",
+            "has no counterpart in pyepp: it caps the servers llm-d's key-to-servers index remembers per "
+            "block, while pyepp keeps one key set per server (bounded by inMemoryConfig.size) and knows "
+            "every server holding a block; leave it unset",
+        )
     metrics = r.boolean(
         block_index.get("enableMetrics"), "indexerConfig.kvBlockIndexConfig.enableMetrics", False
     )
@@ -252,8 +275,16 @@ def parse_precise_params(parameters: Any, plugin_type: str, name: str) -> Precis
             "kvEventsConfig.zmqEndpoint", f"expected a ZMQ endpoint such as tcp://*:5557, got {endpoint!r}"
         )
     pod = r.mapping(ev.get("podDiscoveryConfig"), "kvEventsConfig.podDiscoveryConfig", _POD)
-    r.string(pod.get("podLabelSelector"), "kvEventsConfig.podDiscoveryConfig.podLabelSelector", "")
-    r.string(pod.get("podNamespace"), "kvEventsConfig.podDiscoveryConfig.podNamespace", "")
+    selector_text = r.string(
+        pod.get("podLabelSelector"), "kvEventsConfig.podDiscoveryConfig.podLabelSelector", ""
+    )
+    try:
+        selector = parse_selector_text(selector_text)
+    except ValueError as exc:
+        raise r.fail(
+            "kvEventsConfig.podDiscoveryConfig.podLabelSelector",
+            f"expected a Kubernetes label selector such as llm-d.ai/role=decode: {exc}",
+        ) from None
     replay = r.integer(
         pod.get("replaySocketPort"), "kvEventsConfig.podDiscoveryConfig.replaySocketPort", 0, -1, 65535
     )
@@ -270,6 +301,9 @@ def parse_precise_params(parameters: Any, plugin_type: str, name: str) -> Precis
         socket_port=r.integer(
             pod.get("socketPort"), "kvEventsConfig.podDiscoveryConfig.socketPort", 5557, 1, 65535
         ),
+        pod_label_selector=str(selector),
+        pod_selector=selector,
+        pod_namespace=r.string(pod.get("podNamespace"), "kvEventsConfig.podDiscoveryConfig.podNamespace", ""),
     )
     if not events.zmq_endpoint and not events.discover_pods:
         raise r.fail(

@@ -15,6 +15,12 @@ consumers, and as the cycle's prefix match when none was published yet (so ``pre
 anchors ownership on the exact keys). :meth:`weighted` adds the tier-weighted length (GPU 1.0, CPU
 0.8) for ``precise-prefix-cache-scorer``.
 
+Which endpoints are subscribed (per-endpoint mode): every endpoint the data layer announces whose
+labels match ``kvEventsConfig.podDiscoveryConfig.podLabelSelector`` (empty: all); an endpoint updated
+to labels that no longer match is unsubscribed and its blocks dropped, as a removed one.
+
+With ``enableMetrics`` each lookup is timed and its best prefix counted (:mod:`.lookup_stats`).
+
 Endpoint identity: events of a per-endpoint subscription are filed under the endpoint's address
 (``ip:port``); in central mode under the topic's ``kv@<id>@<model>`` id, which is the address or the
 pod IP (then every endpoint of that IP reads it). Removed endpoints' blocks are dropped.
@@ -27,6 +33,7 @@ Parameters: :mod:`.params`.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -37,6 +44,7 @@ from scheduler.plugins.base import PluginBase
 from scheduler.plugins.precise.events import KVEventIngester
 from scheduler.plugins.precise.hashing import BlockKeyer
 from scheduler.plugins.precise.index import KVBlockIndex
+from scheduler.plugins.precise.lookup_stats import LookupStats
 from scheduler.plugins.precise.params import PreciseParams, parse_precise_params
 from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
 from scheduler.plugins.tokens.producer import TOKENIZED_PROMPT, TokenProducer
@@ -129,6 +137,7 @@ class PrecisePrefixCacheProducer(PluginBase):
             _Speculative(params.speculative_ttl, clock) if params.speculative_indexing else None
         )
         self._key: StateKey[tuple[PrefixMatch, dict[str, float]]] = StateKey(f"{self.plugin_type}/{name}")
+        self.lookup_stats = LookupStats() if params.enable_metrics else None
         self._hosts: dict[str, str] = {}
         self._pending: dict[str, tuple[int, ...]] = {}  # request id -> keys, prepare to dispatch (<= 1,024)
 
@@ -157,7 +166,11 @@ class PrecisePrefixCacheProducer(PluginBase):
     def extract_endpoint(self, event: Any) -> None:
         """``endpoint-notification-source`` extractor: (un)subscribe the endpoint's publisher."""
         address = event.endpoint.address
-        if getattr(event.kind, "value", "") == "delete":
+        events = self.settings.events
+        per_endpoint = events.discover_pods and not events.zmq_endpoint
+        if getattr(event.kind, "value", "") == "delete" or (
+            per_endpoint and not events.pod_selector.matches(event.endpoint.labels)
+        ):
             self.forget(address)
             if self.transport is not None:
                 self.transport.endpoint_removed(address)
@@ -190,6 +203,8 @@ class PrecisePrefixCacheProducer(PluginBase):
         if found is not None:
             return found
         keys = self.keys(cycle, request)
+        stats = self.lookup_stats
+        started = time.perf_counter() if stats is not None else 0.0
         matched: dict[str, int] = {}
         weighted: dict[str, float] = {}
         spec = self._speculative
@@ -208,6 +223,8 @@ class PrecisePrefixCacheProducer(PluginBase):
                 if blocks:
                     matched[address] = blocks
                     weighted[address] = weight
+        if stats is not None and keys:
+            stats.record(max(matched.values(), default=0), time.perf_counter() - started)
         found = (PrefixMatch(tuple(keys), matched, self.settings.block_size, self.name), weighted)
         if spec is not None and keys:
             if len(self._pending) >= 1024:

@@ -16,6 +16,11 @@ Keys must be qualified names (``[prefix/]name``: name 1-63 characters of alphanu
 ``.``, starting and ending alphanumeric; prefix a DNS-1123 subdomain of at most 253 characters);
 values must be valid label values (at most 63 such characters, may be empty). The empty selector
 matches everything. :func:`parse_selector` raises ValueError with a Kubernetes-style message.
+
+:func:`parse_selector_text` reads the same selector written as text (``labels.Parse``, as in
+``kubectl -l``): comma-separated ``key=value`` / ``key==value`` (In), ``key!=value`` (NotIn),
+``key in (a,b)``, ``key notin (a,b)``, ``key`` (Exists) and ``!key`` (DoesNotExist); the numeric
+``key>n`` / ``key<n`` are not supported (ValueError). The empty text matches everything.
 """
 
 from __future__ import annotations
@@ -25,7 +30,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OPERATORS", "LabelSelector", "Requirement", "check_key", "check_value", "parse_selector"]
+__all__ = [
+    "OPERATORS",
+    "LabelSelector",
+    "Requirement",
+    "check_key",
+    "check_value",
+    "parse_selector",
+    "parse_selector_text",
+]
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -145,4 +158,44 @@ def parse_selector(match_labels: Any = None, match_expressions: Any = None) -> L
         requirements.extend(
             _parse_expression(raw, f"matchExpressions[{i}]") for i, raw in enumerate(match_expressions)
         )
+    return LabelSelector(tuple(requirements))
+
+
+_TEXT_TERM = re.compile(
+    r"\s*(?:!\s*(?P<nkey>[^\s!=<>,()]+)"
+    r"|(?P<key>[^\s!=<>,()]+)(?:\s*(?P<op>==|=|!=|<|>)\s*(?P<value>[^\s,()]*)"
+    r"|\s+(?P<setop>in|notin)\s*\((?P<set>[^()]*)\))?)\s*"
+)
+
+
+def parse_selector_text(text: str) -> LabelSelector:
+    """Compile a selector written as text (see the module docstring); ValueError naming the bad term."""
+    requirements: list[Requirement] = []
+    pos = 0
+    while text.strip() and pos <= len(text):
+        m = _TEXT_TERM.match(text, pos)
+        if m is None or m.end() == pos:
+            raise ValueError(f"invalid label selector {text!r} at position {pos}")
+        if m["nkey"]:
+            requirements.append(Requirement(check_key(m["nkey"], text), "DoesNotExist", frozenset()))
+        elif m["op"]:
+            key, op = check_key(m["key"], text), m["op"]
+            if op in "<>":
+                raise ValueError(f"{text!r}: the numeric operators < and > are not supported")
+            value = frozenset({check_value(m["value"], text)})
+            requirements.append(Requirement(key, "NotIn" if op == "!=" else "In", value))
+        elif m["setop"]:
+            values = [check_value(v.strip(), text) for v in m["set"].split(",")]
+            if not all(values):
+                raise ValueError(f"{text!r}: {m['key']} {m['setop']} (...) has an empty value")
+            operator = "In" if m["setop"] == "in" else "NotIn"
+            requirements.append(Requirement(check_key(m["key"], text), operator, frozenset(values)))
+        else:
+            requirements.append(Requirement(check_key(m["key"], text), "Exists", frozenset()))
+        pos = m.end()
+        if pos == len(text):
+            break
+        if text[pos] != ",":
+            raise ValueError(f"invalid label selector {text!r} at position {pos}")
+        pos += 1
     return LabelSelector(tuple(requirements))

@@ -89,9 +89,11 @@ def test_json_rendering_routes_stdlib_logs_too() -> None:
     try:
         structlog.get_logger("t").info("hello", n=1)
         logging.getLogger("datalayer.x").warning("from stdlib %s", "logging")
+        logging.getLogger("httpx").info("HTTP Request: POST /v1/completions/render")  # one per request: off
         lines = [orjson.loads(line) for line in out.getvalue().splitlines()]
         assert lines[0]["event"] == "hello" and lines[0]["n"] == 1 and lines[0]["level"] == "info"
         assert lines[1]["event"] == "from stdlib logging" and lines[1]["level"] == "warning"
+        assert len(lines) == 2
     finally:
         structlog.configure(**saved)
         root.handlers[:] = handlers

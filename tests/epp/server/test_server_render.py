@@ -296,3 +296,14 @@ async def test_a_slow_render_holds_only_its_own_stream(fixture: Fixture, engine:
             assert not [c for c in sched.calls if c[1] == "gone"]
     finally:
         await server.shutdown(grace=0)
+
+
+@pytest.mark.parametrize(
+    ("ids", "ok"),
+    [([0, 1, 2**32 - 1], True), ([], True), ([1, True], False), ([1, -1], False), ([2**32], False),
+     ([1.0], False), (["7"], False), ([None], False)],
+)  # fmt: skip
+def test_token_ids_are_unsigned_32_bit_ints(ids: list[object], ok: bool) -> None:
+    from epp.server.render import _all_ids
+
+    assert _all_ids(ids) is ok

@@ -161,6 +161,11 @@ def test_speculative_indexing_until_ttl() -> None:
         ({"kvEventsConfig": {"zmqEndpoint": "5557"}}, "kvEventsConfig.zmqEndpoint", "ZMQ endpoint"),
         ({"kvEventsConfig": {"engineType": "sglang"}}, "kvEventsConfig.engineType", "vllm"),
         ({"indexerConfig": {"kvBlockIndexConfig": {"redisConfig": {}}}}, "redisConfig", "in-memory"),
+        (
+            {"indexerConfig": {"kvBlockIndexConfig": {"inMemoryConfig": {"podCacheSize": 10}}}},
+            "inMemoryConfig.podCacheSize",
+            "no counterpart",
+        ),
         ({"indexerConfig": {"tokenizersPoolConfig": {}}}, "tokenizersPoolConfig", "token-producer"),
         ({"indexerConfig": {"kvCacheBackendConfigs": [{"name": "gpu", "weight": 2}]}}, "weight", "[0, 1]"),
         ({"speculativeTTL": "soon"}, "speculativeTTL", "duration"),
