@@ -228,7 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--active-active", metavar="SCENARIO", help="also run two replicas vs one on this scenario"
     )
-    p.add_argument("--out", help="report folder of --active-active (default bench/results/<UTC date>, as epp-bench routing)")
+    p.add_argument(
+        "--out",
+        help="report folder of --active-active (default bench/results/<UTC date>, as epp-bench routing)",
+    )
     ns = p.parse_args(argv)
     if ns.quick:
         ns.batches, ns.blocks, ns.repeats = 50, 30_000, 3
