@@ -59,14 +59,28 @@ def test_producer_trains_from_the_lifecycle_streaming() -> None:
     p.on_dispatched(r, routed(FAST))
     assert p._dispatched == {FAST.address: 1} and p._prefill_tokens == {FAST.address: 1000}
     clock.now += 0.25
+    p.on_response_headers(r, routed(FAST), 200, {})
     p.on_response_chunk(r, routed(FAST), b"x")
     assert p._prefill_tokens == {}  # prefill done at the first chunk
+    stats = p.model._endpoints[FAST.address]  # the TTFT sample is learnt at the first chunk
+    assert stats.ttft.n == 1 and stats.ttft.b[0] == pytest.approx(250.0) and stats.tpot.n == 0
     clock.now += 0.9
     p.on_completed(r, routed(FAST), Completion(Outcome.OK, usage=Usage(completion_tokens=10)))
-    assert p._dispatched == {} and p.model.refits == 1
-    stats = p.model._endpoints[FAST.address]
-    assert stats.ttft.b[0] == pytest.approx(250.0)  # ttft = 250 ms (bias feature 1)
+    assert p._dispatched == {} and p.model.refits == 2
+    assert stats.ttft.n == 1 and stats.ttft.b[0] == pytest.approx(250.0)  # ttft = 250 ms (bias 1)
     assert stats.tpot.b[0] == pytest.approx(100.0)  # tpot = 900 ms / 9 tokens
+
+
+def test_producer_streaming_trains_no_ttft_from_an_error_response() -> None:
+    clock = Clock()
+    p = PredictedLatencyProducer("p", clock, PredictedLatencyParams(streaming_mode=True), background=False)
+    r = request()
+    p.on_dispatched(r, routed(FAST))
+    clock.now += 0.05
+    p.on_response_headers(r, routed(FAST), 503, {})
+    p.on_response_chunk(r, routed(FAST), b'{"error": "overloaded"}')
+    p.on_completed(r, routed(FAST), Completion(Outcome.UPSTREAM_ERROR))
+    assert p.model.pending == 0 and FAST.address not in p.model._endpoints and p._contexts == {}
 
 
 def test_producer_non_streaming_trains_end_to_end_ttft_and_skips_failures() -> None:
@@ -208,6 +222,46 @@ def test_admitter_rejects_sheddable_requests_no_endpoint_can_serve_in_time() -> 
     cold = admitter.LatencySloAdmitter("a")
     cold.bind_latency_producer(PredictedLatencyProducer("p", Clock(), background=False))
     assert cold.admit(impossible, busy) is None
+
+
+def test_admitter_counts_the_pickers_own_dispatches_against_a_stale_idle_endpoint() -> None:
+    a = admitter.LatencySloAdmitter("a")
+    a.bind_latency_producer(p := trained())
+    warm_idle = replace(FAST, metrics=Metrics(running_requests=0, kv_cache_usage=0.5))
+    stale_idle = [warm_idle, replace(SLOW, metrics=BUSY)]  # FAST's scrape says 0 running
+    impossible = request(priority=-1, x_slo_ttft_ms="10")
+    assert a.admit(impossible, stale_idle) is None
+    p.on_dispatched(request(7), routed(FAST))  # ... but this picker just sent it a request
+    assert a.admit(impossible, stale_idle) is not None
+    p.on_completed(request(7), routed(FAST), Completion(Outcome.CLIENT_CANCEL))
+    assert a.admit(impossible, stale_idle) is None
+
+
+class HeldBy:
+    """A prefix producer whose match says ``address`` holds the whole prompt (1,008 tokens)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def match(self, cycle: CycleState, request: LLMRequest) -> PrefixMatch:
+        return PrefixMatch(tuple(range(63)), {self.address: 63}, 16, "p")
+
+
+def test_admitter_predicts_with_the_prefix_match_as_upstream() -> None:
+    p = PredictedLatencyProducer("p", Clock(), background=False)
+    for i in range(10 * MIN_SAMPLES):  # TTFT = 100 ms + 0.9 ms per uncached token, on both
+        uncached = (i * 37) % 1001
+        for e in (FAST, SLOW):
+            p.model.observe(e.address, Features(1000, uncached, 0, 0, 0, 0.5), 100 + 0.9 * uncached, 10)
+    p.model.refit()
+    a = admitter.LatencySloAdmitter("a")
+    a.bind_latency_producer(p)
+    busy = [replace(FAST, metrics=BUSY), replace(SLOW, metrics=BUSY)]
+    sheddable = request(priority=-1, x_slo_ttft_ms="500")
+    reason = a.admit(sheddable, busy)  # no prefix source: every token uncached, ~1,000 ms
+    assert reason is not None and "best predicted ttft 1000 ms" in reason
+    p.bind_producer("PrefixCacheMatchInfo/approx-prefix-cache-producer", HeldBy(SLOW.address))
+    assert a.admit(sheddable, busy) is None  # SLOW holds the prompt: ~100 ms
 
 
 def test_affinity_filter_latency_predictor_source_breaks_stickiness() -> None:
