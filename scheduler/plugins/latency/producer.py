@@ -182,6 +182,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         self._key = StateKey[Mapping[str, LatencyPredictionInfo] | None](f"{name}/predictions")
         self._contexts: OrderedDict[str, _Context] = OrderedDict()
         self._prefill_tokens: dict[str, int] = {}
+        self._prefilling: dict[str, int] = {}  # requests per address not yet past their first token
         self._dispatched: dict[str, int] = {}
         self._tpot_slos: dict[str, dict[str, float]] = {}
         self._pending: OrderedDict[str, PrefixMatch | None] = OrderedDict()
@@ -259,6 +260,11 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         """Requests this picker dispatched to ``address`` that have not completed (nor expired)."""
         return self._dispatched.get(address, 0)
 
+    def awaiting_first_token(self, address: str) -> int:
+        """Requests this picker dispatched to ``address`` that have not produced a first token yet
+        (queued or prefilling there; fresher than the scraped waiting queue)."""
+        return self._prefilling.get(address, 0)
+
     def predictions(
         self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
     ) -> Mapping[str, LatencyPredictionInfo] | None:
@@ -324,6 +330,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             ctx.predicted_ttft = ttft_info.ttft if ttft_info is not None else 0.0
             ctx.predicted_tpot = tpot_info.tpot if tpot_info is not None else 0.0
         ctx.charges.append((first.address, features.uncached_tokens))
+        self._prefilling[first.address] = self._prefilling.get(first.address, 0) + 1
         self._prefill_tokens[first.address] = (
             self._prefill_tokens.get(first.address, 0) + features.uncached_tokens
         )
@@ -389,6 +396,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         for address in addresses:
             self._prefill_tokens.pop(address, None)
+            self._prefilling.pop(address, None)
             self._dispatched.pop(address, None)
             self._tpot_slos.pop(address, None)
         self.model.forget_endpoints(addresses)
@@ -416,6 +424,11 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
                 self._prefill_tokens[address] = left
             else:
                 self._prefill_tokens.pop(address, None)
+            waiting = self._prefilling.get(address, 0) - 1
+            if waiting > 0:
+                self._prefilling[address] = waiting
+            else:
+                self._prefilling.pop(address, None)
         ctx.charges.clear()
 
     def _drop(self, request_id: str) -> _Context | None:

@@ -186,6 +186,17 @@ def test_scorer_prefers_lowest_predicted_latency_and_falls_back_when_cold() -> N
     busy = replace(SLOW, metrics=Metrics(waiting_queue_size=4, kv_cache_usage=0.9))
     # composite: (kvFree + relQueue + prefix) / 3 -> FAST (1 + 1 + 0) / 3, busy (0.1 + 0 + 0) / 3
     assert s.score(CycleState(), request(), [FAST, busy]) == [0.67, 0.03]
+    # the picker's own requests awaiting a first token count as queued before the scrape shows them
+    cold.on_dispatched(request(1), routed(FAST))
+    cold.on_dispatched(request(2), routed(FAST))
+    assert cold.awaiting_first_token(FAST.address) == 2
+    assert s.score(CycleState(), request(), [FAST, busy]) == [0.5, 0.03]  # FAST: 2 queued of max 4
+    idle = replace(SLOW, metrics=Metrics(kv_cache_usage=0.0))
+    assert s.score(CycleState(), request(), [FAST, idle]) == [0.33, 0.67]
+    cold.on_response_chunk(request(1), routed(FAST), b"x")  # first token: no longer queued
+    assert cold.awaiting_first_token(FAST.address) == 1
+    cold.on_completed(request(2), routed(FAST), Completion(Outcome.CLIENT_CANCEL))
+    assert cold.awaiting_first_token(FAST.address) == 0
     s.bind_latency_producer(trained())
     # no SLO: all negative, both idle -> least |headroom| wins
     assert s.score(CycleState(), request(), [FAST, SLOW]) == [1.0, 0.01]
