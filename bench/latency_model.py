@@ -8,7 +8,9 @@ uncached tokens x per-token cost) x load factor``, the load factor growing with 
 lognormal noise (sigma 0.1). Each model predicts a request before learning from it (refit every
 ``--refit-every`` samples, as the picker's background trainer batches them); after ``--warmup``
 samples the median absolute percentage errors of TTFT and TPOT are printed, with the cost per
-prediction and per learnt sample (CPU microseconds on this machine, single thread).
+prediction and per learnt sample (CPU microseconds on this machine, single thread). Then the added
+picker CPU per request of the whole predicted-latency profile against the default one
+(:mod:`bench.latency_cpu`, ``--cpu-endpoints`` endpoints, 16 by default; target at most 100 µs).
 
 Models: ``ridge-per-endpoint`` (pyepp's: global ridge plus per-endpoint ridge shrunk toward it),
 ``ridge-global`` (the same features, one model for the fleet, as upstream's sidecar without a pod
@@ -25,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.latency_cpu import TARGET_US, measure_added_cpu
 from epp.config.flags import ManualHelpFormatter
 from scheduler.plugins.latency.model import Features, LatencyModel
 
@@ -147,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refit-every", type=int, default=16, help="samples between two refits of the model")
     parser.add_argument("--seed", type=int, default=1, help="random seed")
     parser.add_argument("--quick", action="store_true", help="2000 samples, 500 warm-up")
+    parser.add_argument(
+        "--cpu-endpoints",
+        type=int,
+        default=16,
+        help="pool size of the added-CPU measurement (bench.latency_cpu; 0: skip it)",
+    )
     args = parser.parse_args(argv)
     samples, warmup = (2000, 500) if args.quick else (args.samples, args.warmup)
     print(f"{'model':<20} {'TTFT MdAPE':>10} {'TPOT MdAPE':>10} {'predict us':>10} {'learn us':>10}")
@@ -159,6 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"({samples} samples, first {warmup} not scored, refit every {args.refit_every}; MdAPE target <= 20%)"
     )
+    if args.cpu_endpoints > 0:
+        requests, warm = (1000, 300) if args.quick else (3000, 500)
+        cpu = measure_added_cpu(args.cpu_endpoints, requests, warm, args.seed)
+        verdict = "PASS" if cpu.added_us <= TARGET_US and cpu.model_ready else "MISS"
+        print(
+            f"picker CPU per request at {cpu.endpoints} endpoints ({cpu.requests} requests, scheduling and "
+            f"lifecycle hooks, trainer included): default profile {cpu.default_us:.0f} us, predicted-latency "
+            f"profile {cpu.predicted_us:.0f} us"
+            + ("" if cpu.model_ready else " (the model never became ready)")
+        )
+        print(f"{verdict}  added picker CPU {cpu.added_us:.0f} us per request (target <= {TARGET_US:g} us)")
     return 0
 
 

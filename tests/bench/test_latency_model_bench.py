@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.latency_cpu import measure_added_cpu
 from bench.latency_model import evaluate, main
 
 
@@ -18,6 +19,19 @@ def test_per_endpoint_ridge_beats_the_alternatives() -> None:
 
 
 def test_main_prints_one_row_per_model(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--samples", "300", "--warmup", "100"]) == 0
+    assert main(["--samples", "300", "--warmup", "100", "--cpu-endpoints", "0"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("ridge-per-endpoint", "ridge-global", "ewma-per-endpoint"))
+
+
+def test_added_cpu_drives_both_profiles_until_the_model_predicts() -> None:
+    cpu = measure_added_cpu(endpoints=4, requests=150, warm=100)
+    assert cpu.model_ready  # the predicted profile scored on predictions, not on its cold fallback
+    assert cpu.default_us > 0 and cpu.predicted_us > 0 and cpu.requests == 150
+
+
+def test_main_prints_the_added_cpu_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--quick", "--cpu-endpoints", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "picker CPU per request at 4 endpoints" in out
+    assert "added picker CPU" in out and ("PASS" in out or "MISS" in out)

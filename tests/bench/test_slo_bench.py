@@ -132,6 +132,10 @@ def test_predicted_targets_in_the_slo_scenario() -> None:
     mine = [line for line in check(scenario, {"picker-predicted": worse}) if "picker-predicted" in line]
     assert _kinds(mine) == ["SKIP", "SKIP", "MISS", "MISS"], mine
     assert "90.0% of 20 admitted" in mine[3] and "1 of 21 rejected with 429" in mine[3]
+    assert "the others in this run" not in mine[3]
+    beside = check(scenario, {"picker-predicted": worse, "picker-default": replace(fixed, slo=good)})
+    slo_line = next(line for line in beside if "SLO attainment" in line)
+    assert "the others in this run: picker-default 100.0% (after warm-up" in slo_line, slo_line
     # outside an SLO scenario: no attainment line; without a model error: SKIP
     hetero = check(SCENARIOS["heterogeneous"], {"picker-predicted": replace(pred, ttft_mape=math.nan)})
     assert _kinds([line for line in hetero if "picker-predicted" in line]) == ["SKIP", "SKIP", "SKIP"]

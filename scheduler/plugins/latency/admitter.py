@@ -5,12 +5,15 @@ Upstream's rule: requests with priority >= 0, requests without an SLO (``x-slo-t
 predictions) are admitted. A sheddable request (priority < 0) is admitted when some candidate
 
 * is predicted to meet the SLO (TTFT and TPOT valid, see ``predicted-latency-producer``), or
-* is idle (its model server reports no running request), or
+* is idle: its model server reports no running request *and* this picker has dispatched none to it
+  that has not completed (**ours**: the scraped count lags the picker's own by up to a scrape
+  interval, in which a burst can fill an endpoint that still looks idle), or
 * is cold (KV-cache utilisation < 2%: predictions are unreliable there);
 
 otherwise it is rejected with 429 and a reason naming the SLO and the best prediction. The admitter
-runs before scheduling, without the cycle's prefix match, so its predictions count every prompt token
-as uncached (the conservative side).
+runs before the scheduling cycle; as upstream (whose data producers run before admission), its
+predictions use the request's prefix match (computed once more for the admitter), so an endpoint
+holding the prompt is predicted with the cached tokens.
 
 Parameters (upstream's): ``latencyPredictionInfoProducerName`` ("").
 """
@@ -59,12 +62,14 @@ class LatencySloAdmitter(LatencyInfoConsumer, PluginBase):
         ttft_slo, tpot_slo = slo_header(request, TTFT_SLO_HEADER), slo_header(request, TPOT_SLO_HEADER)
         if ttft_slo <= 0 and tpot_slo <= 0:
             return None
-        infos = producer.predict(request, endpoints)
+        infos = producer.admission_predictions(request, endpoints)
         if not infos:
             return None
         for e in endpoints:
             info = infos.get(e.address)
-            if (info is not None and info.valid) or e.metrics.running_requests == 0:
+            if info is not None and info.valid:
+                return None
+            if e.metrics.running_requests == 0 and producer.dispatched(e.address) == 0:
                 return None
             if e.metrics.kv_cache_usage < COLD_KV_USAGE:
                 return None

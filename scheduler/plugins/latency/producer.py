@@ -25,7 +25,9 @@ tokens from the prefix match, this picker's prefill tokens in flight and dispatc
 endpoint, waiting queue, KV utilisation). TTFT is the time from dispatch to the first response chunk
 with ``streamingMode: true``, to the end of the response otherwise (upstream's end-to-end mode); TPOT
 (streaming only) is ``(end - first chunk) / (completion tokens - 1)``. In P/D the TTFT sample belongs to
-the ``prefill`` profile's endpoint, TPOT to the decode one. Only successful requests train. Samples are
+the ``prefill`` profile's endpoint, TPOT to the decode one. As upstream, a streamed TTFT sample is trained
+at the first chunk of a 2xx response (not at the end of the answer: the model warms up one answer
+sooner); the TPOT sample and a non-streamed TTFT only when the request succeeds. Samples are
 folded in by a background thread (:class:`~scheduler.plugins.latency.model.LatencyModel`), never on the
 decision path.
 
@@ -153,6 +155,8 @@ class _Context:
     deadline: float
     tpot_slo: float
     first_chunk_at: float | None = None
+    status: int = 0  # the response's HTTP status (0: its headers were not seen)
+    ttft_ms: float | None = None  # the TTFT trained on (streaming: at the first chunk)
     predicted_ttft: float = 0.0  # ms, the prediction for ttft_endpoint (metrics only)
     predicted_tpot: float = 0.0  # ms, the prediction for tpot_endpoint (metrics only)
     charges: list[tuple[str, int]] = field(default_factory=list)  # (address, prefill tokens)
@@ -178,6 +182,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         self._key = StateKey[Mapping[str, LatencyPredictionInfo] | None](f"{name}/predictions")
         self._contexts: OrderedDict[str, _Context] = OrderedDict()
         self._prefill_tokens: dict[str, int] = {}
+        self._prefilling: dict[str, int] = {}  # requests per address not yet past their first token
         self._dispatched: dict[str, int] = {}
         self._tpot_slos: dict[str, dict[str, float]] = {}
         self._pending: OrderedDict[str, PrefixMatch | None] = OrderedDict()
@@ -241,6 +246,24 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
                 self._dispatched.get(address, 0),
             )  # fmt: skip
         return out
+
+    def admission_predictions(
+        self, request: LLMRequest, endpoints: Sequence[EndpointView]
+    ) -> dict[str, LatencyPredictionInfo] | None:
+        """Predictions for ``latency-slo-admitter``, which runs before the scheduling cycle: the prefix
+        match is computed on a cycle state of its own (upstream runs its data producers, the prefix
+        match among them, before the admission plugins), so a prompt an endpoint holds is predicted
+        as cached there."""
+        return self.predict(request, endpoints, self.prefix_match_for(CycleState(), request))
+
+    def dispatched(self, address: str) -> int:
+        """Requests this picker dispatched to ``address`` that have not completed (nor expired)."""
+        return self._dispatched.get(address, 0)
+
+    def awaiting_first_token(self, address: str) -> int:
+        """Requests this picker dispatched to ``address`` that have not produced a first token yet
+        (queued or prefilling there; fresher than the scraped waiting queue)."""
+        return self._prefilling.get(address, 0)
 
     def predictions(
         self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
@@ -307,6 +330,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             ctx.predicted_ttft = ttft_info.ttft if ttft_info is not None else 0.0
             ctx.predicted_tpot = tpot_info.tpot if tpot_info is not None else 0.0
         ctx.charges.append((first.address, features.uncached_tokens))
+        self._prefilling[first.address] = self._prefilling.get(first.address, 0) + 1
         self._prefill_tokens[first.address] = (
             self._prefill_tokens.get(first.address, 0) + features.uncached_tokens
         )
@@ -317,12 +341,25 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         if len(self._contexts) > CONTEXT_LIMIT:
             self._drop(next(iter(self._contexts)))
 
+    def on_response_headers(
+        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
+    ) -> None:
+        ctx = self._contexts.get(request.request_id)
+        if ctx is not None:
+            ctx.status = status
+
     def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
         ctx = self._contexts.get(request.request_id)
         if ctx is None or ctx.first_chunk_at is not None:
             return
-        ctx.first_chunk_at = self._clock()
+        ctx.first_chunk_at = now = self._clock()
         self._release_prefill(ctx)
+        if self.params.streaming_mode and (ctx.status == 0 or 200 <= ctx.status < 300):
+            # Upstream records the TTFT sample at the first token: the model learns a request's TTFT
+            # as soon as it is known, not after its whole answer (a faster warm-up).
+            ctx.ttft_ms = ttft = (now - ctx.dispatched_at) * 1000.0
+            self.model.observe(ctx.ttft_endpoint, ctx.features, ttft, None)
+            self._train()
 
     def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
         self._pending.pop(request.request_id, None)
@@ -332,13 +369,17 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             return
         end = self._clock()
         streaming = self.params.streaming_mode
-        first = ctx.first_chunk_at if streaming and ctx.first_chunk_at is not None else end
-        ttft = (first - ctx.dispatched_at) * 1000.0
+        trained, ttft = ctx.ttft_ms is not None, ctx.ttft_ms
+        if ttft is None:
+            ttft = (end - ctx.dispatched_at) * 1000.0
         tpot: float | None = None
         tokens = completion.usage.completion_tokens
         if streaming and ctx.first_chunk_at is not None and tokens > 1:
             tpot = (end - ctx.first_chunk_at) * 1000.0 / (tokens - 1)
-        if ctx.ttft_endpoint == ctx.tpot_endpoint:
+        if trained:
+            if tpot is not None:
+                self.model.observe(ctx.tpot_endpoint, ctx.tpot_features, None, tpot)
+        elif ctx.ttft_endpoint == ctx.tpot_endpoint:
             self.model.observe(ctx.ttft_endpoint, ctx.features, ttft, tpot)
         else:
             self.model.observe(ctx.ttft_endpoint, ctx.features, ttft, None)
@@ -355,6 +396,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         for address in addresses:
             self._prefill_tokens.pop(address, None)
+            self._prefilling.pop(address, None)
             self._dispatched.pop(address, None)
             self._tpot_slos.pop(address, None)
         self.model.forget_endpoints(addresses)
@@ -382,6 +424,11 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
                 self._prefill_tokens[address] = left
             else:
                 self._prefill_tokens.pop(address, None)
+            waiting = self._prefilling.get(address, 0) - 1
+            if waiting > 0:
+                self._prefilling[address] = waiting
+            else:
+                self._prefilling.pop(address, None)
         ctx.charges.clear()
 
     def _drop(self, request_id: str) -> _Context | None:

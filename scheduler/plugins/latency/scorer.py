@@ -19,6 +19,10 @@ algorithm:
 Without predictions (cold model, ``predictInProduce: false``) the composite fallback:
 ``round(100 x (wKV (1 - kv) + wQ relQueue + wP prefix)) / 100`` with ``relQueue = (maxQ - q) / maxQ``
 (1 when every queue is empty), ``prefix`` the prefix-match score and the weights normalised to sum 1.
+``q`` is the larger of the scraped waiting queue (upstream's) and the requests this picker sent to the
+endpoint that have not produced a first token yet (**ours**: the scrape lags by up to an interval, in
+which a cold start's burst of uncached prompts all looked at the same gauges; and an engine prefilling
+one prompt at a time reports the others as running, not waiting).
 
 Parameters (upstream's): ``ttftWeight`` (>= 0, 0.8), ``tpotWeight`` (>= 0, 0.2),
 ``headroomSelectionStrategy`` (``least`` | ``most``), ``compositeKVWeight`` / ``compositeQueueWeight``
@@ -129,11 +133,16 @@ class LatencyScorer(LatencyInfoConsumer, PrefixMatchConsumer, PluginBase):
         wkv, wq, wp = p.composite_kv_weight, p.composite_queue_weight, p.composite_prefix_weight
         total = wkv + wq + wp
         wkv, wq, wp = (wkv / total, wq / total, wp / total) if total > 0 else (1.0, 0.0, 0.0)
-        max_q = max((e.metrics.waiting_queue_size for e in endpoints), default=0)
+        producer = self.latency_producer
+        queues = [
+            max(e.metrics.waiting_queue_size, producer.awaiting_first_token(e.address) if producer else 0)
+            for e in endpoints
+        ]
+        max_q = max(queues, default=0)
         match = self.prefix_match_for(cycle, request)
         out = []
-        for e in endpoints:
-            rel_queue = (max_q - e.metrics.waiting_queue_size) / max_q if max_q > 0 else 1.0
+        for e, q in zip(endpoints, queues, strict=True):
+            rel_queue = (max_q - q) / max_q if max_q > 0 else 1.0
             prefix = match.score(e.address) if match is not None and match.hashes else 0.0
             composite = wkv * (1.0 - e.metrics.kv_cache_usage) + wq * rel_queue + wp * prefix
             out.append(round(_W_MAX * composite) / _W_MAX)

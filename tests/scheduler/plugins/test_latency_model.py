@@ -9,6 +9,8 @@ from scheduler.plugins.latency.model import (
     ENDPOINT_LIMIT,
     MIN_ENDPOINT_SAMPLES,
     MIN_SAMPLES,
+    RIDGE,
+    TTFT_FEATURES,
     Features,
     LatencyModel,
     RidgeStats,
@@ -117,3 +119,48 @@ def test_buffer_and_endpoint_models_are_bounded() -> None:
     assert first not in model._endpoints and first not in model._weights.endpoint_ttft
     state = model.state()
     assert state["ready"] and state["droppedSamples"] == 10 and state["pendingSamples"] == 0
+
+
+def test_relative_weighting_keeps_cache_hits_within_their_own_scale() -> None:
+    """TTFT convex in the uncached tokens (no linear model fits it all): the relative-error fit keeps
+    the short, cached requests' error a fraction of what plain least squares leaves them (which serves
+    the long prefills and predicts the short ones near 0)."""
+    rng = random.Random(3)
+    model, plain = LatencyModel(), RidgeStats(len(TTFT_FEATURES))
+
+    def ttft(uncached: int) -> float:
+        return 20.0 + 0.02 * uncached + 0.00002 * uncached * uncached
+
+    for i in range(600):
+        f = Features(7000, rng.randint(50, 400) if i % 2 else rng.randint(3000, 7000), 0, 0, 0, 0.2)
+        model.observe("a:1", f, ttft(f.uncached_tokens), None)
+        plain.add(f.ttft_vector(), ttft(f.uncached_tokens))
+        if i % 50 == 49:
+            model.refit()
+    w_plain = plain.solve(RIDGE)
+    weighted, unweighted = [], []
+    for uncached in range(50, 400, 10):
+        f = Features(7000, uncached, 0, 0, 0, 0.2)
+        predicted = model.predict("a:1", f)
+        assert predicted is not None
+        truth_ms = ttft(uncached)
+        weighted.append(abs(predicted[0] - truth_ms) / truth_ms)
+        plain_ms = max(0.0, sum(a * b for a, b in zip(w_plain, f.ttft_vector(), strict=True)))
+        unweighted.append(abs(plain_ms - truth_ms) / truth_ms)
+    median = len(weighted) // 2
+    assert sorted(weighted)[median] < 0.35
+    assert sorted(weighted)[median] < sorted(unweighted)[median] / 3
+
+
+def test_prefill_prior_predicts_queueing_before_any_queued_sample() -> None:
+    """Trained only on requests with nothing ahead of them, the model still charges work queued ahead
+    at the per-token cost it learnt from the requests' own uncached tokens."""
+    rng = random.Random(4)
+    model = LatencyModel()
+    for _ in range(MIN_SAMPLES):
+        uncached = rng.randint(100, 7000)
+        model.observe("a:1", Features(7000, uncached, 0, 0, 0, 0.2), 30.0 + 0.06 * uncached, None)
+    model.refit()
+    predicted = model.predict("a:1", Features(7000, 300, 6800, 0, 1, 0.2))
+    assert predicted is not None
+    assert 0.8 < predicted[0] / (30.0 + 0.06 * 7100) < 1.2

@@ -18,7 +18,7 @@ from scheduler.observer import InflightLoadSource, LatencyReport
 from scheduler.plugins.filters.prefix_affinity import PrefixAffinityFilter, PrefixAffinityParams
 from scheduler.plugins.latency import admitter, producer, scorer, tier_filter
 from scheduler.plugins.latency.consumer import LatencyInfoConsumer
-from scheduler.plugins.latency.model import MIN_SAMPLES, Features
+from scheduler.plugins.latency.model import MIN_SAMPLES, Features, RidgeStats
 from scheduler.plugins.latency.producer import PredictedLatencyParams, PredictedLatencyProducer
 from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
 from scheduler.types import Completion, Endpoint, LLMRequest, Metrics, Outcome, Usage
@@ -51,6 +51,11 @@ def trained(params: PredictedLatencyParams | None = None) -> PredictedLatencyPro
     return p
 
 
+def mean_target(stats: RidgeStats) -> float:
+    """The weighted mean latency learnt (the bias feature is 1: ``b[0] / A[0][0]``)."""
+    return stats.b[0] / stats.a[0]
+
+
 def test_producer_trains_from_the_lifecycle_streaming() -> None:
     clock = Clock()
     p = PredictedLatencyProducer("p", clock, PredictedLatencyParams(streaming_mode=True), background=False)
@@ -59,14 +64,28 @@ def test_producer_trains_from_the_lifecycle_streaming() -> None:
     p.on_dispatched(r, routed(FAST))
     assert p._dispatched == {FAST.address: 1} and p._prefill_tokens == {FAST.address: 1000}
     clock.now += 0.25
+    p.on_response_headers(r, routed(FAST), 200, {})
     p.on_response_chunk(r, routed(FAST), b"x")
     assert p._prefill_tokens == {}  # prefill done at the first chunk
+    stats = p.model._endpoints[FAST.address]  # the TTFT sample is learnt at the first chunk
+    assert stats.ttft.n == 1 and mean_target(stats.ttft) == pytest.approx(250.0) and stats.tpot.n == 0
     clock.now += 0.9
     p.on_completed(r, routed(FAST), Completion(Outcome.OK, usage=Usage(completion_tokens=10)))
-    assert p._dispatched == {} and p.model.refits == 1
-    stats = p.model._endpoints[FAST.address]
-    assert stats.ttft.b[0] == pytest.approx(250.0)  # ttft = 250 ms (bias feature 1)
-    assert stats.tpot.b[0] == pytest.approx(100.0)  # tpot = 900 ms / 9 tokens
+    assert p._dispatched == {} and p.model.refits == 2
+    assert stats.ttft.n == 1 and mean_target(stats.ttft) == pytest.approx(250.0)  # ttft = 250 ms
+    assert mean_target(stats.tpot) == pytest.approx(100.0)  # tpot = 900 ms / 9 tokens
+
+
+def test_producer_streaming_trains_no_ttft_from_an_error_response() -> None:
+    clock = Clock()
+    p = PredictedLatencyProducer("p", clock, PredictedLatencyParams(streaming_mode=True), background=False)
+    r = request()
+    p.on_dispatched(r, routed(FAST))
+    clock.now += 0.05
+    p.on_response_headers(r, routed(FAST), 503, {})
+    p.on_response_chunk(r, routed(FAST), b'{"error": "overloaded"}')
+    p.on_completed(r, routed(FAST), Completion(Outcome.UPSTREAM_ERROR))
+    assert p.model.pending == 0 and FAST.address not in p.model._endpoints and p._contexts == {}
 
 
 def test_producer_non_streaming_trains_end_to_end_ttft_and_skips_failures() -> None:
@@ -79,7 +98,7 @@ def test_producer_non_streaming_trains_end_to_end_ttft_and_skips_failures() -> N
     clock.now += 0.4
     p.on_completed(r, routed(FAST), Completion(Outcome.OK, usage=Usage(completion_tokens=10)))
     stats = p.model._endpoints[FAST.address]
-    assert stats.ttft.b[0] == pytest.approx(500.0) and stats.tpot.n == 0
+    assert mean_target(stats.ttft) == pytest.approx(500.0) and stats.tpot.n == 0
     r2 = request(2)
     p.on_dispatched(r2, routed(FAST))
     p.on_completed(r2, routed(FAST), Completion(Outcome.UPSTREAM_ERROR))
@@ -167,6 +186,17 @@ def test_scorer_prefers_lowest_predicted_latency_and_falls_back_when_cold() -> N
     busy = replace(SLOW, metrics=Metrics(waiting_queue_size=4, kv_cache_usage=0.9))
     # composite: (kvFree + relQueue + prefix) / 3 -> FAST (1 + 1 + 0) / 3, busy (0.1 + 0 + 0) / 3
     assert s.score(CycleState(), request(), [FAST, busy]) == [0.67, 0.03]
+    # the picker's own requests awaiting a first token count as queued before the scrape shows them
+    cold.on_dispatched(request(1), routed(FAST))
+    cold.on_dispatched(request(2), routed(FAST))
+    assert cold.awaiting_first_token(FAST.address) == 2
+    assert s.score(CycleState(), request(), [FAST, busy]) == [0.5, 0.03]  # FAST: 2 queued of max 4
+    idle = replace(SLOW, metrics=Metrics(kv_cache_usage=0.0))
+    assert s.score(CycleState(), request(), [FAST, idle]) == [0.33, 0.67]
+    cold.on_response_chunk(request(1), routed(FAST), b"x")  # first token: no longer queued
+    assert cold.awaiting_first_token(FAST.address) == 1
+    cold.on_completed(request(2), routed(FAST), Completion(Outcome.CLIENT_CANCEL))
+    assert cold.awaiting_first_token(FAST.address) == 0
     s.bind_latency_producer(trained())
     # no SLO: all negative, both idle -> least |headroom| wins
     assert s.score(CycleState(), request(), [FAST, SLOW]) == [1.0, 0.01]
@@ -208,6 +238,46 @@ def test_admitter_rejects_sheddable_requests_no_endpoint_can_serve_in_time() -> 
     cold = admitter.LatencySloAdmitter("a")
     cold.bind_latency_producer(PredictedLatencyProducer("p", Clock(), background=False))
     assert cold.admit(impossible, busy) is None
+
+
+def test_admitter_counts_the_pickers_own_dispatches_against_a_stale_idle_endpoint() -> None:
+    a = admitter.LatencySloAdmitter("a")
+    a.bind_latency_producer(p := trained())
+    warm_idle = replace(FAST, metrics=Metrics(running_requests=0, kv_cache_usage=0.5))
+    stale_idle = [warm_idle, replace(SLOW, metrics=BUSY)]  # FAST's scrape says 0 running
+    impossible = request(priority=-1, x_slo_ttft_ms="10")
+    assert a.admit(impossible, stale_idle) is None
+    p.on_dispatched(request(7), routed(FAST))  # ... but this picker just sent it a request
+    assert a.admit(impossible, stale_idle) is not None
+    p.on_completed(request(7), routed(FAST), Completion(Outcome.CLIENT_CANCEL))
+    assert a.admit(impossible, stale_idle) is None
+
+
+class HeldBy:
+    """A prefix producer whose match says ``address`` holds the whole prompt (1,008 tokens)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def match(self, cycle: CycleState, request: LLMRequest) -> PrefixMatch:
+        return PrefixMatch(tuple(range(63)), {self.address: 63}, 16, "p")
+
+
+def test_admitter_predicts_with_the_prefix_match_as_upstream() -> None:
+    p = PredictedLatencyProducer("p", Clock(), background=False)
+    for i in range(10 * MIN_SAMPLES):  # TTFT = 100 ms + 0.9 ms per uncached token, on both
+        uncached = (i * 37) % 1001
+        for e in (FAST, SLOW):
+            p.model.observe(e.address, Features(1000, uncached, 0, 0, 0, 0.5), 100 + 0.9 * uncached, 10)
+    p.model.refit()
+    a = admitter.LatencySloAdmitter("a")
+    a.bind_latency_producer(p)
+    busy = [replace(FAST, metrics=BUSY), replace(SLOW, metrics=BUSY)]
+    sheddable = request(priority=-1, x_slo_ttft_ms="500")
+    reason = a.admit(sheddable, busy)  # no prefix source: every token uncached, ~1,000 ms
+    assert reason is not None and "best predicted ttft 99" in reason  # 1,000 ms, give or take the ridge
+    p.bind_producer("PrefixCacheMatchInfo/approx-prefix-cache-producer", HeldBy(SLOW.address))
+    assert a.admit(sheddable, busy) is None  # SLOW holds the prompt: ~100 ms
 
 
 def test_affinity_filter_latency_predictor_source_breaks_stickiness() -> None:
