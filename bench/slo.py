@@ -27,6 +27,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from epp.request.build import OBJECTIVE_HEADER
 from simulator.loadgen import RequestResult
 from simulator.workloads import Workload
 
@@ -45,7 +46,6 @@ __all__ = [
 
 TTFT_HEADER = "x-slo-ttft-ms"
 TPOT_HEADER = "x-slo-tpot-ms"
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
 SHEDDABLE_OBJECTIVE = "sheddable"
 WARMUP_REQUESTS = 64
 OBJECTIVES = f"""\

@@ -11,8 +11,11 @@ __all__ = [
     "DATA_PARALLEL_HEADER",
     "ENCODER_HEADER",
     "LB_NAMESPACE",
+    "LLMD_SLO_TTFT_HEADER",
     "PREFILLER_HEADER",
     "SERVED_ENDPOINT_HEADER",
+    "SLO_TPOT_HEADER",
+    "SLO_TTFT_HEADER",
 ]
 
 PREFILLER_HEADER = "x-prefiller-host-port"
@@ -24,6 +27,13 @@ DATA_PARALLEL_HEADER = "x-data-parallel-host-port"
 SERVED_ENDPOINT_HEADER = "x-gateway-destination-endpoint-served"
 """Response header (as the EPP passes it to hooks) naming the ``ip:port`` that actually served; also
 the ``envoy.lb`` metadata key the proxy reports it under."""
+SLO_TTFT_HEADER = "x-slo-ttft-ms"
+"""Request header: the request's time-to-first-token SLO in milliseconds (the predicted-latency plugins;
+the deprecated alias of :data:`LLMD_SLO_TTFT_HEADER` for slo-deadline ordering)."""
+SLO_TPOT_HEADER = "x-slo-tpot-ms"
+"""Request header: the request's time-per-output-token SLO in milliseconds."""
+LLMD_SLO_TTFT_HEADER = "x-llm-d-slo-ttft-ms"
+"""llm-d-router's TTFT SLO header, read first by the slo-deadline ordering policy."""
 LB_NAMESPACE = "envoy.lb"
 """Envoy's dynamic-metadata namespace of the routing decision (the served-endpoint key above lives there;
 ``request-attribute-reporter`` writes to it by default)."""

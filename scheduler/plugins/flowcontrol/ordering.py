@@ -22,6 +22,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 
+from scheduler.headers import LLMD_SLO_TTFT_HEADER, SLO_TTFT_HEADER
 from scheduler.interfaces import Handle
 from scheduler.plugins.base import PluginBase, factory_without_params
 from scheduler.plugins.flowcontrol.interfaces import FlowQueue, QueuedItem
@@ -37,7 +38,7 @@ __all__ = [
     "slo_deadline_factory",
 ]
 
-SLO_TTFT_HEADERS = ("x-llm-d-slo-ttft-ms", "x-slo-ttft-ms")
+SLO_TTFT_HEADERS = (LLMD_SLO_TTFT_HEADER, SLO_TTFT_HEADER)
 """The TTFT SLO header in milliseconds, then its deprecated alias (upstream's lookup order)."""
 _MAX_MS = (2**63 - 1) // 1_000_000  # the largest ms a Go time.Duration holds
 _INTEGER = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.ParseInt(s, 10, 64) accepts

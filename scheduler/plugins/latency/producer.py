@@ -63,6 +63,7 @@ from typing import Any
 from scheduler.cycle_state import CycleState, StateKey
 from scheduler.duration import DURATION_EXPECT, parse_duration
 from scheduler.errors import ConfigError
+from scheduler.headers import SLO_TPOT_HEADER, SLO_TTFT_HEADER
 from scheduler.interfaces import Handle
 from scheduler.observer import LatencyMetrics, LatencyReport, PluginMetrics
 from scheduler.params import param, parse_params, plugin_location
@@ -85,8 +86,8 @@ __all__ = [
 
 LATENCY_PREDICTION_INFO = "LatencyPredictionInfo"
 DEFAULT_PRODUCER = "predicted-latency-producer"
-TTFT_SLO_HEADER = "x-slo-ttft-ms"
-TPOT_SLO_HEADER = "x-slo-tpot-ms"
+TTFT_SLO_HEADER = SLO_TTFT_HEADER  # the names plugins of this package import
+TPOT_SLO_HEADER = SLO_TPOT_HEADER
 CONTEXT_LIMIT = 65536
 PENDING_LIMIT = 4096  # prefix matches kept between scheduling and dispatch
 _PREFILL = "prefill"
