@@ -17,12 +17,27 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
     chosen         = the first eligible owner, in assignment order (primary first, then spills)
     score(chosen)  = d / t;   score(e) = 0 for every other endpoint
 
-* a new prefix (no owner) scores 0 everywhere: the profile's load scorers place it, and the endpoint
-  dispatched to becomes its primary owner;
+* a new prefix (no owner) with ``newPrefixPlacement: load`` (the default) scores 0 everywhere: the
+  profile's load scorers place it, and the endpoint dispatched to becomes its primary owner;
 * an owner keeps its prefixes while it is under the bound; when it is over, the prefix *spills* to the
   next owner, and if every owner is over, the load scorers pick an endpoint that becomes the next
   spill owner (at most ``maxOwners``; beyond, the newest spill owner is replaced), so a hot prefix
   grows onto a second server instead of scattering over all of them;
+* ``newPrefixPlacement: hash`` places new prefixes and spills by rendezvous hashing instead of load
+  (:mod:`scheduler.plugins.prefix.rendezvous`), so picker replicas that do not share in-flight views
+  (active-active) choose the same owner::
+
+      key            = h_1 (the hash of the prompt's first block)
+      weight(key, e) = mix64(key XOR blake2b64(address(e)))      (stable across processes)
+      placed         = argmax_{e eligible} weight(key, e)
+      score(placed)  = 1 for a new prefix, d / t for a spill; 0 for every other endpoint
+
+  A prefix goes to its top-ranked endpoint while that one is under the bound and to the next-ranked
+  eligible one when it is not, so replicas whose loads are similar agree on spills too. Keying on
+  ``h_1`` puts every prompt of a group on the same ranking (a group's prompts share their first block
+  if they share anything, and a replica that saw fewer of them knows the same ``h_1``). Limit: once a
+  first block has an owner the prompt is no longer new, so behind a preamble common to *all* prompts
+  (longer than a block) the owners of the preamble decide, as with ``load``;
 * the score never goes to an endpoint above the bound, and with ``loadFactor`` c no endpoint receives
   affinity traffic above c times the mean load (CH-BL's guarantee) nor more than ``maxImbalance``
   requests above the least loaded candidate, ``minLoadBound`` keeping low-load bursts of one group
@@ -37,9 +52,10 @@ flight; ``on_completed`` uncounts it; ``on_response_headers`` follows a fallback
 ``on_endpoints_removed`` forgets the endpoint's ownerships and counts.
 
 Parameters: ``loadFactor`` (c >= 1, default 2.0), ``minLoadBound`` (requests >= 1, default 16),
-``maxImbalance`` (requests >= 1, default 8),
-``maxOwners`` (>= 1, default 2), ``maxIndexBytes`` (ownership memory, >= 64 KiB, default 32 MiB =
-~200,000 anchors), ``blockSizeTokens`` (>= 1, default 16; only without a prefix-cache-scorer),
+``maxImbalance`` (requests >= 1, default 8), ``maxOwners`` (>= 1, default 2),
+``newPrefixPlacement`` (``load`` | ``hash``, default ``load``), ``maxIndexBytes`` (ownership memory,
+>= 64 KiB, default 32 MiB = ~200,000 anchors), ``blockSizeTokens`` (>= 1, default 16; only without a
+prefix-cache-scorer),
 ``maxPrefixBlocksToMatch`` (>= 1, default 256; idem), ``requestTimeout`` (duration, default
 ``"2m"``: an in-flight count whose completion never came is dropped).
 """
@@ -57,11 +73,14 @@ from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable
+from scheduler.plugins.prefix.rendezvous import weight
 from scheduler.plugins.shared.inflight import InflightTracker
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
-__all__ = ["PrefixAffinityParams", "PrefixAffinityScorer", "factory", "load_bound"]
+__all__ = ["PLACEMENTS", "PrefixAffinityParams", "PrefixAffinityScorer", "factory", "load_bound"]
+
+PLACEMENTS = ("load", "hash")  # newPrefixPlacement: who places a prefix without an eligible owner
 
 _PENDING_LIMIT = 1024  # hash chains kept from score to on_dispatched (bounded)
 
@@ -72,6 +91,7 @@ class PrefixAffinityParams:
     min_load_bound: int = param(16, ge=1)
     max_imbalance: int = param(8, ge=1)
     max_owners: int = param(2, ge=1, le=64)
+    new_prefix_placement: str = param("load", choices=PLACEMENTS)
     max_index_bytes: int = param(32 * 1024 * 1024, ge=64 * 1024)
     block_size_tokens: int = param(16, ge=1, le=65536)
     max_prefix_blocks_to_match: int = param(256, ge=1, le=65536)
@@ -126,15 +146,20 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         if not hashes:
             return out
         depth, owners = self.owners.lookup(hashes)
-        if not owners:
-            return out
-        chosen = self.choose(owners, endpoints)
-        if chosen is not None:
-            out[chosen] = depth / len(hashes)
+        if owners:
+            chosen = self.choose(owners, endpoints)
+            if chosen is not None:
+                out[chosen] = depth / len(hashes)
+                return out
+        if self.params.new_prefix_placement == "hash":
+            placed = self.place(hashes[0], endpoints)
+            if placed is not None:
+                out[placed] = depth / len(hashes) if owners else 1.0
         return out
 
-    def choose(self, owners: Sequence[str], endpoints: Sequence[EndpointView]) -> int | None:
-        """Index in ``endpoints`` of the first eligible owner (module docstring), or None."""
+    def ceiling(self, endpoints: Sequence[EndpointView]) -> int:
+        """The most requests an eligible endpoint may have in flight, this one included (``min(bound,
+        least + maxImbalance)`` of the module docstring)."""
         counts = self.tracker.request_counts
         p = self.params
         if counts:
@@ -143,13 +168,31 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         else:
             total = least = 0
         bound = load_bound(total, len(endpoints), p.load_factor, p.min_load_bound)
-        ceiling = min(bound, least + p.max_imbalance)
+        return min(bound, least + p.max_imbalance)
+
+    def choose(self, owners: Sequence[str], endpoints: Sequence[EndpointView]) -> int | None:
+        """Index in ``endpoints`` of the first eligible owner (module docstring), or None."""
+        counts = self.tracker.request_counts
+        ceiling = self.ceiling(endpoints)
         position = {e.address: i for i, e in enumerate(endpoints)}
         for owner in owners:
             i = position.get(owner)
             if i is not None and counts.get(owner, 0) + 1 <= ceiling:
                 return i
         return None
+
+    def place(self, key: int, endpoints: Sequence[EndpointView]) -> int | None:
+        """Index in ``endpoints`` of the eligible endpoint of highest rendezvous weight for ``key``
+        (``newPrefixPlacement: hash``), or None when none is under the bound."""
+        counts = self.tracker.request_counts
+        ceiling = self.ceiling(endpoints)
+        best, best_weight = None, -1
+        for i, e in enumerate(endpoints):
+            if counts.get(e.address, 0) + 1 <= ceiling:
+                w = weight(key, e.address)
+                if w > best_weight:
+                    best, best_weight = i, w
+        return best
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
