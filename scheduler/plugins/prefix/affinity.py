@@ -29,8 +29,17 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
 
       key            = h_1 (the hash of the prompt's first block)
       weight(key, e) = mix64(key XOR blake2b64(address(e)))      (stable across processes)
-      placed         = argmax_{e eligible} weight(key, e)
+      share          = ceil(prefixLoadFactor · (P + 1) / n)     (new prefixes only)
+      placed         = argmax weight(key, e) over eligible e holding < share placed prefixes
+                       (over every eligible e if none does; for a spill, over every eligible e)
       score(placed)  = 1 for a new prefix, d / t for a spill; 0 for every other endpoint
+
+  ``P`` is the number of first blocks this picker placed and still remembers (LRU, 1/8 of
+  ``maxIndexBytes``), an endpoint's *held* prefixes those placed on it: consistent hashing with bounded
+  loads, where the load is prefixes, so a few dozen groups do not land unevenly on a few servers (their
+  KV caches then thrash). Replicas that saw different new prefixes may count shares differently, so they
+  agree exactly while no top-ranked endpoint is at its share (``prefixLoadFactor`` >= 1, default 1.25:
+  higher agrees more, balances less).
 
   A prefix goes to its top-ranked endpoint while that one is under the bound and to the next-ranked
   eligible one when it is not, so replicas whose loads are similar agree on spills too. Keying on
@@ -53,7 +62,8 @@ flight; ``on_completed`` uncounts it; ``on_response_headers`` follows a fallback
 
 Parameters: ``loadFactor`` (c >= 1, default 2.0), ``minLoadBound`` (requests >= 1, default 16),
 ``maxImbalance`` (requests >= 1, default 8), ``maxOwners`` (>= 1, default 2),
-``newPrefixPlacement`` (``load`` | ``hash``, default ``load``), ``maxIndexBytes`` (ownership memory,
+``newPrefixPlacement`` (``load`` | ``hash``, default ``load``), ``prefixLoadFactor`` (>= 1, default
+1.25; ``hash`` only), ``maxIndexBytes`` (ownership memory,
 >= 64 KiB, default 32 MiB = ~200,000 anchors), ``blockSizeTokens`` (>= 1, default 16; only without a
 prefix-cache-scorer),
 ``maxPrefixBlocksToMatch`` (>= 1, default 256; idem), ``requestTimeout`` (duration, default
@@ -73,7 +83,7 @@ from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable
-from scheduler.plugins.prefix.rendezvous import weight
+from scheduler.plugins.prefix.rendezvous import Placements, weight
 from scheduler.plugins.shared.inflight import InflightTracker
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
@@ -92,6 +102,7 @@ class PrefixAffinityParams:
     max_imbalance: int = param(8, ge=1)
     max_owners: int = param(2, ge=1, le=64)
     new_prefix_placement: str = param("load", choices=PLACEMENTS)
+    prefix_load_factor: float = param(1.25, ge=1.0, le=100.0)
     max_index_bytes: int = param(32 * 1024 * 1024, ge=64 * 1024)
     block_size_tokens: int = param(16, ge=1, le=65536)
     max_prefix_blocks_to_match: int = param(256, ge=1, le=65536)
@@ -99,7 +110,14 @@ class PrefixAffinityParams:
 
     @property
     def max_entries(self) -> int:
-        return max(1, self.max_index_bytes // ENTRY_BYTES)
+        """Ownership entries: the whole budget, or 7/8 of it with ``hash`` placement."""
+        entries = max(1, self.max_index_bytes // ENTRY_BYTES)
+        return entries - self.max_placements if self.new_prefix_placement == "hash" else entries
+
+    @property
+    def max_placements(self) -> int:
+        """First-block placements remembered with ``hash`` placement: 1/8 of the budget."""
+        return max(1, self.max_index_bytes // ENTRY_BYTES // 8)
 
 
 def load_bound(total_inflight: int, endpoints: int, load_factor: float, min_bound: int) -> int:
@@ -119,7 +137,8 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self.params = params = params or PrefixAffinityParams()
         self.tracker = InflightTracker(clock, params.request_timeout)
         self.owners = OwnerTable(params.max_entries, params.max_owners)
-        self._pending: dict[str, tuple[int, ...]] = {}
+        self.placements = Placements(params.max_placements)
+        self._pending: dict[str, tuple[tuple[int, ...], bool]] = {}  # request id -> (hashes, new)
         self._hasher = ChainHasher()
 
     # -- per cycle ----------------------------------------------------------------------------------
@@ -139,20 +158,20 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         hashes = self.hashes(cycle, request)
+        out = [0.0] * len(endpoints)
+        depth, owners = self.owners.lookup(hashes) if hashes else (0, ())
         if len(self._pending) >= _PENDING_LIMIT:
             self._pending.pop(next(iter(self._pending)))
-        self._pending[request.request_id] = hashes
-        out = [0.0] * len(endpoints)
+        self._pending[request.request_id] = (hashes, not owners)
         if not hashes:
             return out
-        depth, owners = self.owners.lookup(hashes)
         if owners:
             chosen = self.choose(owners, endpoints)
             if chosen is not None:
                 out[chosen] = depth / len(hashes)
                 return out
         if self.params.new_prefix_placement == "hash":
-            placed = self.place(hashes[0], endpoints)
+            placed = self.place(hashes[0], endpoints, new=not owners)
             if placed is not None:
                 out[placed] = depth / len(hashes) if owners else 1.0
         return out
@@ -181,32 +200,47 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
                 return i
         return None
 
-    def place(self, key: int, endpoints: Sequence[EndpointView]) -> int | None:
+    def place(self, key: int, endpoints: Sequence[EndpointView], new: bool) -> int | None:
         """Index in ``endpoints`` of the eligible endpoint of highest rendezvous weight for ``key``
-        (``newPrefixPlacement: hash``), or None when none is under the bound."""
+        (``newPrefixPlacement: hash``), or None when none is under the bound. A ``new`` prefix also
+        skips endpoints already holding their share of placed prefixes (module docstring)."""
         counts = self.tracker.request_counts
         ceiling = self.ceiling(endpoints)
-        best, best_weight = None, -1
+        held = self.placements.counts if new else {}
+        if held:
+            share = math.ceil(self.params.prefix_load_factor * (len(self.placements) + 1) / len(endpoints))
+            before = self.placements.get(key)
+        best, best_weight, spare, spare_weight = None, -1, None, -1
         for i, e in enumerate(endpoints):
             if counts.get(e.address, 0) + 1 <= ceiling:
                 w = weight(key, e.address)
-                if w > best_weight:
+                if held and held.get(e.address, 0) >= share and e.address != before:
+                    if w > spare_weight:
+                        spare, spare_weight = i, w
+                elif w > best_weight:
                     best, best_weight = i, w
-        return best
+        return best if best is not None else spare
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
         super().on_dispatched(request, result)
-        hashes = self._pending.pop(request.request_id, None)
-        if hashes is None:
+        pending = self._pending.pop(request.request_id, None)
+        if pending is None:
             hashes = self.hashes(None, request)
+            new = not self.owners.lookup(hashes)[1] if hashes else False
+        else:
+            hashes, new = pending
         if hashes and result.endpoints:
-            self.owners.record(hashes, result.endpoints[0].address)
+            address = result.endpoints[0].address
+            self.owners.record(hashes, address)
+            if new and self.params.new_prefix_placement == "hash":
+                self.placements.record(hashes[0], address)
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         super().on_endpoints_removed(addresses)
         self.owners.remove(addresses)
+        self.placements.remove(addresses)
 
 
 factory = factory_with_params(

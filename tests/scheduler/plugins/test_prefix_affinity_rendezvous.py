@@ -179,3 +179,56 @@ def test_load_placement_is_unchanged_and_the_parameter_is_validated() -> None:
     assert plain.score(CycleState(), req(prompt(1), "r"), fleet(4)) == [0.0] * 4
     with pytest.raises(ConfigError, match="newPrefixPlacement"):
         make(newPrefixPlacement="random")
+
+
+def place_groups(scorer: PrefixAffinityScorer, eps: list[Endpoint], groups: list[int]) -> dict[int, str]:
+    """Send each group's first prompt (completed at once) and return where each was placed."""
+    out = {}
+    for g in groups:
+        request = req(prompt(g), f"p{g}")
+        chosen = placed(scorer.score(CycleState(), request, eps))
+        assert chosen is not None
+        scorer.on_dispatched(request, routed(eps[chosen]))
+        scorer.on_completed(request, routed(eps[chosen]), DONE)
+        out[g] = eps[chosen].address
+    return out
+
+
+@pytest.mark.parametrize(
+    ("factor", "groups", "n"), [(1.0, 24, 4), (1.25, 24, 4), (1.25, 16, 4), (1.5, 64, 8)]
+)
+def test_new_prefixes_are_bounded_per_endpoint(factor: float, groups: int, n: int) -> None:
+    """Consistent hashing with bounded loads over prefixes: no endpoint holds more than its share."""
+    eps = fleet(n)
+    scorer = make(prefixLoadFactor=factor)
+    where = place_groups(scorer, eps, list(range(groups)))
+    held = [list(where.values()).count(e.address) for e in eps]
+    assert max(held) <= -(-factor * groups // n), held
+    assert scorer.placements.counts == {e.address: c for e, c in zip(eps, held, strict=True) if c}
+    if factor == 1.0:
+        assert set(held) == {groups // n}
+    # the same sequence of new prefixes gives the same placement on another replica
+    assert place_groups(make(prefixLoadFactor=factor), eps, list(range(groups))) == where
+
+
+def test_placements_are_lru_bounded_and_forget_removed_endpoints() -> None:
+    eps = fleet(4)
+    scorer = make(maxIndexBytes=64 * 1024)
+    limit = scorer.placements.max_entries
+    assert limit == 64 * 1024 // 160 // 8 and scorer.owners.max_entries == 64 * 1024 // 160 - limit
+    place_groups(scorer, eps, list(range(limit + 50)))
+    assert len(scorer.placements) == limit == sum(scorer.placements.counts.values())
+    gone = eps[0].address
+    scorer.on_endpoints_removed(frozenset({gone}))
+    assert gone not in scorer.placements.counts
+    assert len(scorer.placements) == sum(scorer.placements.counts.values())
+
+
+def test_load_placement_remembers_no_placements() -> None:
+    plain = factory("affinity", {}, PluginHandle())
+    assert isinstance(plain, PrefixAffinityScorer)
+    for g in range(10):
+        request = req(prompt(g), f"l{g}")
+        plain.score(CycleState(), request, fleet(4))
+        plain.on_dispatched(request, routed(fleet(4)[g % 4]))
+    assert len(plain.placements) == 0 and len(plain.owners) > 0
