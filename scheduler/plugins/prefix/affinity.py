@@ -38,8 +38,8 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
   ``maxIndexBytes``), an endpoint's *held* prefixes those placed on it: consistent hashing with bounded
   loads, where the load is prefixes, so a few dozen groups do not land unevenly on a few servers (their
   KV caches then thrash). Replicas that saw different new prefixes may count shares differently, so they
-  agree exactly while no top-ranked endpoint is at its share (``prefixLoadFactor`` >= 1, default 1.25:
-  higher agrees more, balances less).
+  agree exactly while no top-ranked endpoint is at its share (``prefixLoadFactor`` >= 1, default 1.0,
+  an even split, which measured best on one replica; higher agrees more, balances less).
 
   A prefix goes to its top-ranked endpoint while that one is under the bound and to the next-ranked
   eligible one when it is not, so replicas whose loads are similar agree on spills too. Keying on
@@ -63,7 +63,7 @@ flight; ``on_completed`` uncounts it; ``on_response_headers`` follows a fallback
 Parameters: ``loadFactor`` (c >= 1, default 2.0), ``minLoadBound`` (requests >= 1, default 16),
 ``maxImbalance`` (requests >= 1, default 8), ``maxOwners`` (>= 1, default 2),
 ``newPrefixPlacement`` (``load`` | ``hash``, default ``load``), ``prefixLoadFactor`` (>= 1, default
-1.25; ``hash`` only), ``maxIndexBytes`` (ownership memory,
+1.0; ``hash`` only), ``maxIndexBytes`` (ownership memory,
 >= 64 KiB, default 32 MiB = ~200,000 anchors), ``blockSizeTokens`` (>= 1, default 16; only without a
 prefix-cache-scorer),
 ``maxPrefixBlocksToMatch`` (>= 1, default 256; idem), ``requestTimeout`` (duration, default
@@ -102,7 +102,7 @@ class PrefixAffinityParams:
     max_imbalance: int = param(8, ge=1)
     max_owners: int = param(2, ge=1, le=64)
     new_prefix_placement: str = param("load", choices=PLACEMENTS)
-    prefix_load_factor: float = param(1.25, ge=1.0, le=100.0)
+    prefix_load_factor: float = param(1.0, ge=1.0, le=100.0)
     max_index_bytes: int = param(32 * 1024 * 1024, ge=64 * 1024)
     block_size_tokens: int = param(16, ge=1, le=65536)
     max_prefix_blocks_to_match: int = param(256, ge=1, le=65536)
