@@ -8,8 +8,10 @@ the load bound, prefixes spread evenly, and spills go to the next-ranked eligibl
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -21,7 +23,8 @@ from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
 from scheduler.plugins.prefix.affinity import PrefixAffinityScorer, factory, load_bound
-from scheduler.plugins.prefix.rendezvous import rank, weight
+from scheduler.plugins.prefix.owners import ENTRY_BYTES
+from scheduler.plugins.prefix.rendezvous import Placements, rank, weight
 from scheduler.types import Endpoint, LLMRequest
 
 BLOCK = 64  # characters per block at the default blockSizeTokens (16 x 4)
@@ -232,3 +235,20 @@ def test_load_placement_remembers_no_placements() -> None:
         plain.score(CycleState(), request, fleet(4))
         plain.on_dispatched(request, routed(fleet(4)[g % 4]))
     assert len(plain.placements) == 0 and len(plain.owners) > 0
+
+
+def test_placement_memory_per_entry_within_the_ownership_bound() -> None:
+    """A placement costs no more than an ownership entry, so 1/8 of maxIndexBytes bounds them."""
+    entries = 20000
+    rng = random.Random(2)
+    addresses = [f"10.0.{i // 256}.{i % 256}:8000" for i in range(16)]
+    keys = [rng.getrandbits(64) for _ in range(entries + 500)]
+    table = Placements(entries)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i, key in enumerate(keys):
+        table.record(key, addresses[i % 16])
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert len(table) == entries
+    assert used / entries <= ENTRY_BYTES, f"{used / entries:.0f} bytes per entry"
