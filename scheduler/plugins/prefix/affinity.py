@@ -39,7 +39,8 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
   loads, where the load is prefixes, so a few dozen groups do not land unevenly on a few servers (their
   KV caches then thrash). Replicas that saw different new prefixes may count shares differently, so they
   agree exactly while no top-ranked endpoint is at its share (``prefixLoadFactor`` >= 1, default 1.0,
-  an even split, which measured best on one replica; higher agrees more, balances less).
+  an even split, which measured best on one replica; higher balances less and, in principle, agrees
+  more, which the working-set runs did not resolve from noise).
 
   A prefix goes to its top-ranked endpoint while that one is under the bound and to the next-ranked
   eligible one when it is not, so replicas whose loads are similar agree on spills too. Keying on
