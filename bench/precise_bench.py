@@ -21,8 +21,9 @@
 * **active-active** (``--active-active SCENARIO``): that ``epp-bench routing`` scenario (``--quick``)
   with ``picker-precise`` and ``picker-precise-x2`` (two picker replicas behind one Envoy, ext_proc
   round-robined over both, every server publishing its KV events to both), and ``picker-default`` /
-  ``-x2`` beside them; prints the target (two replicas' hit rate at most 2 points below one's) and the
-  approximate profile's change. Minutes: four fresh fleets.
+  ``-x2`` beside them, and the ``-hash`` variants of both (``newPrefixPlacement: hash``) with their
+  ``-x2``; prints the target (two replicas' hit rate at most 2 points below one's) and the other
+  profiles' changes. Minutes: eight fresh fleets.
 
 Figures are medians of ``--repeats`` runs.
 """
@@ -266,7 +267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.active_active:
         from bench import routing
 
-        routers = "picker-precise,picker-precise-x2,picker-default,picker-default-x2"
+        routers = (
+            "picker-precise,picker-precise-x2,picker-default,picker-default-x2,"
+            "picker-precise-hash,picker-precise-hash-x2,picker-default-hash,picker-default-hash-x2"
+        )
         argv = ["--scenario", ns.active_active, "--quick", "--routers", routers, "--no-progress"]
         return routing.main([*argv, "--out", ns.out] if ns.out else argv)
     return 0

@@ -95,6 +95,21 @@ def precise_profile(default_text: str = DEFAULT_CONFIG_TEXT) -> str:
 
 
 PRECISE_CONFIG = precise_profile()
+
+
+def hash_placement(text: str) -> str:
+    """``text`` (a profile without placeholders) with ``newPrefixPlacement: hash`` on its
+    prefix-affinity-scorer: new prefixes placed by rendezvous hashing, the same on every replica."""
+    doc = yaml.safe_load(text)
+    found = [p for p in doc["plugins"] if p["type"] == "prefix-affinity-scorer"]
+    if len(found) != 1:
+        raise ValueError(f"expected one prefix-affinity-scorer in the profile, found {len(found)}")
+    found[0]["parameters"] = {**(found[0].get("parameters") or {}), "newPrefixPlacement": "hash"}
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+DEFAULT_HASH_CONFIG = hash_placement(DEFAULT_CONFIG_TEXT)
+PRECISE_HASH_CONFIG = precise_profile(DEFAULT_HASH_CONFIG)
 PREDICTED_CONFIG = (CONFIG_DIR / "predicted-latency.yaml").read_text()
 
 
@@ -128,6 +143,10 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-predicted", "picker", config=PREDICTED_CONFIG),
         RouterSpec("picker-default-x2", "picker", replicas=2),
         RouterSpec("picker-precise-x2", "picker", config=PRECISE_CONFIG, replicas=2),
+        RouterSpec("picker-default-hash", "picker", config=DEFAULT_HASH_CONFIG),
+        RouterSpec("picker-default-hash-x2", "picker", config=DEFAULT_HASH_CONFIG, replicas=2),
+        RouterSpec("picker-precise-hash", "picker", config=PRECISE_HASH_CONFIG),
+        RouterSpec("picker-precise-hash-x2", "picker", config=PRECISE_HASH_CONFIG, replicas=2),
     )
 }
 

@@ -23,7 +23,8 @@ When ``picker-precise`` ran (the default profile with ``precise-prefix-cache-sco
 servers' KV events): its hit rate at least, and its TTFT p90 at most, those of ``picker-default`` and
 of cache_aware. When ``picker-precise-x2`` ran too (two active-active replicas behind one Envoy): its
 hit rate at most 2 points below one replica's; with ``picker-default-x2`` and ``picker-default``, the
-approximate profile's change with two replicas is printed beside it (an ``INFO`` line, no target).
+approximate profile's change with two replicas is printed beside it (an ``INFO`` line, no target), and
+so is each ``-hash`` variant's (``newPrefixPlacement: hash``) with its ``-hash-x2``.
 
 When ``picker-predicted`` ran (the predicted-latency profile, ``deploy/configs/predicted-latency.yaml``;
 issue 18's targets):
@@ -83,6 +84,7 @@ PREDICTED_VS_FIXED = 0.7
 PRECISE = "picker-precise"
 PRECISE_X2 = "picker-precise-x2"
 DEFAULT_X2 = "picker-default-x2"
+HASH_VARIANTS = ("picker-default-hash", "picker-precise-hash")  # newPrefixPlacement: hash; -x2 beside
 ACTIVE_ACTIVE_POINTS = 0.02  # two replicas' hit rate at most this far below one replica's
 CACHE_AWARE = "vllm-router-cache-aware"
 ROUND_ROBIN = "envoy-round-robin"
@@ -358,6 +360,14 @@ def _active_active(name: str, summaries: Mapping[str, Summary]) -> list[str]:
             f"{d1.hit_rate:.1%} with one, {(d2.hit_rate - d1.hit_rate) * 100:+.1f} points; TTFT p90 "
             f"{_ms(d2.ttft_p90)} vs {_ms(d1.ttft_p90)}"
         )
+    for single in HASH_VARIANTS:
+        h1, h2 = summaries.get(single), summaries.get(f"{single}-x2")
+        if h1 is not None and h2 is not None:
+            out.append(
+                f"INFO {name}: {single}-x2 (newPrefixPlacement: hash, two replicas) hit rate "
+                f"{h2.hit_rate:.1%} vs {h1.hit_rate:.1%} with one, {(h2.hit_rate - h1.hit_rate) * 100:+.1f} "
+                f"points; TTFT p90 {_ms(h2.ttft_p90)} vs {_ms(h1.ttft_p90)}"
+            )
     return out
 
 

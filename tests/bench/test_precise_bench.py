@@ -49,3 +49,37 @@ def test_the_precise_profile_is_the_default_with_the_prefix_scorer_swapped() -> 
         "type": "token-producer",
         "parameters": {"modelName": "m", "vllm": {"url": "http://r:1"}},
     }
+
+
+def test_the_hash_variants_differ_from_their_profiles_only_in_new_prefix_placement() -> None:
+    import yaml
+
+    from bench.routers import (
+        DEFAULT_HASH_CONFIG,
+        PRECISE_CONFIG,
+        PRECISE_HASH_CONFIG,
+        ROUTERS,
+        hash_placement,
+    )
+    from scheduler.config import load_config_text
+    from scheduler.config.defaults import DEFAULT_CONFIG_TEXT
+    from scheduler.plugins.prefix.affinity import PrefixAffinityScorer
+
+    def without_placement(text: str) -> object:
+        doc = yaml.safe_load(text)
+        for plugin in doc["plugins"]:
+            if plugin["type"] == "prefix-affinity-scorer":
+                assert plugin.pop("parameters") == {"newPrefixPlacement": "hash"}
+        return doc
+
+    assert without_placement(DEFAULT_HASH_CONFIG) == yaml.safe_load(DEFAULT_CONFIG_TEXT)
+    fill = {"model": "m", "render_url": "u", "hash_seed": "", "kv_events_port": 1}
+    precise = yaml.safe_load(PRECISE_CONFIG.format(**fill))
+    assert without_placement(PRECISE_HASH_CONFIG.format(**fill)) == precise
+    resolved = load_config_text(DEFAULT_HASH_CONFIG)
+    scorers = [s for p in resolved.profiles.values() for s, _ in p.scorers]
+    scorers = [s for s in scorers if isinstance(s, PrefixAffinityScorer)]
+    assert [s.params.new_prefix_placement for s in scorers] == ["hash"]
+    assert ROUTERS["picker-default-hash-x2"].replicas == 2
+    with pytest.raises(ValueError, match="prefix-affinity-scorer"):
+        hash_placement("plugins: [{type: queue-scorer}]\n")

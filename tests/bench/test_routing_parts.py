@@ -151,3 +151,13 @@ def test_active_active_hit_rate_target_and_the_approximate_profiles_change() -> 
     assert _kinds(ok) == ["PASS", "INFO"] and "-1.5 points" in ok[0] and "-8.0 points" in ok[1], ok
     assert _kinds(x2(check(SCENARIOS["working-set"], {s.router: s for s in (one, far)}))) == ["MISS"]
     assert _kinds(x2(check(SCENARIOS["working-set"], {"picker-precise-x2": far}))) == ["SKIP"]
+
+
+def test_active_active_prints_each_hash_variants_change() -> None:
+    runs = [
+        _summary("picker-default-hash", ttft_p90=0.2, hit_rate=0.40),
+        _summary("picker-default-hash-x2", ttft_p90=0.3, hit_rate=0.37),
+        _summary("picker-precise-hash", ttft_p90=0.2, hit_rate=0.35),
+    ]
+    lines = [ln for ln in check(SCENARIOS["working-set"], {s.router: s for s in runs}) if "-x2" in ln]
+    assert _kinds(lines) == ["INFO"] and "picker-default-hash-x2" in lines[0] and "-3.0 points" in lines[0]

@@ -175,6 +175,26 @@ schedulingProfiles:
 """
 
 
+PRECISE_AFFINITY_CONFIG = PRECISE_CONFIG.replace(
+    "- type: max-score-picker\n",
+    "- type: prefix-affinity-scorer\n  parameters: {}\n- type: max-score-picker\n",
+    1,
+)
+PRECISE_AFFINITY_HASH_CONFIG = PRECISE_AFFINITY_CONFIG.replace("{}", '{"newPrefixPlacement": "hash"}')
+
+
+def active_active(config: str) -> dict[str, Any]:
+    extension = {"replicas": 2, "activeActive": True, "pluginsConfigFile": "p.yaml"}
+    return with_pool(inferenceExtension={**extension, "pluginsCustomConfig": {"p.yaml": config}})
+
+
+def test_pool_active_active_takes_an_affinity_scorer_with_hash_placement(render: Renderer) -> None:
+    assert "prefix-affinity-scorer" in PRECISE_AFFINITY_HASH_CONFIG
+    assert "newPrefixPlacement" in PRECISE_AFFINITY_HASH_CONFIG
+    objects = render(POOL, active_active(PRECISE_AFFINITY_HASH_CONFIG))
+    assert one(objects, "Deployment")["spec"]["replicas"] == 2
+
+
 def test_pool_active_active_replicas_all_serve(render: Renderer) -> None:
     extension = {
         "replicas": 3,
@@ -378,6 +398,7 @@ BAD_VALUES = [
     (POOL, with_pool(inferenceExtension={"pluginsConfigFile": "x"}), "Extension.pluginsConfigFile: .x."),
     (POOL, with_pool(inferenceExtension={"replicas": 0}), "inferenceExtension.replicas"),
     (POOL, with_pool(inferenceExtension={"replicas": 2, "activeActive": True}), "activeActive: the selected"),
+    (POOL, active_active(PRECISE_AFFINITY_CONFIG), "without newPrefixPlacement: hash"),
     (POOL, with_pool({"targetPortNumber": 70000}), "/inferencePool/targetPortNumber"),
     (POOL, with_pool(inferenceExtension={"image": {"hub": "r.example"}}), "image.hub/name"),
     (STANDALONE, {}, "inferencePool.modelServers.matchLabels is required"),

@@ -17,12 +17,37 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
     chosen         = the first eligible owner, in assignment order (primary first, then spills)
     score(chosen)  = d / t;   score(e) = 0 for every other endpoint
 
-* a new prefix (no owner) scores 0 everywhere: the profile's load scorers place it, and the endpoint
-  dispatched to becomes its primary owner;
+* a new prefix (no owner) with ``newPrefixPlacement: load`` (the default) scores 0 everywhere: the
+  profile's load scorers place it, and the endpoint dispatched to becomes its primary owner;
 * an owner keeps its prefixes while it is under the bound; when it is over, the prefix *spills* to the
   next owner, and if every owner is over, the load scorers pick an endpoint that becomes the next
   spill owner (at most ``maxOwners``; beyond, the newest spill owner is replaced), so a hot prefix
   grows onto a second server instead of scattering over all of them;
+* ``newPrefixPlacement: hash`` places new prefixes and spills by rendezvous hashing instead of load
+  (:mod:`scheduler.plugins.prefix.rendezvous`), so picker replicas that do not share in-flight views
+  (active-active) choose the same owner::
+
+      key            = h_1 (the hash of the prompt's first block)
+      weight(key, e) = mix64(key XOR blake2b64(address(e)))      (stable across processes)
+      share          = ceil(prefixLoadFactor · (P + 1) / n)     (new prefixes only)
+      placed         = argmax weight(key, e) over eligible e holding < share placed prefixes
+                       (over every eligible e if none does; for a spill, over every eligible e)
+      score(placed)  = 1 for a new prefix, d / t for a spill; 0 for every other endpoint
+
+  ``P`` is the number of first blocks this picker placed and still remembers (LRU, 1/8 of
+  ``maxIndexBytes``), an endpoint's *held* prefixes those placed on it: consistent hashing with bounded
+  loads, where the load is prefixes, so a few dozen groups do not land unevenly on a few servers (their
+  KV caches then thrash). Replicas that saw different new prefixes may count shares differently, so they
+  agree exactly while no top-ranked endpoint is at its share (``prefixLoadFactor`` >= 1, default 1.0,
+  an even split, which measured best on one replica; higher balances less and, in principle, agrees
+  more, which the working-set runs did not resolve from noise).
+
+  A prefix goes to its top-ranked endpoint while that one is under the bound and to the next-ranked
+  eligible one when it is not, so replicas whose loads are similar agree on spills too. Keying on
+  ``h_1`` puts every prompt of a group on the same ranking (a group's prompts share their first block
+  if they share anything, and a replica that saw fewer of them knows the same ``h_1``). Limit: once a
+  first block has an owner the prompt is no longer new, so behind a preamble common to *all* prompts
+  (longer than a block) the owners of the preamble decide, as with ``load``;
 * the score never goes to an endpoint above the bound, and with ``loadFactor`` c no endpoint receives
   affinity traffic above c times the mean load (CH-BL's guarantee) nor more than ``maxImbalance``
   requests above the least loaded candidate, ``minLoadBound`` keeping low-load bursts of one group
@@ -37,9 +62,11 @@ flight; ``on_completed`` uncounts it; ``on_response_headers`` follows a fallback
 ``on_endpoints_removed`` forgets the endpoint's ownerships and counts.
 
 Parameters: ``loadFactor`` (c >= 1, default 2.0), ``minLoadBound`` (requests >= 1, default 16),
-``maxImbalance`` (requests >= 1, default 8),
-``maxOwners`` (>= 1, default 2), ``maxIndexBytes`` (ownership memory, >= 64 KiB, default 32 MiB =
-~200,000 anchors), ``blockSizeTokens`` (>= 1, default 16; only without a prefix-cache-scorer),
+``maxImbalance`` (requests >= 1, default 8), ``maxOwners`` (>= 1, default 2),
+``newPrefixPlacement`` (``load`` | ``hash``, default ``load``), ``prefixLoadFactor`` (>= 1, default
+1.0; ``hash`` only), ``maxIndexBytes`` (ownership memory,
+>= 64 KiB, default 32 MiB = ~200,000 anchors), ``blockSizeTokens`` (>= 1, default 16; only without a
+prefix-cache-scorer),
 ``maxPrefixBlocksToMatch`` (>= 1, default 256; idem), ``requestTimeout`` (duration, default
 ``"2m"``: an in-flight count whose completion never came is dropped).
 """
@@ -57,11 +84,14 @@ from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable
+from scheduler.plugins.prefix.rendezvous import Placements, weight
 from scheduler.plugins.shared.inflight import InflightTracker
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
-__all__ = ["PrefixAffinityParams", "PrefixAffinityScorer", "factory", "load_bound"]
+__all__ = ["PLACEMENTS", "PrefixAffinityParams", "PrefixAffinityScorer", "factory", "load_bound"]
+
+PLACEMENTS = ("load", "hash")  # newPrefixPlacement: who places a prefix without an eligible owner
 
 _PENDING_LIMIT = 1024  # hash chains kept from score to on_dispatched (bounded)
 
@@ -72,6 +102,8 @@ class PrefixAffinityParams:
     min_load_bound: int = param(16, ge=1)
     max_imbalance: int = param(8, ge=1)
     max_owners: int = param(2, ge=1, le=64)
+    new_prefix_placement: str = param("load", choices=PLACEMENTS)
+    prefix_load_factor: float = param(1.0, ge=1.0, le=100.0)
     max_index_bytes: int = param(32 * 1024 * 1024, ge=64 * 1024)
     block_size_tokens: int = param(16, ge=1, le=65536)
     max_prefix_blocks_to_match: int = param(256, ge=1, le=65536)
@@ -79,7 +111,14 @@ class PrefixAffinityParams:
 
     @property
     def max_entries(self) -> int:
-        return max(1, self.max_index_bytes // ENTRY_BYTES)
+        """Ownership entries: the whole budget, or 7/8 of it with ``hash`` placement."""
+        entries = max(1, self.max_index_bytes // ENTRY_BYTES)
+        return entries - self.max_placements if self.new_prefix_placement == "hash" else entries
+
+    @property
+    def max_placements(self) -> int:
+        """First-block placements remembered with ``hash`` placement: 1/8 of the budget."""
+        return max(1, self.max_index_bytes // ENTRY_BYTES // 8)
 
 
 def load_bound(total_inflight: int, endpoints: int, load_factor: float, min_bound: int) -> int:
@@ -99,7 +138,8 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self.params = params = params or PrefixAffinityParams()
         self.tracker = InflightTracker(clock, params.request_timeout)
         self.owners = OwnerTable(params.max_entries, params.max_owners)
-        self._pending: dict[str, tuple[int, ...]] = {}
+        self.placements = Placements(params.max_placements)
+        self._pending: dict[str, tuple[tuple[int, ...], bool]] = {}  # request id -> (hashes, new)
         self._hasher = ChainHasher()
 
     # -- per cycle ----------------------------------------------------------------------------------
@@ -119,22 +159,27 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         hashes = self.hashes(cycle, request)
+        out = [0.0] * len(endpoints)
+        depth, owners = self.owners.lookup(hashes) if hashes else (0, ())
         if len(self._pending) >= _PENDING_LIMIT:
             self._pending.pop(next(iter(self._pending)))
-        self._pending[request.request_id] = hashes
-        out = [0.0] * len(endpoints)
+        self._pending[request.request_id] = (hashes, not owners)
         if not hashes:
             return out
-        depth, owners = self.owners.lookup(hashes)
-        if not owners:
-            return out
-        chosen = self.choose(owners, endpoints)
-        if chosen is not None:
-            out[chosen] = depth / len(hashes)
+        if owners:
+            chosen = self.choose(owners, endpoints)
+            if chosen is not None:
+                out[chosen] = depth / len(hashes)
+                return out
+        if self.params.new_prefix_placement == "hash":
+            placed = self.place(hashes[0], endpoints, new=not owners)
+            if placed is not None:
+                out[placed] = depth / len(hashes) if owners else 1.0
         return out
 
-    def choose(self, owners: Sequence[str], endpoints: Sequence[EndpointView]) -> int | None:
-        """Index in ``endpoints`` of the first eligible owner (module docstring), or None."""
+    def ceiling(self, endpoints: Sequence[EndpointView]) -> int:
+        """The most requests an eligible endpoint may have in flight, this one included (``min(bound,
+        least + maxImbalance)`` of the module docstring)."""
         counts = self.tracker.request_counts
         p = self.params
         if counts:
@@ -143,7 +188,12 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         else:
             total = least = 0
         bound = load_bound(total, len(endpoints), p.load_factor, p.min_load_bound)
-        ceiling = min(bound, least + p.max_imbalance)
+        return min(bound, least + p.max_imbalance)
+
+    def choose(self, owners: Sequence[str], endpoints: Sequence[EndpointView]) -> int | None:
+        """Index in ``endpoints`` of the first eligible owner (module docstring), or None."""
+        counts = self.tracker.request_counts
+        ceiling = self.ceiling(endpoints)
         position = {e.address: i for i, e in enumerate(endpoints)}
         for owner in owners:
             i = position.get(owner)
@@ -151,19 +201,47 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
                 return i
         return None
 
+    def place(self, key: int, endpoints: Sequence[EndpointView], new: bool) -> int | None:
+        """Index in ``endpoints`` of the eligible endpoint of highest rendezvous weight for ``key``
+        (``newPrefixPlacement: hash``), or None when none is under the bound. A ``new`` prefix also
+        skips endpoints already holding their share of placed prefixes (module docstring)."""
+        counts = self.tracker.request_counts
+        ceiling = self.ceiling(endpoints)
+        held = self.placements.counts if new else {}
+        if held:
+            share = math.ceil(self.params.prefix_load_factor * (len(self.placements) + 1) / len(endpoints))
+            before = self.placements.get(key)
+        best, best_weight, spare, spare_weight = None, -1, None, -1
+        for i, e in enumerate(endpoints):
+            if counts.get(e.address, 0) + 1 <= ceiling:
+                w = weight(key, e.address)
+                if held and held.get(e.address, 0) >= share and e.address != before:
+                    if w > spare_weight:
+                        spare, spare_weight = i, w
+                elif w > best_weight:
+                    best, best_weight = i, w
+        return best if best is not None else spare
+
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
         super().on_dispatched(request, result)
-        hashes = self._pending.pop(request.request_id, None)
-        if hashes is None:
+        pending = self._pending.pop(request.request_id, None)
+        if pending is None:
             hashes = self.hashes(None, request)
+            new = not self.owners.lookup(hashes)[1] if hashes else False
+        else:
+            hashes, new = pending
         if hashes and result.endpoints:
-            self.owners.record(hashes, result.endpoints[0].address)
+            address = result.endpoints[0].address
+            self.owners.record(hashes, address)
+            if new and self.params.new_prefix_placement == "hash":
+                self.placements.record(hashes[0], address)
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         super().on_endpoints_removed(addresses)
         self.owners.remove(addresses)
+        self.placements.remove(addresses)
 
 
 factory = factory_with_params(

@@ -90,6 +90,7 @@ EXAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("token-load-scorer", {"requestTimeout": "1m"}),
     ("prefix-cache-affinity-filter", {"requestTimeout": "45s"}),
     ("prefix-affinity-scorer", {"requestTimeout": "45s"}),
+    ("prefix-affinity-scorer", {"newPrefixPlacement": "hash"}),
     ("ready-filter", {"metricsStalenessThreshold": "500ms"}),
     ("utilization-detector", {"metricsStalenessThreshold": "1s"}),
     ("concurrency-detector", {"requestTimeout": "90s"}),

@@ -166,6 +166,9 @@ readiness. With inferenceExtension.activeActive (pyepp) every replica serves (no
 {{- if not (contains "precise-prefix-cache-" (toString $text)) -}}
 {{- fail (printf "inferenceExtension.activeActive: the selected EndpointPickerConfig (%s) has no precise-prefix-cache-scorer or -producer; without exact, event-fed prefix state the replicas' decisions diverge (use active-passive: activeActive false)" $ie.pluginsConfigFile) -}}
 {{- end -}}
+{{- if and (contains "prefix-affinity-scorer" (toString $text)) (not (regexMatch "newPrefixPlacement[\"']?[ \t]*:[ \t]*[\"']?hash\\b" (toString $text))) -}}
+{{- fail (printf "inferenceExtension.activeActive: the selected EndpointPickerConfig (%s) uses prefix-affinity-scorer without newPrefixPlacement: hash; with load placement each replica gives a new prefix its own owner and the hit rate drops (docs/deploy.md, \"Active-active replicas\")" $ie.pluginsConfigFile) -}}
+{{- end -}}
 {{- end -}}
 {{- if not (has (lower .Values.provider.name) (list "none" "istio" "gke")) -}}
 {{- fail (printf "provider.name: expected none, istio or gke, got %q" .Values.provider.name) -}}
