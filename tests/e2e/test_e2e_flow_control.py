@@ -16,6 +16,7 @@ import httpx
 import pytest
 from e2e_lib import MODEL, completion, eventually, metric_sum, one_slot_flow_control, running
 
+from bench.flow_control_bench import OBJECTIVES  # the critical / sheddable pair the benchmark uses
 from devtools.stack import StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -100,17 +101,6 @@ flowControl:
   saturationDetector: {pluginRef: concurrency-detector}
   defaultRequestTTL: 30s
   usageLimitPolicyPluginRef: priority-holdback-policy
-"""
-OBJECTIVES = """\
-apiVersion: inference.networking.x-k8s.io/v1alpha2
-kind: InferenceObjective
-metadata: {name: critical}
-spec: {priority: 10}
----
-apiVersion: inference.networking.x-k8s.io/v1alpha2
-kind: InferenceObjective
-metadata: {name: sheddable}
-spec: {priority: -1}
 """
 
 
