@@ -25,6 +25,7 @@ still apply.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -62,7 +63,7 @@ REPORTED_BUDGET = 256  # distinct invalid-object messages remembered to log each
 T = TypeVar("T")
 
 
-class PoolScopedWatch(Generic[T]):
+class PoolScopedWatch(ABC, Generic[T]):
     """List + watch one namespaced custom resource and publish the pool's objects (see the module).
 
     A subclass names the resource (:attr:`kind`, :attr:`plural`, :attr:`what` for the not-installed
@@ -112,14 +113,14 @@ class PoolScopedWatch(Generic[T]):
             "kind": obj.get("kind") or self.kind,
         }
 
+    @abstractmethod
     def read(self, obj: Mapping[str, Any], source: str) -> T | None:
         """The value of one object (``source`` names it in errors), None when it is another pool's;
         raises :attr:`invalid`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def publish(self, items: list[T]) -> None:
         """Swap the pool's whole set into the store."""
-        raise NotImplementedError
 
     def _changed(self) -> None:
         items: list[T] = []

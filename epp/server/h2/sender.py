@@ -97,6 +97,7 @@ class StreamSender:
     _reserved: int
     _send_window: int
     _peer_max_frame: int
+    _call_half_closed: Callable[[int, H2Stream, list[bytes]], None]  # a health call's (HealthServing)
 
     def _queue(
         self, sid: int, stream: H2Stream, responses: list[ProcessingResponse], out: list[bytes]
@@ -145,9 +146,6 @@ class StreamSender:
             self._finish(sid, stream, GRPC_OK, "", _CLIENT_CANCEL, out)
         else:
             self._call_half_closed(sid, stream, out)
-
-    def _call_half_closed(self, sid: int, stream: H2Stream, out: list[bytes]) -> None:
-        raise NotImplementedError  # H2Core's (epp.server.h2.health)
 
     def _fail(
         self,
