@@ -1,7 +1,7 @@
 """gRPC status codes (the numbers of grpc/status.h, as grpc-go sends them) as plain ints, and their names.
 
 The engines close ext_proc streams with these and the opt-in stream metrics count streams by them
-(:class:`epp.server.metrics.StreamMetrics` labels them with :data:`GRPC_CODES`). Plain module
+(:class:`epp.server.stream_metrics.StreamMetrics` labels them with :data:`GRPC_CODES`). Plain module
 constants: cheaper on the hot path than ``grpc.StatusCode`` members, whose value is a (number, name)
 tuple.
 """
