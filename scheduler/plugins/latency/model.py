@@ -41,6 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.plugins.latency.prior import PrefillPrior, PriorRates, learnt_share
+
 __all__ = [
     "BUFFER_LIMIT",
     "ENDPOINT_LIMIT",
@@ -104,6 +106,7 @@ class Features:
     waiting: int
     running: int
     kv_usage: float
+    awaiting: int = 0  # this picker's requests on the endpoint without a first token (the prior only)
 
     def ttft_vector(self) -> tuple[float, ...]:
         return (
@@ -208,6 +211,7 @@ class Weights:
     endpoint_tpot: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     samples: int = 0
     tpot_samples: int = 0
+    prior: PriorRates | None = None  # the cold-start prior's rates (None: coldStartPrior off)
 
 
 class _EndpointStats:
@@ -222,13 +226,16 @@ class LatencyModel:
     """Online TTFT/TPOT predictor. ``observe`` and ``predict`` are safe from any thread; ``refit`` is
     run by one trainer at a time (a lock serialises concurrent calls)."""
 
-    def __init__(self) -> None:
+    def __init__(self, prior_throughput: float | None = None) -> None:
+        """``prior_throughput``: the cold-start prior's configured prefill rate (tokens/s; None: no
+        prior, so no predictions before :data:`MIN_SAMPLES`), see :mod:`scheduler.plugins.latency.prior`."""
+        self._prior = None if prior_throughput is None else PrefillPrior(prior_throughput, ENDPOINT_LIMIT)
         self._buffer: deque[tuple[str, Features, float | None, float | None]] = deque(maxlen=BUFFER_LIMIT)
         self._global_ttft = RidgeStats(len(TTFT_FEATURES))
         self._global_tpot = RidgeStats(len(TPOT_FEATURES))
         self._endpoints: OrderedDict[str, _EndpointStats] = OrderedDict()
         self._dirty: set[str] = set()
-        self._weights = Weights()
+        self._weights = Weights(prior=None if self._prior is None else self._prior.publish())
         self._lock = threading.Lock()
         self.dropped = 0
         self.refits = 0
@@ -247,21 +254,31 @@ class LatencyModel:
 
     @property
     def ready(self) -> bool:
-        """Whether the model predicts TTFT (cold start: fewer than :data:`MIN_SAMPLES` samples)."""
+        """Whether the learnt model predicts TTFT (cold start: fewer than :data:`MIN_SAMPLES` samples)."""
         return self._weights.ttft is not None
+
+    @property
+    def predicts(self) -> bool:
+        """Whether :meth:`predict` answers: the learnt model is ready or the cold-start prior is on."""
+        w = self._weights
+        return w.ttft is not None or w.prior is not None
 
     @property
     def pending(self) -> int:
         return len(self._buffer)
 
     def predict(self, endpoint: str, features: Features) -> tuple[float, float] | None:
-        """Predicted ``(ttft_ms, tpot_ms)`` on ``endpoint`` (None before the model is ready); TPOT is 0
-        until TPOT samples exist. Predictions are floored at 0."""
+        """Predicted ``(ttft_ms, tpot_ms)`` on ``endpoint``: None before the model is ready, unless the
+        cold-start prior is on (its TTFT, blended out as the model warms: see
+        :func:`~scheduler.plugins.latency.prior.learnt_share`); TPOT is 0 until TPOT samples exist.
+        Predictions are floored at 0."""
         w = self._weights
         if w.ttft is None:
-            return None
+            return None if w.prior is None else (w.prior.ttft(endpoint, features), 0.0)
         ttft_w = w.endpoint_ttft.get(endpoint, w.ttft)
         ttft = max(0.0, _dot(ttft_w, features.ttft_vector()))
+        if w.prior is not None and (share := learnt_share(w.samples)) < 1.0:
+            ttft = share * ttft + (1.0 - share) * w.prior.ttft(endpoint, features)
         tpot = 0.0
         if w.tpot is not None:
             tpot = max(0.0, _dot(w.endpoint_tpot.get(endpoint, w.tpot), features.tpot_vector()))
@@ -279,6 +296,8 @@ class LatencyModel:
             for endpoint, features, ttft, tpot in batch:
                 if ttft is not None:
                     self._record_error(endpoint, features, ttft)
+                    if self._prior is not None:
+                        self._prior.add(endpoint, features, ttft)
                 stats = self._endpoints.get(endpoint)
                 if stats is None:
                     stats = self._endpoints[endpoint] = _EndpointStats()
@@ -325,6 +344,8 @@ class LatencyModel:
             for address in addresses:
                 self._endpoints.pop(address, None)
                 self._dirty.add(address)
+                if self._prior is not None:
+                    self._prior.forget(address)
 
     def _record_error(self, endpoint: str, features: Features, ttft: float) -> None:
         predicted = self.predict(endpoint, features)
@@ -333,8 +354,11 @@ class LatencyModel:
 
     def _publish(self) -> None:
         g_ttft, g_tpot = self._global_ttft, self._global_tpot
+        prior = None if self._prior is None else self._prior.publish()
         if g_ttft.n < MIN_SAMPLES:
             self._dirty.clear()  # the first publication solves every endpoint
+            if prior is not None:
+                self._weights = Weights(prior=prior)
             return
         ttft = g_ttft.solve(RIDGE)
         tpot = g_tpot.solve(RIDGE) if g_tpot.n >= MIN_SAMPLES else None
@@ -355,7 +379,7 @@ class LatencyModel:
             if tpot is not None and stats.tpot.n >= MIN_ENDPOINT_SAMPLES:
                 ep_tpot[address] = stats.tpot.solve(RIDGE, tpot)
         self._dirty.clear()
-        self._weights = Weights(ttft, tpot, ep_ttft, ep_tpot, g_ttft.n, g_tpot.n)
+        self._weights = Weights(ttft, tpot, ep_ttft, ep_tpot, g_ttft.n, g_tpot.n, prior)
 
     # -- introspection ------------------------------------------------------------------------------
 
@@ -383,4 +407,12 @@ class LatencyModel:
             "ttftWeights": None if w.ttft is None else [round(v, 4) for v in w.ttft],
             "tpotWeights": None if w.tpot is None else [round(v, 4) for v in w.tpot],
             "endpointModels": len(w.endpoint_ttft),
+            "coldStartPrior": None
+            if w.prior is None
+            else {
+                "learntShare": round(learnt_share(w.samples), 3) if w.ttft is not None else 0.0,
+                "defaultTokensPerSecond": w.prior.default,
+                "fleetTokensPerSecond": None if w.prior.fleet is None else round(w.prior.fleet),
+                "endpointRates": len(w.prior.endpoints),
+            },
         }

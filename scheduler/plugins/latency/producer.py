@@ -15,10 +15,13 @@ Per request and candidate endpoint it publishes a :class:`LatencyPredictionInfo`
 * otherwise (and for endpoints whose ``endpointRoleLabel`` label is ``prefill``) TPOT is neutralised:
   ``tpotValid`` true, ``tpotHeadroom`` 0.
 
-No predictions are published before the model has :data:`~scheduler.plugins.latency.model.MIN_SAMPLES`
-samples, or with ``predictInProduce: false`` (training only); consumers then fall back (the scorer to
-its composite of KV, queue and prefix scores, the filters to keeping everything, the admitter to
-admitting).
+Cold start (**ours**, ``coldStartPrior: true``): before the model has
+:data:`~scheduler.plugins.latency.model.MIN_SAMPLES` samples, the TTFT predictions come from a prefill
+prior (the prefill tokens ahead of and including the request over a measured, at first configured,
+prefill rate; :mod:`scheduler.plugins.latency.prior`), blended out as the model warms. With
+``coldStartPrior: false`` (upstream's behaviour) no predictions are published before then; nor ever
+with ``predictInProduce: false`` (training only); consumers then fall back (the scorer to its composite
+of KV, queue and prefix scores, the filters to keeping everything, the admitter to admitting).
 
 Training (lifecycle hooks): at dispatch the target's features are captured (prompt tokens, uncached
 tokens from the prefix match, this picker's prefill tokens in flight and dispatched requests on the
@@ -33,7 +36,9 @@ decision path.
 
 Parameters: ``sloBufferFactor`` (> 0, 1.0), ``contextTTL`` (duration, "5m": a request with no
 completion by then is dropped), ``streamingMode`` (false), ``endpointRoleLabel`` (""),
-``predictInProduce`` (true), ``prefixMatchInfoProducerName`` (""). Upstream's deprecated
+``predictInProduce`` (true), ``prefixMatchInfoProducerName`` (""); **ours**: ``coldStartPrior``
+(true), ``coldStartPrefillThroughput`` (tokens/s > 0, 15928: the prior's rate before samples measure
+one). Upstream's deprecated
 ``samplingMean`` / ``maxDecodeTokenSamplesForPrediction`` (ignored there), its multimodal
 ``useEncoderCacheFeatures`` / ``encoderCacheMatchInfoProducerName`` and ``inFlightLoadProducerName``
 (this plugin keeps its own in-flight accounting) are rejected with a ConfigError saying so.
@@ -70,6 +75,7 @@ from scheduler.params import param, parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
 from scheduler.plugins.latency.model import Features, LatencyModel
+from scheduler.plugins.latency.prior import DEFAULT_PREFILL_THROUGHPUT
 from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.plugins.prefix.match import PrefixMatch
 from scheduler.types import Completion, EndpointView, LLMRequest, Outcome, SchedulingResult
@@ -127,6 +133,8 @@ class PredictedLatencyParams:
     endpoint_role_label: str = ""
     predict_in_produce: bool = True
     prefix_match_info_producer_name: str = ""
+    cold_start_prior: bool = True
+    cold_start_prefill_throughput: float = param(DEFAULT_PREFILL_THROUGHPUT, gt=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +186,9 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         super().__init__(name)
         self.params = params = params or PredictedLatencyParams()
         self.producer_name = params.prefix_match_info_producer_name
-        self.model = model or LatencyModel()
+        self.model = model or LatencyModel(
+            params.cold_start_prefill_throughput if params.cold_start_prior else None
+        )
         self._clock = clock
         self._key = StateKey[Mapping[str, LatencyPredictionInfo] | None](f"{name}/predictions")
         self._contexts: OrderedDict[str, _Context] = OrderedDict()
@@ -212,13 +222,15 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             waiting=metrics.waiting_queue_size,
             running=self._dispatched.get(address, 0),
             kv_usage=metrics.kv_cache_usage,
+            awaiting=self._prefilling.get(address, 0),
         )
 
     def predict(
         self, request: LLMRequest, endpoints: Sequence[EndpointView], match: PrefixMatch | None = None
     ) -> dict[str, LatencyPredictionInfo] | None:
-        """Per-address predictions for ``request`` (None: cold model or ``predictInProduce: false``)."""
-        if not self.params.predict_in_produce or not self.model.ready:
+        """Per-address predictions for ``request`` (None: cold model without the prior, or
+        ``predictInProduce: false``)."""
+        if not self.params.predict_in_produce or not self.model.predicts:
             return None
         ttft_slo = slo_header(request, TTFT_SLO_HEADER)
         tpot_slo = slo_header(request, TPOT_SLO_HEADER)

@@ -142,6 +142,7 @@ EXAMPLES: list[tuple[str, dict[str, Any]]] = [
         {"deciders": {"prefill": "prefix-based-pd-decider"}, "profiles": {"encode": "e"}},
     ),
     ("predicted-latency-producer", {"contextTTL": "90s", "sloBufferFactor": 1.2}),
+    ("predicted-latency-producer", {"coldStartPrior": False, "coldStartPrefillThroughput": 8000}),
     ("program-aware-fairness", {"strategy": "las", "lasWeightService": 0.7, "lasWeightHeadWait": 0.3}),
 ]
 

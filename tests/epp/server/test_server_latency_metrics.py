@@ -137,7 +137,10 @@ def test_each_request_records_actual_predicted_and_slo_under_the_chosen_names(na
 
 
 def test_a_cold_model_records_predictions_as_zero_and_no_prediction_duration() -> None:
-    scheduler, _, registry, clock = build(Naming.BOTH)
+    registry, clock = CollectorRegistry(), Clock()  # upstream's cold start: no prior, no predictions
+    config = CONFIG.replace("{streamingMode: true}", "{streamingMode: true, coldStartPrior: false}")
+    observer = SchedulerMetrics(registry, naming=Naming.BOTH)
+    scheduler = load_config_text(config, clock=clock).build_scheduler(observer=observer)
     serve(scheduler, clock, request(1, x_slo_ttft_ms="1000"), 0.2, 0.3, 4)
     labels = {**PLUGIN, **MODELS}
     assert value(registry, "llm_d_epp_request_predicted_ttft_seconds_count", **labels) == 1

@@ -25,6 +25,7 @@ from scheduler.types import Completion, Endpoint, LLMRequest, Metrics, Outcome, 
 
 FAST, SLOW = Endpoint("10.0.0.1:8000"), Endpoint("10.0.0.2:8000")
 BUSY = Metrics(running_requests=3, kv_cache_usage=0.5)
+UPSTREAM_COLD = PredictedLatencyParams(cold_start_prior=False)  # no predictions before MIN_SAMPLES
 
 
 class Clock:
@@ -181,7 +182,7 @@ def test_producer_rejects_unsupported_and_invalid_parameters() -> None:
 
 def test_scorer_prefers_lowest_predicted_latency_and_falls_back_when_cold() -> None:
     s = scorer.LatencyScorer("s")
-    cold = PredictedLatencyProducer("p", Clock(), background=False)
+    cold = PredictedLatencyProducer("p", Clock(), UPSTREAM_COLD, background=False)
     s.bind_latency_producer(cold)
     busy = replace(SLOW, metrics=Metrics(waiting_queue_size=4, kv_cache_usage=0.9))
     # composite: (kvFree + relQueue + prefix) / 3 -> FAST (1 + 1 + 0) / 3, busy (0.1 + 0 + 0) / 3
@@ -211,7 +212,7 @@ def test_scorer_prefers_lowest_predicted_latency_and_falls_back_when_cold() -> N
 
 def test_tier_filter_keeps_the_positive_tier() -> None:
     f = tier_filter.SloHeadroomTierFilter("t", random.Random(1), tier_filter.SloHeadroomTierParams(0.0))
-    f.bind_latency_producer(PredictedLatencyProducer("p", Clock(), background=False))
+    f.bind_latency_producer(PredictedLatencyProducer("p", Clock(), UPSTREAM_COLD, background=False))
     assert list(f.filter(CycleState(), request(x_slo_ttft_ms="500"), [FAST, SLOW])) == [FAST, SLOW]  # cold
     f.bind_latency_producer(trained())
     assert list(f.filter(CycleState(), request(x_slo_ttft_ms="500"), [FAST, SLOW])) == [FAST]
@@ -236,7 +237,7 @@ def test_admitter_rejects_sheddable_requests_no_endpoint_can_serve_in_time() -> 
     assert a.admit(request(priority=-1, x_slo_ttft_ms="500"), busy) is None  # FAST meets it
     assert a.admit(impossible, [FAST, replace(SLOW, metrics=BUSY)]) is None  # FAST is idle
     cold = admitter.LatencySloAdmitter("a")
-    cold.bind_latency_producer(PredictedLatencyProducer("p", Clock(), background=False))
+    cold.bind_latency_producer(PredictedLatencyProducer("p", Clock(), UPSTREAM_COLD, background=False))
     assert cold.admit(impossible, busy) is None
 
 

@@ -1,0 +1,131 @@
+"""The cold-start TTFT prior of ``predicted-latency-producer`` (``coldStartPrior``, **ours**).
+
+Until the learnt model has :data:`~scheduler.plugins.latency.model.MIN_SAMPLES` TTFT samples it makes
+no prediction; upstream's consumers then fall back (the scorer to its composite, the tier filter to
+keeping everything, the admitter to admitting). With the prior, predictions exist from the first
+request: a prefill-throughput estimate from what the picker knows without learning,
+
+``ttft_prior(e) = 1000 x prefill tokens(e) / rate(e)`` ms, where
+
+* ``prefill tokens(e) = uncached(e) + inFlight(e) + unknown(e) x perUnknown(e)``: the request's own
+  uncached prompt tokens on ``e`` (from the prefix match), the uncached tokens of this picker's
+  requests on ``e`` that have not produced a first token yet, and the scraped waiting queue's requests
+  this picker does not know (``unknown = max(0, waiting - own requests awaiting a first token)``: other
+  pickers' or older requests), each counted as the mean of the picker's own awaiting requests there
+  (as this request's uncached tokens when it has none);
+* ``rate(e)`` (tokens/s) is measured from the first-token samples: ``sum(prefill tokens) / sum(TTFT)``
+  over ``e``'s samples once it has :data:`RATE_SAMPLES`, else over the fleet's once the fleet has as
+  many, else ``coldStartPrefillThroughput`` (default :data:`DEFAULT_PREFILL_THROUGHPUT`, llm-d's H100
+  calibration of ``peakPrefillThroughput``). The ratio uses the same token count as the prediction,
+  so it is the effective rate that maps that count to a TTFT (fixed overhead and batch slow-down
+  included).
+
+TPOT has no prior (0: valid, as before the first TPOT sample). Hand-over (:func:`learnt_share`): once
+the learnt model predicts, the published TTFT is ``s x learnt + (1 - s) x prior`` with
+``s = min(1, samples / HANDOVER_SAMPLES)``: half learnt at its first prediction (16 samples), learnt
+alone from :data:`HANDOVER_SAMPLES` on.
+
+The statistics are folded in by the model's trainer (the prior rates are published with its weights,
+so a sample's error is measured against the prediction made before it was learnt). Memory: two floats
+and a count per endpoint, at most :data:`~scheduler.plugins.latency.model.ENDPOINT_LIMIT` endpoints (the
+least recently sampled dropped beyond).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scheduler.plugins.latency.model import Features
+
+__all__ = [
+    "DEFAULT_PREFILL_THROUGHPUT",
+    "HANDOVER_SAMPLES",
+    "RATE_SAMPLES",
+    "PrefillPrior",
+    "PriorRates",
+    "learnt_share",
+    "prefill_tokens",
+]
+
+DEFAULT_PREFILL_THROUGHPUT = 15928.0
+"""Tokens/s before any sample: llm-d's H100 calibration (its affinity filter's ``peakPrefillThroughput``)."""
+RATE_SAMPLES = 2
+"""First-token samples an endpoint (or, before that, the fleet) needs before its measured rate
+replaces the configured one."""
+HANDOVER_SAMPLES = 32
+"""Learnt-model TTFT samples from which the prior is no longer blended in (see :func:`learnt_share`)."""
+
+
+def learnt_share(samples: int) -> float:
+    """The learnt model's share of a published TTFT when it has ``samples`` samples (it predicts)."""
+    return min(1.0, samples / HANDOVER_SAMPLES)
+
+
+def prefill_tokens(features: Features) -> float:
+    """The prefill work ahead of and including the request on the endpoint (see the module doc)."""
+    own, ahead, awaiting = features.uncached_tokens, features.prefill_tokens_in_flight, features.awaiting
+    unknown = max(0, features.waiting - awaiting)
+    return own + ahead + unknown * (ahead / awaiting if awaiting > 0 else own)
+
+
+@dataclass(frozen=True, slots=True)
+class PriorRates:
+    """One published state of the prior: the configured and measured rates (tokens/s)."""
+
+    default: float
+    fleet: float | None = None
+    endpoints: Mapping[str, float] = field(default_factory=dict)
+
+    def rate(self, endpoint: str) -> float:
+        found = self.endpoints.get(endpoint)
+        if found is not None:
+            return found
+        return self.fleet if self.fleet is not None else self.default
+
+    def ttft(self, endpoint: str, features: Features) -> float:
+        """The prior's TTFT (ms) of ``features`` on ``endpoint``."""
+        return 1000.0 * prefill_tokens(features) / self.rate(endpoint)
+
+
+class PrefillPrior:
+    """The measured-rate statistics (trainer side; :meth:`publish` gives the readers' snapshot)."""
+
+    __slots__ = ("_endpoints", "_fleet", "default", "limit")
+
+    def __init__(self, default: float, limit: int) -> None:
+        self.default = default
+        self.limit = limit
+        self._fleet = [0.0, 0.0, 0]  # sum of tokens, sum of TTFT seconds, samples
+        self._endpoints: OrderedDict[str, list[Any]] = OrderedDict()
+
+    def add(self, endpoint: str, features: Features, ttft_ms: float) -> None:
+        """Fold one first-token sample in (samples with no prefill work or no time are skipped)."""
+        tokens, seconds = prefill_tokens(features), ttft_ms / 1000.0
+        if tokens <= 0 or seconds <= 0:
+            return
+        stats = self._endpoints.get(endpoint)
+        if stats is None:
+            stats = self._endpoints[endpoint] = [0.0, 0.0, 0]
+            if len(self._endpoints) > self.limit:
+                self._endpoints.popitem(last=False)
+        else:
+            self._endpoints.move_to_end(endpoint)
+        for s in (stats, self._fleet):
+            s[0] += tokens
+            s[1] += seconds
+            s[2] += 1
+
+    def forget(self, endpoint: str) -> None:
+        self._endpoints.pop(endpoint, None)
+
+    def publish(self) -> PriorRates:
+        fleet = self._fleet
+        return PriorRates(
+            self.default,
+            fleet[0] / fleet[1] if fleet[2] >= RATE_SAMPLES else None,
+            {e: s[0] / s[1] for e, s in self._endpoints.items() if s[2] >= RATE_SAMPLES},
+        )
