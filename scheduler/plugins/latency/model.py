@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.plugins.latency.prior import PrefillPrior, PriorRates, learnt_share
+from scheduler.plugins.latency.prior import PrefillPrior, learnt_share
 
 __all__ = [
     "BUFFER_LIMIT",
@@ -211,7 +211,6 @@ class Weights:
     endpoint_tpot: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     samples: int = 0
     tpot_samples: int = 0
-    prior: PriorRates | None = None  # the cold-start prior's rates (None: coldStartPrior off)
 
 
 class _EndpointStats:
@@ -235,7 +234,7 @@ class LatencyModel:
         self._global_tpot = RidgeStats(len(TPOT_FEATURES))
         self._endpoints: OrderedDict[str, _EndpointStats] = OrderedDict()
         self._dirty: set[str] = set()
-        self._weights = Weights(prior=None if self._prior is None else self._prior.publish())
+        self._weights = Weights()
         self._lock = threading.Lock()
         self.dropped = 0
         self.refits = 0
@@ -247,7 +246,12 @@ class LatencyModel:
         self, endpoint: str, features: Features, ttft_ms: float | None, tpot_ms: float | None
     ) -> None:
         """Queue one completed request's observation (either target may be None: not observed) for the
-        next refit (O(1), never blocks)."""
+        next refit (O(1), never blocks). A TTFT sample's error is measured here, against the prediction
+        as it stands before the sample is learnt, and the cold-start prior learns from it at once."""
+        if ttft_ms is not None:
+            self._record_error(endpoint, features, ttft_ms)
+            if self._prior is not None:
+                self._prior.add(endpoint, features, ttft_ms)
         if len(self._buffer) == BUFFER_LIMIT:
             self.dropped += 1
         self._buffer.append((endpoint, features, ttft_ms, tpot_ms))
@@ -260,8 +264,7 @@ class LatencyModel:
     @property
     def predicts(self) -> bool:
         """Whether :meth:`predict` answers: the learnt model is ready or the cold-start prior is on."""
-        w = self._weights
-        return w.ttft is not None or w.prior is not None
+        return self._weights.ttft is not None or self._prior is not None
 
     @property
     def pending(self) -> int:
@@ -272,13 +275,13 @@ class LatencyModel:
         cold-start prior is on (its TTFT, blended out as the model warms: see
         :func:`~scheduler.plugins.latency.prior.learnt_share`); TPOT is 0 until TPOT samples exist.
         Predictions are floored at 0."""
-        w = self._weights
+        w, prior = self._weights, self._prior
         if w.ttft is None:
-            return None if w.prior is None else (w.prior.ttft(endpoint, features), 0.0)
+            return None if prior is None else (prior.ttft(endpoint, features), 0.0)
         ttft_w = w.endpoint_ttft.get(endpoint, w.ttft)
         ttft = max(0.0, _dot(ttft_w, features.ttft_vector()))
-        if w.prior is not None and (share := learnt_share(w.samples)) < 1.0:
-            ttft = share * ttft + (1.0 - share) * w.prior.ttft(endpoint, features)
+        if prior is not None and (share := learnt_share(w.samples)) < 1.0:
+            ttft = share * ttft + (1.0 - share) * prior.ttft(endpoint, features)
         tpot = 0.0
         if w.tpot is not None:
             tpot = max(0.0, _dot(w.endpoint_tpot.get(endpoint, w.tpot), features.tpot_vector()))
@@ -294,10 +297,6 @@ class LatencyModel:
             self._decay(batch)
             count = 0
             for endpoint, features, ttft, tpot in batch:
-                if ttft is not None:
-                    self._record_error(endpoint, features, ttft)
-                    if self._prior is not None:
-                        self._prior.add(endpoint, features, ttft)
                 stats = self._endpoints.get(endpoint)
                 if stats is None:
                     stats = self._endpoints[endpoint] = _EndpointStats()
@@ -354,11 +353,8 @@ class LatencyModel:
 
     def _publish(self) -> None:
         g_ttft, g_tpot = self._global_ttft, self._global_tpot
-        prior = None if self._prior is None else self._prior.publish()
         if g_ttft.n < MIN_SAMPLES:
             self._dirty.clear()  # the first publication solves every endpoint
-            if prior is not None:
-                self._weights = Weights(prior=prior)
             return
         ttft = g_ttft.solve(RIDGE)
         tpot = g_tpot.solve(RIDGE) if g_tpot.n >= MIN_SAMPLES else None
@@ -379,7 +375,7 @@ class LatencyModel:
             if tpot is not None and stats.tpot.n >= MIN_ENDPOINT_SAMPLES:
                 ep_tpot[address] = stats.tpot.solve(RIDGE, tpot)
         self._dirty.clear()
-        self._weights = Weights(ttft, tpot, ep_ttft, ep_tpot, g_ttft.n, g_tpot.n, prior)
+        self._weights = Weights(ttft, tpot, ep_ttft, ep_tpot, g_ttft.n, g_tpot.n)
 
     # -- introspection ------------------------------------------------------------------------------
 
@@ -408,11 +404,9 @@ class LatencyModel:
             "tpotWeights": None if w.tpot is None else [round(v, 4) for v in w.tpot],
             "endpointModels": len(w.endpoint_ttft),
             "coldStartPrior": None
-            if w.prior is None
+            if self._prior is None
             else {
                 "learntShare": round(learnt_share(w.samples), 3) if w.ttft is not None else 0.0,
-                "defaultTokensPerSecond": w.prior.default,
-                "fleetTokensPerSecond": None if w.prior.fleet is None else round(w.prior.fleet),
-                "endpointRates": len(w.prior.endpoints),
+                **self._prior.state(),
             },
         }

@@ -25,8 +25,8 @@ the learnt model predicts, the published TTFT is ``s x learnt + (1 - s) x prior`
 ``s = min(1, samples / HANDOVER_SAMPLES)``: half learnt at its first prediction (16 samples), learnt
 alone from :data:`HANDOVER_SAMPLES` on.
 
-The statistics are folded in by the model's trainer (the prior rates are published with its weights,
-so a sample's error is measured against the prediction made before it was learnt). Memory: two floats
+The statistics are updated as each first-token sample is observed (on the request path, O(1): a rate
+measured then is used by the next decision, not after the trainer's next refit). Memory: two floats
 and a count per endpoint, at most :data:`~scheduler.plugins.latency.model.ENDPOINT_LIMIT` endpoints (the
 least recently sampled dropped beyond).
 """
@@ -34,8 +34,6 @@ least recently sampled dropped beyond).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,18 +42,20 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_PREFILL_THROUGHPUT",
     "HANDOVER_SAMPLES",
+    "RATE_MIN_TOKENS",
     "RATE_SAMPLES",
     "PrefillPrior",
-    "PriorRates",
     "learnt_share",
     "prefill_tokens",
 ]
 
 DEFAULT_PREFILL_THROUGHPUT = 15928.0
 """Tokens/s before any sample: llm-d's H100 calibration (its affinity filter's ``peakPrefillThroughput``)."""
-RATE_SAMPLES = 2
+RATE_SAMPLES = 1
 """First-token samples an endpoint (or, before that, the fleet) needs before its measured rate
 replaces the configured one."""
+RATE_MIN_TOKENS = 1024
+"""Prefill tokens a first-token sample needs to count toward a measured rate."""
 HANDOVER_SAMPLES = 32
 """Learnt-model TTFT samples from which the prior is no longer blended in (see :func:`learnt_share`)."""
 
@@ -72,40 +72,23 @@ def prefill_tokens(features: Features) -> float:
     return own + ahead + unknown * (ahead / awaiting if awaiting > 0 else own)
 
 
-@dataclass(frozen=True, slots=True)
-class PriorRates:
-    """One published state of the prior: the configured and measured rates (tokens/s)."""
-
-    default: float
-    fleet: float | None = None
-    endpoints: Mapping[str, float] = field(default_factory=dict)
-
-    def rate(self, endpoint: str) -> float:
-        found = self.endpoints.get(endpoint)
-        if found is not None:
-            return found
-        return self.fleet if self.fleet is not None else self.default
-
-    def ttft(self, endpoint: str, features: Features) -> float:
-        """The prior's TTFT (ms) of ``features`` on ``endpoint``."""
-        return 1000.0 * prefill_tokens(features) / self.rate(endpoint)
-
-
 class PrefillPrior:
-    """The measured-rate statistics (trainer side; :meth:`publish` gives the readers' snapshot)."""
+    """The prior and its measured-rate statistics. Updated and read on the request path (the
+    producer's lifecycle hooks and decisions run on one thread); every operation is O(1)."""
 
     __slots__ = ("_endpoints", "_fleet", "default", "limit")
 
     def __init__(self, default: float, limit: int) -> None:
         self.default = default
         self.limit = limit
-        self._fleet = [0.0, 0.0, 0]  # sum of tokens, sum of TTFT seconds, samples
+        self._fleet = [0.0, 0.0, 0]  # sum of prefill tokens, sum of TTFT seconds, samples
         self._endpoints: OrderedDict[str, list[Any]] = OrderedDict()
 
     def add(self, endpoint: str, features: Features, ttft_ms: float) -> None:
-        """Fold one first-token sample in (samples with no prefill work or no time are skipped)."""
+        """Fold one first-token sample in. Samples of fewer than :data:`RATE_MIN_TOKENS` prefill tokens
+        are skipped: their TTFT is mostly the engine's fixed overhead, not prefill."""
         tokens, seconds = prefill_tokens(features), ttft_ms / 1000.0
-        if tokens <= 0 or seconds <= 0:
+        if tokens < RATE_MIN_TOKENS or seconds <= 0:
             return
         stats = self._endpoints.get(endpoint)
         if stats is None:
@@ -122,10 +105,26 @@ class PrefillPrior:
     def forget(self, endpoint: str) -> None:
         self._endpoints.pop(endpoint, None)
 
-    def publish(self) -> PriorRates:
+    def fleet_rate(self) -> float | None:
         fleet = self._fleet
-        return PriorRates(
-            self.default,
-            fleet[0] / fleet[1] if fleet[2] >= RATE_SAMPLES else None,
-            {e: s[0] / s[1] for e, s in self._endpoints.items() if s[2] >= RATE_SAMPLES},
-        )
+        return fleet[0] / fleet[1] if fleet[2] >= RATE_SAMPLES else None
+
+    def rate(self, endpoint: str) -> float:
+        """The prefill rate (tokens/s) the prior uses for ``endpoint`` (see the module doc)."""
+        stats = self._endpoints.get(endpoint)
+        if stats is not None and stats[2] >= RATE_SAMPLES:
+            return float(stats[0] / stats[1])
+        fleet = self.fleet_rate()
+        return fleet if fleet is not None else self.default
+
+    def ttft(self, endpoint: str, features: Features) -> float:
+        """The prior's TTFT (ms) of ``features`` on ``endpoint``."""
+        return 1000.0 * prefill_tokens(features) / self.rate(endpoint)
+
+    def state(self) -> dict[str, Any]:
+        fleet = self.fleet_rate()
+        return {
+            "defaultTokensPerSecond": self.default,
+            "fleetTokensPerSecond": None if fleet is None else round(fleet),
+            "endpointRates": sum(1 for s in self._endpoints.values() if s[2] >= RATE_SAMPLES),
+        }

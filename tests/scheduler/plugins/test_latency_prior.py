@@ -18,6 +18,7 @@ from scheduler.plugins.latency.model import MIN_SAMPLES, Features, LatencyModel
 from scheduler.plugins.latency.prior import (
     DEFAULT_PREFILL_THROUGHPUT,
     HANDOVER_SAMPLES,
+    RATE_MIN_TOKENS,
     RATE_SAMPLES,
     learnt_share,
     prefill_tokens,
@@ -85,29 +86,27 @@ def test_queued_requests_the_picker_did_not_send_count_as_its_own_average() -> N
     assert prefill_tokens(replace(f, waiting=1)) == 6500  # the scrape lags the picker's own count
 
 
-def test_measured_rates_replace_the_configured_one() -> None:
+def test_measured_rates_replace_the_configured_one_at_the_first_sample() -> None:
+    assert RATE_SAMPLES == 1
     m = LatencyModel(prior_throughput=RATE)
     f = Features(2000, 2000, 0, 0, 0, 0.3)
-    assert m.predict(FAST.address, f) == (pytest.approx(200.0), 0.0)  # 2,000 tokens at 10,000/s
-    m.observe(FAST.address, f, 500.0, None)  # 4,000 tokens/s on FAST
-    m.refit()
-    assert ttft(m, FAST, f) == pytest.approx(200.0)  # one sample: not yet
-    for _ in range(RATE_SAMPLES - 1):
-        m.observe(FAST.address, f, 500.0, None)
-    m.refit()
+    assert ttft(m, FAST, f) == pytest.approx(200.0)  # 2,000 tokens at 10,000/s
+    hit = Features(2000, RATE_MIN_TOKENS - 1, 0, 0, 0, 0.3)
+    m.observe(FAST.address, hit, 300.0, None)  # too few tokens: mostly fixed overhead, not counted
+    assert ttft(m, FAST, f) == pytest.approx(200.0)
+    m.observe(FAST.address, f, 500.0, None)  # 4,000 tokens/s on FAST: used at once, no refit needed
     assert ttft(m, FAST, f) == pytest.approx(500.0)
-    assert ttft(m, SLOW, f) == pytest.approx(500.0)  # the fleet's rate
-    for _ in range(RATE_SAMPLES):
-        m.observe(SLOW.address, f, 1000.0, None)  # 2,000 tokens/s on SLOW
-    m.refit()
+    assert ttft(m, SLOW, f) == pytest.approx(500.0)  # SLOW has no sample: the fleet's rate
+    m.observe(SLOW.address, f, 1000.0, None)  # 2,000 tokens/s on SLOW
     assert ttft(m, FAST, f) == pytest.approx(500.0)
     assert ttft(m, SLOW, f) == pytest.approx(1000.0)
+    m.observe(SLOW.address, replace(f, uncached_tokens=1000, prefill_tokens_in_flight=3000), 2000.0, None)
+    assert ttft(m, SLOW, f) == pytest.approx(2000 * 3000 / 6000)  # ratio of sums: 6,000 tokens in 3 s
     state = m.state()["coldStartPrior"]
-    assert state["endpointRates"] == 2 and state["fleetTokensPerSecond"] == round(8000 / 3)
+    assert state["endpointRates"] == 2 and state["fleetTokensPerSecond"] == round(8000 / 3.5)
+    assert state["defaultTokensPerSecond"] == RATE and state["learntShare"] == 0.0
     m.forget_endpoints(frozenset({SLOW.address}))
-    m.observe(FAST.address, f, 500.0, None)
-    m.refit()
-    assert ttft(m, SLOW, f) != pytest.approx(1000.0)  # SLOW forgotten
+    assert ttft(m, SLOW, f) == pytest.approx(2000 / (8000 / 3.5) * 1000)  # back to the fleet's rate
 
 
 def test_the_prior_blends_out_as_the_learnt_model_warms() -> None:
@@ -134,7 +133,7 @@ def test_the_prior_blends_out_as_the_learnt_model_warms() -> None:
     learnt = without.predict(FAST.address, query)
     blended = with_prior.predict(FAST.address, query)
     assert learnt is not None and blended is not None
-    prior = with_prior._weights.prior
+    prior = with_prior._prior
     assert prior is not None
     assert blended[0] == pytest.approx(0.5 * learnt[0] + 0.5 * prior.ttft(FAST.address, query))
     assert blended[0] != pytest.approx(learnt[0])
