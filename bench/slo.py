@@ -11,8 +11,8 @@ in wall-clock milliseconds (what the picker measures), not simulated time.
 2xx), the fraction whose client-side TTFT met the TTFT SLO (and whose mean inter-token latency met the
 TPOT SLO, when one was sent); 429 answers count as rejected, other failures as neither. The same is
 also counted after warm-up: for the requests from index ``warmup`` on (default :data:`WARMUP_REQUESTS`;
-the latency model predicts after 32 completed requests, and before the first requests of each prefix
-group no server holds it, so a tight SLO cannot be met there by any router).
+the learnt latency model predicts after 16 first tokens, the cold-start prior before it, and before the
+first requests of each prefix group no server holds it, so a tight SLO cannot be met there by any router).
 
 With ``streamingMode: true`` (the shipped predicted-latency profile), upstream's rule makes a request
 without ``x-slo-tpot-ms`` invalid on every server (its TPOT headroom is ``0 - tpot``), so the tier

@@ -75,7 +75,7 @@ BUFFER_LIMIT = 4096
 ENDPOINT_LIMIT = 1024
 """Endpoint models kept; the least recently trained one is dropped beyond it."""
 MIN_SAMPLES = 16
-"""Samples the global model needs before it predicts (cold start: no predictions before). 16 (it was
+"""Samples the global model needs before it predicts (before: the cold-start prior, when on). 16 (it was
 32): with TTFT learnt at the first token and the prefill prior above, the model predicts about a
 second sooner in the SLO scenario, when the fleet is busiest."""
 MIN_ENDPOINT_SAMPLES = 8
