@@ -13,9 +13,10 @@ request: a prefill-throughput estimate from what the picker knows without learni
   this picker does not know (``unknown = max(0, waiting - own requests awaiting a first token)``: other
   pickers' or older requests), each counted as the mean of the picker's own awaiting requests there
   (as this request's uncached tokens when it has none);
-* ``rate(e)`` (tokens/s) is measured from the first-token samples: ``sum(prefill tokens) / sum(TTFT)``
-  over ``e``'s samples once it has :data:`RATE_SAMPLES`, else over the fleet's once the fleet has as
-  many, else ``coldStartPrefillThroughput`` (default :data:`DEFAULT_PREFILL_THROUGHPUT`, llm-d's H100
+* ``rate(e)`` (tokens/s) is measured from the first-token samples of at least :data:`RATE_MIN_TOKENS`
+  prefill tokens (a cache hit's TTFT is mostly fixed overhead): ``sum(prefill tokens) / sum(TTFT)``
+  over ``e``'s samples once it has :data:`RATE_SAMPLES` (one), else over the fleet's once the fleet
+  has as many, else ``coldStartPrefillThroughput`` (default :data:`DEFAULT_PREFILL_THROUGHPUT`, llm-d's H100
   calibration of ``peakPrefillThroughput``). The ratio uses the same token count as the prediction,
   so it is the effective rate that maps that count to a TTFT (fixed overhead and batch slow-down
   included).
@@ -53,7 +54,7 @@ DEFAULT_PREFILL_THROUGHPUT = 15928.0
 """Tokens/s before any sample: llm-d's H100 calibration (its affinity filter's ``peakPrefillThroughput``)."""
 RATE_SAMPLES = 1
 """First-token samples an endpoint (or, before that, the fleet) needs before its measured rate
-replaces the configured one."""
+replaces the configured one (1 and 2 measured the same in the SLO scenario; 1 is used at once)."""
 RATE_MIN_TOKENS = 1024
 """Prefill tokens a first-token sample needs to count toward a measured rate."""
 HANDOVER_SAMPLES = 32
@@ -126,5 +127,5 @@ class PrefillPrior:
         return {
             "defaultTokensPerSecond": self.default,
             "fleetTokensPerSecond": None if fleet is None else round(fleet),
-            "endpointRates": sum(1 for s in self._endpoints.values() if s[2] >= RATE_SAMPLES),
+            "endpointRates": sum(1 for s in tuple(self._endpoints.values()) if s[2] >= RATE_SAMPLES),
         }
