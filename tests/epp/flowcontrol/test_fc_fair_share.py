@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from epp.config.sections import load_picker_config
 from epp.flowcontrol.config import parse_flow_control, resolve_flow_control
 from epp.flowcontrol.controller import FlowController
+from epp.server.server import plugin_states
 from scheduler.errors import ConfigError
 from scheduler.plugins.flowcontrol.fair_share import FairShareFairness, FairShareParams
 from scheduler.plugins.flowcontrol.ordering import FcfsOrdering
@@ -255,6 +256,11 @@ def test_the_policy_loads_as_a_band_fairness_policy_and_gets_the_request_hooks()
     r = LLMRequest(request_id="r", model="m", target_model="m", fairness_id="t")
     scheduler.dispatched(r, RESULT)
     assert fairness.in_flight(0, "t") == 1
+    assert plugin_states([fairness])["share"] == {
+        "trackedFlows": 1,
+        "activeFlowsByBand": {"0": 1},
+        "inFlightByBand": {"0": 1},
+    }
     scheduler.completed(r, RESULT, DONE)
     assert fairness.in_flight(0, "t") == 0
 
