@@ -276,10 +276,10 @@ def _light_clients(fleet: int) -> int:
     return max(1, round(0.2 * fleet))
 
 
-def _spec(flow: bool, servers: int, slots: int, objectives: Path | None) -> StackSpec:
+def _spec(flow: bool, servers: int, slots: int, objectives: Path | None, reserve: float = 0.0) -> StackSpec:
     extra = ("--objectives-file", str(objectives)) if objectives is not None else ()
     fleet = servers * slots
-    reserve = _light_clients(fleet) / fleet  # the light tenants' share of the slots (B's clients)
+    reserve = reserve or _light_clients(fleet) / fleet  # default: the light tenant's share of the slots
     return StackSpec(
         servers=servers,
         sim_args=("--profile", "8b-h100", "--time-scale", f"{TIME_SCALE:g}", "--max-num-seqs", str(slots)),
@@ -293,7 +293,8 @@ def _spec(flow: bool, servers: int, slots: int, objectives: Path | None) -> Stac
     )
 
 
-def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: int, workdir: Path) -> Mode:
+def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: int, workdir: Path,
+              reserve: float = 0.0) -> Mode:  # fmt: skip
     objectives = workdir / "objectives.yaml"
     objectives.write_text(OBJECTIVES)
     fleet = servers * slots
@@ -302,11 +303,11 @@ def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: 
     shed = {"x-gateway-inference-objective": "sheddable", "x-gateway-inference-fairness-id": "shed"}
     b_clients = _light_clients(fleet)
     run = asyncio.run
-    with Stack(_spec(flow, servers, slots, None)) as stack:  # tenants: one band (priority 0)
+    with Stack(_spec(flow, servers, slots, None, reserve)) as stack:  # tenants: one band (priority 0)
         solo_b = run(_phase(stack, {"b": (b_clients, b)}, seconds, max_tokens))["b"]
         noisy = run(_phase(stack, {"b": (b_clients, b)}, seconds, max_tokens, {"a": (5 * fleet, a)}))
         saturated = run(_phase(stack, {"a": (2 * fleet, a)}, seconds, max_tokens))["a"]
-    with Stack(_spec(flow, servers, slots, objectives)) as stack:  # bands 10, 0 and -1
+    with Stack(_spec(flow, servers, slots, objectives, reserve)) as stack:  # bands 10, 0 and -1
         solo_critical = run(_phase(stack, {"c": (max(1, fleet // 2), crit)}, seconds, max_tokens))["c"]
         critical, sheddable = {"critical": (max(1, fleet // 2), crit)}, {"sheddable": (3 * fleet // 2, shed)}
         overload = run(_phase(stack, critical, seconds, max_tokens, sheddable))
@@ -397,6 +398,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--servers", type=int, default=2, help="simulated servers")
     parser.add_argument("--slots", type=int, default=4, help="--max-num-seqs per server (default 4)")
     parser.add_argument("--max-tokens", type=int, default=24, help="output tokens per request")
+    parser.add_argument(
+        "--reserve",
+        type=float,
+        default=0.0,
+        help="fair-share-fairness-policy's reserve in the tenant band; 0: tenant B's share of the slots",
+    )
     args = parser.parse_args(argv)
     seconds = args.seconds or (4.0 if args.quick else 12.0)
     fast, queued = _cpu_per_request(20_000 if args.quick else 100_000)
@@ -415,7 +422,9 @@ def main(argv: list[str]) -> int:
                 f"running the fleet scenarios with flow control {name} ({seconds:g}s per phase)...",
                 flush=True,
             )
-            modes[name] = _run_mode(flow, args.servers, args.slots, seconds, args.max_tokens, Path(tmp))
+            modes[name] = _run_mode(
+                flow, args.servers, args.slots, seconds, args.max_tokens, Path(tmp), args.reserve
+            )
     off, on = modes["off"], modes["on"]
     for line in _report(off, on):
         print(line)
