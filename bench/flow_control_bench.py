@@ -3,11 +3,11 @@
 Each fleet scenario runs twice in the same invocation, with the same configuration except the
 ``flowControl`` gate (``concurrency-detector`` at each server's ``--max-num-seqs``, as detector and
 as a filter; fairness by tenant with ``fair-share-fairness-policy`` (ours: round-robin, and a tenant
-over its share stops at ``1 - reserve`` of the pool while another is active; ``reserve`` = the light
-tenant's 20% of the slots, ``activeWindowSeconds: 0.25``: B's closed-loop clients resend within a round
-trip) in the non-negative bands, round-robin in the negative ones; ``priority-holdback-policy`` with
-``minCeiling: 0.5``, so the lowest provisioned band stops at half the pool; without the gate the legacy
-admission sheds sheddable requests with 429). The tenant scenarios run on a stack without
+over its share stops at ``1 - reserve`` of the pool while another is active; :data:`RESERVE` 0.5,
+``activeWindowSeconds: 0.25``: B's closed-loop clients resend within a round trip) in the non-negative
+bands, round-robin in the negative ones; ``priority-holdback-policy`` with ``minCeiling: 0.5``, so the
+lowest provisioned band stops at half the pool; without the gate the legacy admission sheds sheddable
+requests with 429). The tenant scenarios run on a stack without
 InferenceObjectives (one priority band, 0); the priority scenario on a fresh stack with the objectives
 ``critical`` (10) and ``sheddable`` (-1), whose bands (10, 0, -1) are provisioned as a cluster's
 objectives provision them.
@@ -55,6 +55,11 @@ from epp.config.flags import ManualHelpFormatter
 __all__ = ["main"]
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+RESERVE = 0.5
+"""``fair-share-fairness-policy``'s reserve in the tenant band: with two tenants, neither may hold more
+than half the pool while the other is active (a strict fair share). Measured against 0.25 (B's 2 of 8
+slots) and 0.375 in docs/flow-control.md: with 0.25, B finds a free slot but is prefilled next to three
+of A's requests, and its TTFT p90 stays at 1.5-2.5x solo."""
 OBJECTIVES = """\
 apiVersion: inference.networking.x-k8s.io/v1alpha2
 kind: InferenceObjective
@@ -276,10 +281,10 @@ def _light_clients(fleet: int) -> int:
     return max(1, round(0.2 * fleet))
 
 
-def _spec(flow: bool, servers: int, slots: int, objectives: Path | None, reserve: float = 0.0) -> StackSpec:
+def _spec(
+    flow: bool, servers: int, slots: int, objectives: Path | None, reserve: float = RESERVE
+) -> StackSpec:
     extra = ("--objectives-file", str(objectives)) if objectives is not None else ()
-    fleet = servers * slots
-    reserve = reserve or _light_clients(fleet) / fleet  # default: the light tenant's share of the slots
     return StackSpec(
         servers=servers,
         sim_args=("--profile", "8b-h100", "--time-scale", f"{TIME_SCALE:g}", "--max-num-seqs", str(slots)),
@@ -294,7 +299,7 @@ def _spec(flow: bool, servers: int, slots: int, objectives: Path | None, reserve
 
 
 def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: int, workdir: Path,
-              reserve: float = 0.0) -> Mode:  # fmt: skip
+              reserve: float = RESERVE) -> Mode:  # fmt: skip
     objectives = workdir / "objectives.yaml"
     objectives.write_text(OBJECTIVES)
     fleet = servers * slots
@@ -401,8 +406,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--reserve",
         type=float,
-        default=0.0,
-        help="fair-share-fairness-policy's reserve in the tenant band; 0: tenant B's share of the slots",
+        default=RESERVE,
+        help="fair-share-fairness-policy's reserve in the tenant band, in [0, 1)",
     )
     args = parser.parse_args(argv)
     seconds = args.seconds or (4.0 if args.quick else 12.0)
