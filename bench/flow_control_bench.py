@@ -440,6 +440,10 @@ def _ms(seconds: float) -> str:
     return "n/a" if math.isnan(seconds) else f"{seconds * 1e3:.0f} ms"
 
 
+def _change(new: float, old: float) -> str:
+    return f"{(new / old - 1) * 100:+.0f}%" if old else "n/a"
+
+
 def _report(off: Mode, on: Mode) -> list[str]:
     out = []
     b_solo, b_on, b_off = on.solo_b.p90(), on.noisy["b"].p90(), off.noisy["b"].p90()
@@ -448,10 +452,12 @@ def _report(off: Mode, on: Mode) -> list[str]:
         f"off {_ms(b_off)} (target on <= 1.5x solo): {_verdict(b_on <= 1.5 * b_solo)}"
     )
     a_on, a_off = on.noisy["a"].ok / on.seconds, off.noisy["a"].ok / off.seconds
+    b_on_thr, b_off_thr = on.noisy["b"].ok / on.seconds, off.noisy["b"].ok / off.seconds
+    both_on, both_off = a_on + b_on_thr, a_off + b_off_thr
     out.append(
         f"  the reserve's cost: A's throughput with B, flow control on {a_on:.1f} / off {a_off:.1f} req/s "
-        f"({(a_on / a_off - 1) * 100 if a_off else math.nan:+.0f}%); B's {on.noisy['b'].ok / on.seconds:.1f} "
-        f"/ {off.noisy['b'].ok / off.seconds:.1f} req/s"
+        f"({_change(a_on, a_off)}); B's {b_on_thr:.1f} / {b_off_thr:.1f}; both "
+        f"{both_on:.1f} / {both_off:.1f} req/s ({_change(both_on, both_off)})"
     )
     out.append(
         f"  mean wait in the picker's queue with flow control: B {_ms(on.noisy['b'].queue_wait)}, "

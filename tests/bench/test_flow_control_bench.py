@@ -36,6 +36,7 @@ def test_verdicts() -> None:
     assert verdicts(bad) == ["MISS"] * 5
     assert "B TTFT p90 solo 40 ms" in good[0] and "on 50 ms, off 900 ms" in good[0]
     assert "A's throughput with B, flow control on 50.0 / off 50.0 req/s (+0%)" in good[1]
+    assert "B's 10.0 / 10.0; both 60.0 / 60.0 req/s (+0%)" in good[1]
     assert "queue with flow control: B 12 ms, A 400 ms" in good[2]
     assert "critical n/a" in bad[4]  # no queue-wait figure (nothing counted)
 
