@@ -2,17 +2,22 @@
 
 Each fleet scenario runs twice in the same invocation, with the same configuration except the
 ``flowControl`` gate (``concurrency-detector`` at each server's ``--max-num-seqs``, as detector and
-as a filter; round-robin fairness by tenant; ``priority-holdback-policy`` with ``minCeiling: 0.5``, so
-the lowest provisioned band stops at half the pool; without the gate the legacy admission sheds
-sheddable requests with 429). The tenant scenarios run on a stack without InferenceObjectives (one
-priority band, 0); the priority scenario on a fresh stack with the objectives ``critical`` (10) and
-``sheddable`` (-1), whose bands (10, 0, -1) are provisioned as a cluster's objectives provision them.
+as a filter; fairness by tenant with ``fair-share-fairness-policy`` (ours: round-robin, and a tenant
+over its share stops at ``1 - reserve`` of the pool while another is active; :data:`RESERVE` 0.5,
+``activeWindowSeconds: 0.25``: B's closed-loop clients resend within a round trip) in the non-negative
+bands, round-robin in the negative ones; ``priority-holdback-policy`` with ``minCeiling: 0.5``, so the
+lowest provisioned band stops at half the pool; without the gate the legacy admission sheds sheddable
+requests with 429). The tenant scenarios run on a stack without
+InferenceObjectives (one priority band, 0); the priority scenario on a fresh stack with the objectives
+``critical`` (10) and ``sheddable`` (-1), whose bands (10, 0, -1) are provisioned as a cluster's
+objectives provision them.
 Closed-loop clients stream ``/v1/completions``; TTFT is the time to the first response byte. The noisy
 groups (tenant A, the sheddable class) run in a second load-generator process, so the measured
 clients (B, critical) do not share an event loop with them.
 
 * noisy neighbour: tenant A runs 5x the fleet's slots in clients, tenant B 20%; target: B's TTFT p90
-  with flow control <= 1.5x B's solo baseline (the figure without flow control is printed too);
+  with flow control <= 1.5x B's solo baseline (the figure without flow control is printed too, and
+  A's throughput on vs off: the reserve's cost);
 * priorities under 2x overload: ``critical`` (priority 10) 0.5x, ``sheddable`` (-1) 1.5x; target:
   critical TTFT p90 <= 1.3x its unloaded value, and only sheddable requests are shed;
 * scheduling regret: one tenant at 2x; target: TTFT p90 and throughput with flow control no worse than
@@ -38,6 +43,7 @@ import multiprocessing
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +55,11 @@ from epp.config.flags import ManualHelpFormatter
 __all__ = ["main"]
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+RESERVE = 0.5
+"""``fair-share-fairness-policy``'s reserve in the tenant band: with two tenants, neither may hold more
+than half the pool while the other is active (a strict fair share). Measured against 0.25 (B's 2 of 8
+slots) and 0.375 in docs/flow-control.md: with 0.25, B finds a free slot but is prefilled next to three
+of A's requests, and its TTFT p90 stays at 1.5-2.5x solo."""
 OBJECTIVES = """\
 apiVersion: inference.networking.x-k8s.io/v1alpha2
 kind: InferenceObjective
@@ -62,7 +73,7 @@ spec: {priority: -1}
 """
 
 
-def _config(slots: int, flow: bool) -> str:
+def _config(slots: int, flow: bool, reserve: float) -> str:
     gate = "featureGates: [flowControl]\n" if flow else ""
     return f"""apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
@@ -70,6 +81,8 @@ kind: EndpointPickerConfig
 - type: concurrency-detector
   parameters: {{maxConcurrency: {slots}}}
 - type: round-robin-fairness-policy
+- type: fair-share-fairness-policy
+  parameters: {{reserve: {reserve:g}, activeWindowSeconds: 0.25}}
 - type: priority-holdback-policy
   parameters: {{minCeiling: 0.5}}
 - type: queue-scorer
@@ -82,7 +95,7 @@ flowControl:
   saturationDetector: {{pluginRef: concurrency-detector}}
   defaultRequestTTL: 30s
   usageLimitPolicyPluginRef: priority-holdback-policy
-  defaultPriorityBand: {{fairnessPolicyRef: round-robin-fairness-policy}}
+  defaultPriorityBand: {{fairnessPolicyRef: fair-share-fairness-policy}}
   defaultNegativePriorityBand: {{maxRequests: "{slots}", fairnessPolicyRef: round-robin-fairness-policy}}
 """
 
@@ -263,14 +276,21 @@ class Mode:
     seconds: float
 
 
-def _spec(flow: bool, servers: int, slots: int, objectives: Path | None) -> StackSpec:
+def _light_clients(fleet: int) -> int:
+    """Tenant B's clients: 20% of the fleet's slots (at least one)."""
+    return max(1, round(0.2 * fleet))
+
+
+def _spec(
+    flow: bool, servers: int, slots: int, objectives: Path | None, reserve: float = RESERVE
+) -> StackSpec:
     extra = ("--objectives-file", str(objectives)) if objectives is not None else ()
     return StackSpec(
         servers=servers,
         sim_args=("--profile", "8b-h100", "--time-scale", f"{TIME_SCALE:g}", "--max-num-seqs", str(slots)),
         picker_args=(
             "--config-text",
-            _config(slots, flow),
+            _config(slots, flow, reserve),
             *extra,
             "--allow-experimental-plugins",  # priority-holdback-policy is Alpha upstream
         ),
@@ -278,20 +298,21 @@ def _spec(flow: bool, servers: int, slots: int, objectives: Path | None) -> Stac
     )
 
 
-def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: int, workdir: Path) -> Mode:
+def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: int, workdir: Path,
+              reserve: float = RESERVE) -> Mode:  # fmt: skip
     objectives = workdir / "objectives.yaml"
     objectives.write_text(OBJECTIVES)
     fleet = servers * slots
     a, b = {"x-gateway-inference-fairness-id": "tenant-a"}, {"x-gateway-inference-fairness-id": "tenant-b"}
     crit = {"x-gateway-inference-objective": "critical", "x-gateway-inference-fairness-id": "crit"}
     shed = {"x-gateway-inference-objective": "sheddable", "x-gateway-inference-fairness-id": "shed"}
-    b_clients = max(1, round(0.2 * fleet))
+    b_clients = _light_clients(fleet)
     run = asyncio.run
-    with Stack(_spec(flow, servers, slots, None)) as stack:  # tenants: one band (priority 0)
+    with Stack(_spec(flow, servers, slots, None, reserve)) as stack:  # tenants: one band (priority 0)
         solo_b = run(_phase(stack, {"b": (b_clients, b)}, seconds, max_tokens))["b"]
         noisy = run(_phase(stack, {"b": (b_clients, b)}, seconds, max_tokens, {"a": (5 * fleet, a)}))
         saturated = run(_phase(stack, {"a": (2 * fleet, a)}, seconds, max_tokens))["a"]
-    with Stack(_spec(flow, servers, slots, objectives)) as stack:  # bands 10, 0 and -1
+    with Stack(_spec(flow, servers, slots, objectives, reserve)) as stack:  # bands 10, 0 and -1
         solo_critical = run(_phase(stack, {"c": (max(1, fleet // 2), crit)}, seconds, max_tokens))["c"]
         critical, sheddable = {"critical": (max(1, fleet // 2), crit)}, {"sheddable": (3 * fleet // 2, shed)}
         overload = run(_phase(stack, critical, seconds, max_tokens, sheddable))
@@ -302,8 +323,10 @@ def _verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def _cpu_per_request(n: int) -> tuple[float, float]:
-    """Microseconds of CPU per request the controller adds: fast path, and through the queue."""
+def _cpu_per_request(n: int, fair_share: bool = False) -> tuple[float, float]:
+    """Microseconds of CPU per request the controller adds: fast path, and through the queue; with
+    ``fair_share``, the band's policy is ``fair-share-fairness-policy`` and each request also runs its
+    dispatch and completion hooks (its in-flight counting); otherwise ``round-robin-fairness-policy``."""
     from prometheus_client import CollectorRegistry
 
     from epp.flowcontrol.config import parse_flow_control, resolve_flow_control
@@ -311,12 +334,20 @@ def _cpu_per_request(n: int) -> tuple[float, float]:
     from epp.flowcontrol.metrics import FlowMetrics
     from epp.server.metric_catalog import Naming, by_key
     from epp.server.metric_twin import Twin
+    from scheduler.plugins.flowcontrol.fair_share import FairShareFairness, FairShareParams
     from scheduler.plugins.flowcontrol.fairness import RoundRobinFairness
-    from scheduler.types import LLMRequest
+    from scheduler.types import Completion, LLMRequest, Outcome, SchedulingResult
 
-    rr = RoundRobinFairness("rr")
-    section = parse_flow_control({"defaultPriorityBand": {"fairnessPolicyRef": "rr"}})
-    config = resolve_flow_control(section, "llm-d.ai/v1alpha1", {"rr": rr}.__getitem__, ("rr",))
+    share = FairShareFairness("p", FairShareParams(0.25, 1.0))
+    policy = share if fair_share else RoundRobinFairness("p")
+    section = parse_flow_control({"defaultPriorityBand": {"fairnessPolicyRef": "p"}})
+    config = resolve_flow_control(section, "llm-d.ai/v1alpha1", {"p": policy}.__getitem__, ("p",))
+    result, completion = SchedulingResult("default", (), {}), Completion(Outcome.OK, 200)
+
+    def served(r: LLMRequest) -> None:
+        if fair_share:
+            share.on_dispatched(r, result)
+            share.on_completed(r, result, completion)
 
     class Detector:
         name = plugin_type = "bench"
@@ -340,18 +371,16 @@ def _cpu_per_request(n: int) -> tuple[float, float]:
         snapshot = lambda: endpoints  # noqa: E731
         flow = FlowController(config, detector, snapshot, recorder=recorder)  # type: ignore[arg-type]
 
-        def noop() -> None:
-            return None
-
         start = time.process_time()
         for r in requests:
-            flow.offer(r, noop)
+            if flow.offer(r, partial(served, r)) is None:
+                served(r)
         fast = (time.process_time() - start) / n * 1e6
         start = time.process_time()
         for batch in range(0, n, 3000):  # within the bands' default capacity (5000)
             detector.level = 1.0
             for r in requests[batch : batch + 3000]:
-                flow.offer(r, noop)
+                flow.offer(r, partial(served, r))
             detector.level = 0.0
             flow.kick()
             await asyncio.sleep(0)
@@ -374,12 +403,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--servers", type=int, default=2, help="simulated servers")
     parser.add_argument("--slots", type=int, default=4, help="--max-num-seqs per server (default 4)")
     parser.add_argument("--max-tokens", type=int, default=24, help="output tokens per request")
+    parser.add_argument(
+        "--reserve",
+        type=float,
+        default=RESERVE,
+        help="fair-share-fairness-policy's reserve in the tenant band, in [0, 1)",
+    )
     args = parser.parse_args(argv)
     seconds = args.seconds or (4.0 if args.quick else 12.0)
     fast, queued = _cpu_per_request(20_000 if args.quick else 100_000)
-    verdict = _verdict(max(fast, queued) <= 50)
+    share_fast, share_queued = _cpu_per_request(20_000 if args.quick else 100_000, fair_share=True)
+    verdict = _verdict(max(fast, queued, share_fast, share_queued) <= 50)
     print(
-        f"picker CPU per request added by flow control: fast path {fast:.1f} us, queued {queued:.1f} us "
+        f"picker CPU per request added by flow control: fast path {fast:.1f} us, queued {queued:.1f} us; "
+        f"with fair-share-fairness-policy (hooks included) {share_fast:.1f} / {share_queued:.1f} us "
         f"(target <= 50 us): {verdict}"
     )
     modes: dict[str, Mode] = {}
@@ -390,7 +427,9 @@ def main(argv: list[str]) -> int:
                 f"running the fleet scenarios with flow control {name} ({seconds:g}s per phase)...",
                 flush=True,
             )
-            modes[name] = _run_mode(flow, args.servers, args.slots, seconds, args.max_tokens, Path(tmp))
+            modes[name] = _run_mode(
+                flow, args.servers, args.slots, seconds, args.max_tokens, Path(tmp), args.reserve
+            )
     off, on = modes["off"], modes["on"]
     for line in _report(off, on):
         print(line)
@@ -401,12 +440,24 @@ def _ms(seconds: float) -> str:
     return "n/a" if math.isnan(seconds) else f"{seconds * 1e3:.0f} ms"
 
 
+def _change(new: float, old: float) -> str:
+    return f"{(new / old - 1) * 100:+.0f}%" if old else "n/a"
+
+
 def _report(off: Mode, on: Mode) -> list[str]:
     out = []
     b_solo, b_on, b_off = on.solo_b.p90(), on.noisy["b"].p90(), off.noisy["b"].p90()
     out.append(
         f"noisy neighbour: B TTFT p90 solo {_ms(b_solo)}; with A at 5x: flow control on {_ms(b_on)}, "
         f"off {_ms(b_off)} (target on <= 1.5x solo): {_verdict(b_on <= 1.5 * b_solo)}"
+    )
+    a_on, a_off = on.noisy["a"].ok / on.seconds, off.noisy["a"].ok / off.seconds
+    b_on_thr, b_off_thr = on.noisy["b"].ok / on.seconds, off.noisy["b"].ok / off.seconds
+    both_on, both_off = a_on + b_on_thr, a_off + b_off_thr
+    out.append(
+        f"  the reserve's cost: A's throughput with B, flow control on {a_on:.1f} / off {a_off:.1f} req/s "
+        f"({_change(a_on, a_off)}); B's {b_on_thr:.1f} / {b_off_thr:.1f}; both "
+        f"{both_on:.1f} / {both_off:.1f} req/s ({_change(both_on, both_off)})"
     )
     out.append(
         f"  mean wait in the picker's queue with flow control: B {_ms(on.noisy['b'].queue_wait)}, "

@@ -6,7 +6,8 @@ checks and before scheduling:
 
 * nothing is queued and the pool is below the band's ceiling (the saturation detector's value against
   the usage-limit policy's ceiling for the request's band, 1.0 by default): None, the request is
-  scheduled at once (the fast path: one saturation reading, no await). The policy ranks every
+  scheduled at once (the fast path: one saturation reading, no await; a share-limited fairness policy,
+  ``fair-share-fairness-policy``, may hold back a flow over its share). The policy ranks every
   provisioned priority level (:mod:`epp.flowcontrol.levels`: 0, the configured bands, the
   InferenceObjectives' priorities, recently seen ones), as upstream, not only the bands that wait;
 * otherwise the request joins the queues (:mod:`epp.flowcontrol.queues`) and a :class:`Ticket` is
@@ -51,6 +52,7 @@ from epp.flowcontrol.levels import PriorityLevels
 from epp.flowcontrol.queues import FlowQueues, Item
 from epp.request.errors import RATE_LIMITED, UNAVAILABLE, RequestError
 from scheduler.interfaces import SaturationDetector
+from scheduler.plugins.flowcontrol.interfaces import ShareLimitedFairness
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = [
@@ -137,6 +139,8 @@ class FlowController:
         self._empty_pool = False
         self._regime_since = -math.inf
         self.closed = False
+        templates = [*config.bands.values(), config.default_band, config.default_negative_band]
+        self._shares = any(isinstance(b.fairness, ShareLimitedFairness) for b in templates if b is not None)
 
     # -- request path
 
@@ -162,7 +166,10 @@ class FlowController:
         if not queues.count:
             saturation = self.saturation()
             ranked, index = levels.current(now, queues.holds)
-            if saturation < self._ceilings(saturation, ranked)[index[priority]]:
+            ceiling = self._ceilings(saturation, ranked)[index[priority]]
+            if saturation < ceiling and (
+                not self._shares or self._admits(priority, request.fairness_id, saturation, ceiling)
+            ):
                 if recorder is not None:
                     recorder.outcome(request, DISPATCHED, 0.0)
                 return None
@@ -184,6 +191,11 @@ class FlowController:
             recorder.enqueued(request, DISPATCHED, self._perf() - start)
         self.kick()
         return ticket
+
+    def _admits(self, priority: int, fairness_id: str, saturation: float, ceiling: float) -> bool:
+        """The band's share-limited fairness policy's verdict on a fast-path request (True without one)."""
+        admits = getattr(self.config.band(priority).fairness, "admits", None)  # cheaper than isinstance
+        return admits is None or bool(admits(priority, fairness_id, saturation, ceiling))
 
     async def wait(self, ticket: Ticket) -> RequestError | None:
         """None once dispatched (the dispatch callback has run); the error to answer otherwise. A
@@ -241,7 +253,10 @@ class FlowController:
             def gate(priority: int, s: float = saturation, limits: Sequence[float] = limits) -> bool:
                 return s < limits[index[priority]]
 
-            item = queues.pop_next(gate)
+            def ceiling(priority: int, limits: Sequence[float] = limits) -> float:
+                return limits[index[priority]]
+
+            item = queues.pop_next(gate, ceiling, saturation)
             if item is None:
                 break
             ticket: Ticket = item.payload

@@ -21,13 +21,14 @@ Pure apart from the times passed in; not thread-safe (the event loop's).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from epp.flowcontrol.config import MAX_QUEUED_REQUESTS, BandConfig, FlowControlConfig
-from scheduler.plugins.flowcontrol.interfaces import FairnessState, FlowQueue
+from scheduler.plugins.flowcontrol.interfaces import FairnessState, FlowQueue, ShareLimitedState
 
 __all__ = ["Band", "Flow", "FlowQueues", "Item"]
 
@@ -74,13 +75,19 @@ class Flow:
 class Band:
     """The flows of one priority level."""
 
-    __slots__ = ("bytes", "config", "count", "fairness", "flows", "priority")
+    __slots__ = ("bytes", "config", "count", "fairness", "flows", "priority", "share")
 
     def __init__(self, config: BandConfig, priority: int) -> None:
         self.config = config
         self.priority = priority
         self.flows: dict[str, Flow] = {}
-        self.fairness: FairnessState = config.fairness.new_state(config.ordering)
+        new_band_state = getattr(config.fairness, "new_band_state", None)  # a ShareLimitedFairness
+        self.share: ShareLimitedState | None = (
+            None if new_band_state is None else new_band_state(config.ordering, priority)
+        )
+        self.fairness: FairnessState = (
+            config.fairness.new_state(config.ordering) if self.share is None else self.share
+        )
         self.count = 0
         self.bytes = 0
 
@@ -161,13 +168,24 @@ class FlowQueues:
         self._arrivals.append(item)
         return item
 
-    def pop_next(self, gate: Callable[[int], bool]) -> Item | None:
+    def pop_next(
+        self,
+        gate: Callable[[int], bool],
+        ceiling: Callable[[int], float] | None = None,
+        saturation: float = 0.0,
+    ) -> Item | None:
         """The next request to dispatch, removed from the queues: the highest band, if ``gate`` opens it;
-        its fairness policy's flow, that flow's ordering policy's head. None when nothing may go."""
+        its fairness policy's flow, that flow's ordering policy's head. None when nothing may go.
+
+        A share-limited fairness policy (``fair-share-fairness-policy``) picks with the pool's
+        ``saturation`` and the band's ``ceiling(priority)`` (without ``ceiling``: unlimited); when it
+        holds back every waiting flow, the band waits and the pass stops there (strict priority)."""
         for band in self._order:
             if not gate(band.priority):
                 return None
-            flow = band.fairness.pick()
+            share = band.share
+            limit = math.inf if share is None or ceiling is None else ceiling(band.priority)
+            flow = band.fairness.pick() if share is None else share.pick_within(saturation, limit)
             while flow is not None:
                 item = flow.queue.pop()
                 if item is not None:
@@ -175,7 +193,9 @@ class FlowQueues:
                     self._take(item)
                     return item
                 band.fairness.deactivate(flow)  # cannot happen while counts are right; stay safe
-                flow = band.fairness.pick()
+                flow = band.fairness.pick() if share is None else share.pick_within(saturation, limit)
+            if share is not None and band.count:
+                return None  # every waiting flow is held back at its share
         return None
 
     def remove(self, item: Item) -> bool:

@@ -177,7 +177,7 @@ def register_builtin(registry: Registry) -> None:
     registry.register("slo-headroom-tier-filter", latency_tier_filter.factory)
     registry.register("latency-slo-admitter", latency_admitter.factory)
 
-    from scheduler.plugins.flowcontrol import fairness, ordering, program_aware, usage_limit
+    from scheduler.plugins.flowcontrol import fair_share, fairness, ordering, program_aware, usage_limit
 
     registry.register("fcfs-ordering-policy", ordering.fcfs_factory)
     registry.register("edf-ordering-policy", ordering.edf_factory)
@@ -185,6 +185,7 @@ def register_builtin(registry: Registry) -> None:
     registry.register("global-strict-fairness-policy", fairness.global_strict_factory)
     registry.register("round-robin-fairness-policy", fairness.round_robin_factory)
     registry.register("program-aware-fairness", program_aware.factory)
+    registry.register("fair-share-fairness-policy", fair_share.factory)  # pyepp's own
     registry.register("static-usage-limit-policy", usage_limit.factory)
     registry.register("priority-holdback-policy", usage_limit.priority_holdback_factory)
     registry.register("soft-reflective-ceiling-policy", usage_limit.soft_reflective_factory)

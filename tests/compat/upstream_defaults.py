@@ -412,6 +412,7 @@ NOT_UPSTREAM: frozenset[str] = frozenset(
         "least-queue-filter",
         "lora-affinity-filter",
         "low-queue-filter",
+        "fair-share-fairness-policy",
     }
 )
 

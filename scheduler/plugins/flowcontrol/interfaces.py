@@ -25,6 +25,8 @@ __all__ = [
     "FlowQueue",
     "OrderingPolicy",
     "QueuedItem",
+    "ShareLimitedFairness",
+    "ShareLimitedState",
     "UsageLimitPolicy",
 ]
 
@@ -128,6 +130,35 @@ class FairnessPolicy(Plugin, Protocol):
 
     def new_state(self, ordering: OrderingPolicy) -> FairnessState:
         """Fresh state for one band whose flows are ordered by ``ordering``."""
+        ...
+
+
+class ShareLimitedState(FairnessState, Protocol):
+    """(ours) Per-band state of a :class:`ShareLimitedFairness` policy."""
+
+    def pick_within(self, saturation: float, ceiling: float) -> FlowHandle | None:
+        """The flow whose next request goes next at the pool's ``saturation`` under the band's
+        ``ceiling`` (saturation < ceiling): None when every waiting flow is held back (the band waits)."""
+        ...
+
+
+@runtime_checkable
+class ShareLimitedFairness(FairnessPolicy, Protocol):
+    """(ours) A fairness policy that also holds back a flow over its share of the pool's capacity.
+
+    The flow controller builds a band's state with :meth:`new_band_state` (not ``new_state``), picks
+    with :meth:`ShareLimitedState.pick_within`, and asks :meth:`admits` before taking a request on
+    the fast path (nothing queued).
+    """
+
+    def new_band_state(self, ordering: OrderingPolicy, priority: int) -> ShareLimitedState:
+        """Fresh state for the band of ``priority``."""
+        ...
+
+    def admits(self, priority: int, fairness_id: str, saturation: float, ceiling: float) -> bool:
+        """Whether a request of ``fairness_id`` arriving in band ``priority`` may be dispatched at once
+        at the pool's ``saturation`` under the band's ``ceiling`` (saturation < ceiling). Counts as the
+        flow's activity."""
         ...
 
 

@@ -144,6 +144,7 @@ EXAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("predicted-latency-producer", {"contextTTL": "90s", "sloBufferFactor": 1.2}),
     ("predicted-latency-producer", {"coldStartPrior": False, "coldStartPrefillThroughput": 8000}),
     ("program-aware-fairness", {"strategy": "las", "lasWeightService": 0.7, "lasWeightHeadWait": 0.3}),
+    ("fair-share-fairness-policy", {"reserve": 0.25, "activeWindowSeconds": 0.5}),
 ]
 
 
