@@ -23,6 +23,22 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
   next owner, and if every owner is over, the load scorers pick an endpoint that becomes the next
   spill owner (at most ``maxOwners``; beyond, the newest spill owner is replaced), so a hot prefix
   grows onto a second server instead of scattering over all of them;
+* ``newPrefixPlacement: balanced`` (opt-in) balances the *footprint* of placed prefixes, what
+  each endpoint's KV cache must hold, as vllm-router's ``cache_aware`` does with its smallest-tree
+  rule, while the load scorers still choose among the endpoints it allows::
+
+      F(e)           = Σ blocks of the prompts whose new prefix was placed on e, over the placements
+                       used (placed, or a later request of the prefix dispatched) within placementWindow
+      light(e)       ⇔  F(e) <= prefixLoadFactor · Σ_candidates F / n     (at or below the mean)
+      score(e)       = 1 for a new prefix, d / t for a spill, on every eligible light e; 0 elsewhere
+
+  With a working set larger than the fleet's KV cache, placing new prefixes by load alone lets a few
+  servers collect more groups than they can hold (they thrash) while others hold spare room; balancing
+  the footprint keeps each cache's share of the working set even. At least the lightest candidate is
+  light; when no light endpoint is under the bound, every score is 0 and the load scorers decide.
+  Not the default: where unique prompts are half the traffic it sends them to light endpoints whatever
+  their load, owners then exceed the bound and groups spill (docs/bench.md, "Footprint-balanced
+  placement");
 * ``newPrefixPlacement: hash`` places new prefixes and spills by rendezvous hashing instead of load
   (:mod:`scheduler.plugins.prefix.rendezvous`), so picker replicas that do not share in-flight views
   (active-active) choose the same owner::
@@ -63,10 +79,12 @@ flight; ``on_completed`` uncounts it; ``on_response_headers`` follows a fallback
 
 Parameters: ``loadFactor`` (c >= 1, default 2.0), ``minLoadBound`` (requests >= 1, default 16),
 ``maxImbalance`` (requests >= 1, default 8), ``maxOwners`` (>= 1, default 2),
-``newPrefixPlacement`` (``load`` | ``hash``, default ``load``), ``prefixLoadFactor`` (>= 1, default
-1.0; ``hash`` only), ``maxIndexBytes`` (ownership memory,
->= 64 KiB, default 32 MiB = ~200,000 anchors), ``blockSizeTokens`` (>= 1, default 16; only without a
-prefix-cache-scorer),
+``newPrefixPlacement`` (``load`` | ``balanced`` | ``hash``, default ``load``), ``prefixLoadFactor``
+(>= 1, default 1.0; ``balanced`` and ``hash``), ``placementWindow`` (duration, default ``"10m"``: a
+placement unused this long stops counting toward its endpoint's footprint or share), ``maxIndexBytes``
+(ownership memory, >= 64 KiB, default 32 MiB = ~200,000 anchors; with ``balanced`` or ``hash`` an eighth of
+it remembers placements, at most ``PLACEMENT_BYTES`` each), ``blockSizeTokens`` (>= 1, default 16; only
+without a prefix-cache-scorer),
 ``maxPrefixBlocksToMatch`` (>= 1, default 256; idem), ``requestTimeout`` (duration, default
 ``"2m"``: an in-flight count whose completion never came is dropped).
 """
@@ -84,14 +102,14 @@ from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable
-from scheduler.plugins.prefix.rendezvous import Placements, weight
+from scheduler.plugins.prefix.rendezvous import PLACEMENT_BYTES, Placements, weight
 from scheduler.plugins.shared.inflight import InflightTracker
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = ["PLACEMENTS", "PrefixAffinityParams", "PrefixAffinityScorer", "factory", "load_bound"]
 
-PLACEMENTS = ("load", "hash")  # newPrefixPlacement: who places a prefix without an eligible owner
+PLACEMENTS = ("load", "balanced", "hash")  # newPrefixPlacement: who places a prefix with no eligible owner
 
 _PENDING_LIMIT = 1024  # hash chains kept from score to on_dispatched (bounded)
 
@@ -108,17 +126,24 @@ class PrefixAffinityParams:
     block_size_tokens: int = param(16, ge=1, le=65536)
     max_prefix_blocks_to_match: int = param(256, ge=1, le=65536)
     request_timeout: float = param(120.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
+    placement_window: float = param(600.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
+
+    @property
+    def remembers_placements(self) -> bool:
+        """``balanced`` and ``hash`` placement keep each endpoint's footprint of placed prefixes."""
+        return self.new_prefix_placement != "load"
 
     @property
     def max_entries(self) -> int:
-        """Ownership entries: the whole budget, or 7/8 of it with ``hash`` placement."""
-        entries = max(1, self.max_index_bytes // ENTRY_BYTES)
-        return entries - self.max_placements if self.new_prefix_placement == "hash" else entries
+        """Ownership entries: the whole budget, or 7/8 of it when placements are remembered."""
+        if self.remembers_placements:
+            return max(1, (self.max_index_bytes - self.max_index_bytes // 8) // ENTRY_BYTES)
+        return max(1, self.max_index_bytes // ENTRY_BYTES)
 
     @property
     def max_placements(self) -> int:
-        """First-block placements remembered with ``hash`` placement: 1/8 of the budget."""
-        return max(1, self.max_index_bytes // ENTRY_BYTES // 8)
+        """First-block placements remembered with ``balanced`` or ``hash`` placement: 1/8 of the budget."""
+        return max(1, self.max_index_bytes // 8 // PLACEMENT_BYTES)
 
 
 def load_bound(total_inflight: int, endpoints: int, load_factor: float, min_bound: int) -> int:
@@ -138,7 +163,8 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self.params = params = params or PrefixAffinityParams()
         self.tracker = InflightTracker(clock, params.request_timeout)
         self.owners = OwnerTable(params.max_entries, params.max_owners)
-        self.placements = Placements(params.max_placements)
+        self.placements = Placements(params.max_placements, params.placement_window)
+        self._clock = clock
         self._pending: dict[str, tuple[tuple[int, ...], bool]] = {}  # request id -> (hashes, new)
         self._hasher = ChainHasher()
 
@@ -171,7 +197,11 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             if chosen is not None:
                 out[chosen] = depth / len(hashes)
                 return out
-        if self.params.new_prefix_placement == "hash":
+        placement = self.params.new_prefix_placement
+        if placement == "balanced":
+            for i in self.balanced(endpoints):
+                out[i] = depth / len(hashes) if owners else 1.0
+        elif placement == "hash":
             placed = self.place(hashes[0], endpoints, new=not owners)
             if placed is not None:
                 out[placed] = depth / len(hashes) if owners else 1.0
@@ -201,15 +231,34 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
                 return i
         return None
 
+    def balanced(self, endpoints: Sequence[EndpointView]) -> list[int]:
+        """Indexes in ``endpoints`` where a new prefix may go with ``newPrefixPlacement: balanced``:
+        under the load bound and holding at most ``prefixLoadFactor`` times the candidates' mean
+        footprint of placed prefixes (module docstring). Empty when none is under the load bound."""
+        placements = self.placements
+        placements.expire(self._clock())
+        counts = self.tracker.request_counts
+        ceiling = self.ceiling(endpoints)
+        held = placements.counts
+        footprints = [held.get(e.address, 0) for e in endpoints]
+        limit = self.params.prefix_load_factor * sum(footprints) / len(endpoints)
+        return [
+            i
+            for i, e in enumerate(endpoints)
+            if footprints[i] <= limit and counts.get(e.address, 0) + 1 <= ceiling
+        ]
+
     def place(self, key: int, endpoints: Sequence[EndpointView], new: bool) -> int | None:
         """Index in ``endpoints`` of the eligible endpoint of highest rendezvous weight for ``key``
         (``newPrefixPlacement: hash``), or None when none is under the bound. A ``new`` prefix also
         skips endpoints already holding their share of placed prefixes (module docstring)."""
         counts = self.tracker.request_counts
         ceiling = self.ceiling(endpoints)
+        if new:
+            self.placements.expire(self._clock())
         held = self.placements.counts if new else {}
         if held:
-            share = math.ceil(self.params.prefix_load_factor * (len(self.placements) + 1) / len(endpoints))
+            share = math.ceil(self.params.prefix_load_factor * (self.placements.total + 1) / len(endpoints))
             before = self.placements.get(key)
         best, best_weight, spare, spare_weight = None, -1, None, -1
         for i, e in enumerate(endpoints):
@@ -235,8 +284,14 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         if hashes and result.endpoints:
             address = result.endpoints[0].address
             self.owners.record(hashes, address)
-            if new and self.params.new_prefix_placement == "hash":
-                self.placements.record(hashes[0], address)
+            placement = self.params.new_prefix_placement
+            if placement != "load":
+                now = self._clock()
+                if new:
+                    weight = len(hashes) if placement == "balanced" else 1
+                    self.placements.record(hashes[0], address, weight, now)
+                else:
+                    self.placements.touch(hashes[0], now)
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         super().on_endpoints_removed(addresses)

@@ -14,14 +14,19 @@ the number of prefixes per endpoint (consistent hashing with bounded loads, the 
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from hashlib import blake2b
 
-__all__ = ["Placements", "address_hash", "rank", "weight"]
+__all__ = ["PLACEMENT_BYTES", "Placements", "address_hash", "rank", "weight"]
 
 _MASK = (1 << 64) - 1
+
+PLACEMENT_BYTES = 200
+"""Upper bound of the memory one placement costs (measured ~195 B: key, ordered-dict link, a tuple of
+address, weight and last-use time)."""
 
 
 @lru_cache(maxsize=4096)
@@ -46,46 +51,78 @@ def rank(key: int, addresses: Sequence[str]) -> list[int]:
 
 
 class Placements:
-    """First-block hash -> the endpoint a new prefix was placed on, LRU-bounded to ``max_entries``, with
-    the number of prefixes each endpoint holds (the "load" of consistent hashing with bounded loads)."""
+    """First-block hash -> the endpoint a new prefix was placed on, with the *footprint* each endpoint
+    holds (the "load" of consistent hashing with bounded loads): the sum of the weights of the prefixes
+    placed on it, 1 per prefix for ``hash`` placement, the prompt's blocks for ``balanced``.
 
-    __slots__ = ("_entries", "counts", "max_entries")
+    Bounded two ways: at most ``max_entries`` entries (least recently used dropped first; a placement is
+    used when it is recorded and each time a later request of the prefix is dispatched, :meth:`touch`),
+    and an entry unused for more than ``window`` seconds is dropped by :meth:`expire`, so prefixes that
+    stopped arriving stop counting toward their endpoint's footprint."""
 
-    def __init__(self, max_entries: int) -> None:
+    __slots__ = ("_entries", "counts", "max_entries", "total", "window")
+
+    def __init__(self, max_entries: int, window: float = math.inf) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        if not window > 0:
+            raise ValueError(f"window must be > 0, got {window}")
         self.max_entries = max_entries
-        self._entries: OrderedDict[int, str] = OrderedDict()
+        self.window = window
+        self._entries: OrderedDict[int, tuple[str, int, float]] = OrderedDict()  # address, weight, used
         self.counts: dict[str, int] = {}
+        self.total = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def get(self, key: int) -> str | None:
-        return self._entries.get(key)
+        entry = self._entries.get(key)
+        return entry[0] if entry is not None else None
 
-    def record(self, key: int, address: str) -> None:
-        """``key`` is placed on ``address`` (most recently used); the least recent beyond the bound go."""
+    def record(self, key: int, address: str, weight: int = 1, now: float = 0.0) -> None:
+        """``key`` is placed on ``address`` with ``weight`` (most recently used); the least recent beyond
+        the bound go."""
         old = self._entries.get(key)
-        if old != address:
-            if old is not None:
-                self._uncount(old)
-            self.counts[address] = self.counts.get(address, 0) + 1
-            self._entries[key] = address
+        if old is not None:
+            self._uncount(old[0], old[1])
+        self.counts[address] = self.counts.get(address, 0) + weight
+        self.total += weight
+        self._entries[key] = (address, weight, now)
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
-            self._uncount(self._entries.popitem(last=False)[1])
+            address_, weight_, _ = self._entries.popitem(last=False)[1]
+            self._uncount(address_, weight_)
+
+    def touch(self, key: int, now: float) -> None:
+        """A later request of the placed prefix ``key`` was dispatched: it is used now."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries[key] = (entry[0], entry[1], now)
+            self._entries.move_to_end(key)
+
+    def expire(self, now: float) -> None:
+        """Drop the placements unused for more than ``window`` seconds (the oldest are first)."""
+        entries = self._entries
+        while entries:
+            key = next(iter(entries))
+            address, weight, used = entries[key]
+            if now - used <= self.window:
+                break
+            del entries[key]
+            self._uncount(address, weight)
 
     def remove(self, addresses: Iterable[str]) -> None:
         """Forget the placements on endpoints that left the pool."""
         gone = set(addresses)
-        for key in [k for k, a in self._entries.items() if a in gone]:
+        for key in [k for k, entry in self._entries.items() if entry[0] in gone]:
             del self._entries[key]
         for address in gone:
-            self.counts.pop(address, None)
+            self.total -= self.counts.pop(address, 0)
 
-    def _uncount(self, address: str) -> None:
-        left = self.counts.get(address, 0) - 1
+    def _uncount(self, address: str, weight: int) -> None:
+        self.total -= weight
+        left = self.counts.get(address, 0) - weight
         if left > 0:
             self.counts[address] = left
         else:
