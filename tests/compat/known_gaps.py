@@ -5,12 +5,10 @@ suite until its entry is deleted here; a file missing from this table must load.
 with ``python -m tests.compat.gaps`` (it prints the current failures in this form) and check that the
 diff only removes lines. The cause is the first error the loader reports; a file may hit more.
 
-Deliberately different reasons in ``WRONG_REASON_GROUPS``: the Go loader fixtures
-``errorFlowControlMissingPluginText`` and ``errorFlowControlWrongPluginTypeText`` enable the
-``flowControl`` gate and point ``flowControl.priorityBands[0].orderingPolicyRef`` at a plugin that is
-missing or is not an ordering policy; upstream rejects that reference. pyepp rejects the gate itself
-(flow control is not implemented here; it has an issue of its own) before it reads the section, so it
-never resolves flow-control policy references. These files leave the table when flow control lands.
+Deliberately different reasons go in ``WRONG_REASON_GROUPS`` (file -> what pyepp rejects it for instead
+of upstream's reason); it is empty today: the Go loader's flow-control fixtures
+(``errorFlowControlMissingPluginText``, ``errorFlowControlWrongPluginTypeText``) are rejected for the same
+policy reference as upstream since flow control landed.
 """
 
 from __future__ import annotations
