@@ -56,6 +56,7 @@ __all__ = [
     "ResponseMetadataProvider",
     "SaturationDetector",
     "Scorer",
+    "StateDumper",
 ]
 
 
@@ -217,6 +218,15 @@ class CompletionHook(Plugin, Protocol):
 class EndpointRemovalHook(Plugin, Protocol):
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         """These endpoints left the pool: drop any state kept for them."""
+        ...
+
+
+@runtime_checkable
+class StateDumper(Plugin, Protocol):
+    def dump_state(self) -> dict[str, Any]:
+        """The plugin's state for ``/debug/plugins/state`` (llm-d-router's StateDumper): JSON-ready,
+        aggregates only (no client-supplied strings beyond what the plugin already exports as metrics),
+        bounded in size. Called from the event loop; cheap, no I/O."""
         ...
 
 

@@ -42,6 +42,7 @@ from epp.server.routing import EndpointSource, RequestScheduler, Router
 from epp.server.servicer import ExtProcServicer
 from epp.server.stream import StreamCore
 from epp.server.tls import CertDir, CertPair
+from scheduler.interfaces import StateDumper
 from scheduler.types import LLMRequest, SchedulingResult
 
 __all__ = ["EppServer", "ServerSettings"]
@@ -79,7 +80,7 @@ class ServerSettings:
 
 def plugin_states(plugins: Any) -> dict[str, Any]:
     """``{name: dump_state()}`` of the plugins that report a state (``/debug/plugins/state``)."""
-    return {p.name: p.dump_state() for p in plugins if callable(getattr(p, "dump_state", None))}
+    return {p.name: p.dump_state() for p in plugins if isinstance(p, StateDumper)}
 
 
 class EppServer:
