@@ -97,7 +97,7 @@ def precise_profile(default_text: str = DEFAULT_CONFIG_TEXT) -> str:
 PRECISE_CONFIG = precise_profile()
 
 
-def with_placement(text: str, placement: str) -> str:
+def with_placement(text: str, placement: str, spill: str = "") -> str:
     """``text`` (a profile without placeholders) with ``newPrefixPlacement: <placement>`` on its
     prefix-affinity-scorer (``hash``: new prefixes placed by rendezvous hashing, the same on every
     replica; ``load``: by the load scorers alone; ``balanced``: by them among the endpoints holding at
@@ -106,7 +106,8 @@ def with_placement(text: str, placement: str) -> str:
     found = [p for p in doc["plugins"] if p["type"] == "prefix-affinity-scorer"]
     if len(found) != 1:
         raise ValueError(f"expected one prefix-affinity-scorer in the profile, found {len(found)}")
-    found[0]["parameters"] = {**(found[0].get("parameters") or {}), "newPrefixPlacement": placement}
+    extra = {"spillPlacement": spill} if spill else {}
+    found[0]["parameters"] = {**(found[0].get("parameters") or {}), "newPrefixPlacement": placement, **extra}
     return yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -118,6 +119,7 @@ def hash_placement(text: str) -> str:
 DEFAULT_HASH_CONFIG = hash_placement(DEFAULT_CONFIG_TEXT)
 DEFAULT_LOAD_CONFIG = with_placement(DEFAULT_CONFIG_TEXT, "load")
 DEFAULT_BALANCED_CONFIG = with_placement(DEFAULT_CONFIG_TEXT, "balanced")
+DEFAULT_LOAD_SPILLS_CONFIG = with_placement(DEFAULT_CONFIG_TEXT, "load", "load")
 PRECISE_HASH_CONFIG = precise_profile(DEFAULT_HASH_CONFIG)
 PREDICTED_CONFIG = (CONFIG_DIR / "predicted-latency.yaml").read_text()
 
@@ -155,6 +157,7 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-default-hash", "picker", config=DEFAULT_HASH_CONFIG),
         RouterSpec("picker-default-load", "picker", config=DEFAULT_LOAD_CONFIG),
         RouterSpec("picker-default-balanced", "picker", config=DEFAULT_BALANCED_CONFIG),
+        RouterSpec("picker-default-load-spills", "picker", config=DEFAULT_LOAD_SPILLS_CONFIG),
         RouterSpec("picker-default-hash-x2", "picker", config=DEFAULT_HASH_CONFIG, replicas=2),
         RouterSpec("picker-precise-hash", "picker", config=PRECISE_HASH_CONFIG),
         RouterSpec("picker-precise-hash-x2", "picker", config=PRECISE_HASH_CONFIG, replicas=2),

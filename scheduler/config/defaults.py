@@ -4,7 +4,8 @@ Measured with ``epp-bench routing`` (docs/bench.md, README "Routing quality"): G
 scorers plus the picker's own in-flight count (``active-request-scorer``, exact at dispatch while scraped
 gauges lag a scrape interval), ``no-hit-lru-scorer`` (cold prompts spread over the least recently used
 endpoints) and ``prefix-affinity-scorer`` (prefix ownership that outlives the KV cache, with bounded
-load; docs/scheduler.md, "Prefix affinity"). Its weight (10) lets an owner under its load bound win
+load; a prefix spills to the endpoints with the lightest footprint of placed prefixes;
+docs/scheduler.md, "Prefix affinity"). Its weight (10) lets an owner under its load bound win
 over the load scorers (total weight 5) for a prompt whose owned prefix is most of it; the load bound,
 not the weights, decides when a prefix spills. ``prefix-cache-scorer`` runs with ``autoTune: false``
 (it remembers ``lruCapacityPerServer`` blocks per server instead of the server's KV size): measured

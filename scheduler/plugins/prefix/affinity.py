@@ -20,12 +20,15 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
 * a new prefix (no owner) with ``newPrefixPlacement: load`` (the default) scores 0 everywhere: the
   profile's load scorers place it, and the endpoint dispatched to becomes its primary owner;
 * an owner keeps its prefixes while it is under the bound; when it is over, the prefix *spills* to the
-  next owner, and if every owner is over, the load scorers pick an endpoint that becomes the next
-  spill owner (at most ``maxOwners``; beyond, the newest spill owner is replaced), so a hot prefix
-  grows onto a second server instead of scattering over all of them;
-* ``newPrefixPlacement: balanced`` (opt-in) balances the *footprint* of placed prefixes, what
-  each endpoint's KV cache must hold, as vllm-router's ``cache_aware`` does with its smallest-tree
-  rule, while the load scorers still choose among the endpoints it allows::
+  next owner, and if every owner is over, the endpoint it is dispatched to becomes the next spill owner
+  (at most ``maxOwners``; beyond, the newest spill owner is replaced), so a hot prefix grows onto a
+  second server instead of scattering over all of them. Where that endpoint may be is
+  ``spillPlacement``: ``balanced`` (the default) scores ``d / t`` on the eligible *light* endpoints
+  (below) and the load scorers choose among them; ``load`` scores 0 everywhere and leaves it to them;
+* ``newPrefixPlacement: balanced`` (opt-in) applies the same rule to new prefixes. Light endpoints hold
+  no more than their share of the *footprint* of placed prefixes, what each endpoint's KV cache must
+  hold, as vllm-router's ``cache_aware`` balances with its smallest-tree rule, while the load scorers
+  still choose among the endpoints it allows::
 
       F(e)           = Σ blocks of the prompts whose new prefix was placed on e, over the placements
                        used (placed, or a later request of the prefix dispatched) within placementWindow
@@ -36,9 +39,10 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
   servers collect more groups than they can hold (they thrash) while others hold spare room; balancing
   the footprint keeps each cache's share of the working set even. At least the lightest candidate is
   light; when no light endpoint is under the bound, every score is 0 and the load scorers decide.
-  Not the default: where unique prompts are half the traffic it sends them to light endpoints whatever
-  their load, owners then exceed the bound and groups spill (docs/bench.md, "Footprint-balanced
-  placement");
+  Not the default for new prefixes: where unique prompts are half the traffic it sends them to light
+  endpoints whatever their load, owners then exceed the bound and groups spill (docs/bench.md,
+  "Footprint-balanced placement"). For spills it is: a spilled prefix is known to be shared, and
+  sending it where the footprint is lightest duplicates it where there is most room;
 * ``newPrefixPlacement: hash`` places new prefixes and spills by rendezvous hashing instead of load
   (:mod:`scheduler.plugins.prefix.rendezvous`), so picker replicas that do not share in-flight views
   (active-active) choose the same owner::
@@ -79,11 +83,13 @@ flight; ``on_completed`` uncounts it; ``on_response_headers`` follows a fallback
 
 Parameters: ``loadFactor`` (c >= 1, default 2.0), ``minLoadBound`` (requests >= 1, default 16),
 ``maxImbalance`` (requests >= 1, default 8), ``maxOwners`` (>= 1, default 2),
-``newPrefixPlacement`` (``load`` | ``balanced`` | ``hash``, default ``load``), ``prefixLoadFactor``
-(>= 1, default 1.0; ``balanced`` and ``hash``), ``placementWindow`` (duration, default ``"10m"``: a
-placement unused this long stops counting toward its endpoint's footprint or share), ``maxIndexBytes``
-(ownership memory, >= 64 KiB, default 32 MiB = ~200,000 anchors; with ``balanced`` or ``hash`` an eighth of
-it remembers placements, at most ``PLACEMENT_BYTES`` each), ``blockSizeTokens`` (>= 1, default 16; only
+``newPrefixPlacement`` (``load`` | ``balanced`` | ``hash``, default ``load``), ``spillPlacement``
+(``balanced`` | ``load``, default ``balanced``; not with ``hash``, whose spills follow the ranking),
+``prefixLoadFactor`` (>= 1, default 1.0; the light bound, and ``hash``'s share), ``placementWindow``
+(duration, default ``"10m"``: a placement unused this long stops counting toward its endpoint's
+footprint or share), ``maxIndexBytes`` (ownership memory, >= 64 KiB, default 32 MiB = ~200,000 anchors;
+when placements are remembered, i.e. unless both placements are ``load``, an eighth of it holds them,
+at most ``PLACEMENT_BYTES`` each), ``blockSizeTokens`` (>= 1, default 16; only
 without a prefix-cache-scorer),
 ``maxPrefixBlocksToMatch`` (>= 1, default 256; idem), ``requestTimeout`` (duration, default
 ``"2m"``: an in-flight count whose completion never came is dropped).
@@ -107,9 +113,17 @@ from scheduler.plugins.shared.inflight import InflightTracker
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
-__all__ = ["PLACEMENTS", "PrefixAffinityParams", "PrefixAffinityScorer", "factory", "load_bound"]
+__all__ = [
+    "PLACEMENTS",
+    "SPILL_PLACEMENTS",
+    "PrefixAffinityParams",
+    "PrefixAffinityScorer",
+    "factory",
+    "load_bound",
+]
 
-PLACEMENTS = ("load", "balanced", "hash")  # newPrefixPlacement: who places a prefix with no eligible owner
+PLACEMENTS = ("load", "balanced", "hash")  # newPrefixPlacement: who places a prefix with no owner
+SPILL_PLACEMENTS = ("balanced", "load")  # spillPlacement: where a prefix goes when every owner is over
 
 _PENDING_LIMIT = 1024  # hash chains kept from score to on_dispatched (bounded)
 
@@ -121,6 +135,7 @@ class PrefixAffinityParams:
     max_imbalance: int = param(8, ge=1)
     max_owners: int = param(2, ge=1, le=64)
     new_prefix_placement: str = param("load", choices=PLACEMENTS)
+    spill_placement: str = param("balanced", choices=SPILL_PLACEMENTS)
     prefix_load_factor: float = param(1.0, ge=1.0, le=100.0)
     max_index_bytes: int = param(32 * 1024 * 1024, ge=64 * 1024)
     block_size_tokens: int = param(16, ge=1, le=65536)
@@ -130,8 +145,9 @@ class PrefixAffinityParams:
 
     @property
     def remembers_placements(self) -> bool:
-        """``balanced`` and ``hash`` placement keep each endpoint's footprint of placed prefixes."""
-        return self.new_prefix_placement != "load"
+        """``balanced`` or ``hash`` placement, or ``balanced`` spills, keep each endpoint's footprint
+        of placed prefixes."""
+        return self.new_prefix_placement != "load" or self.spill_placement == "balanced"
 
     @property
     def max_entries(self) -> int:
@@ -197,14 +213,14 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             if chosen is not None:
                 out[chosen] = depth / len(hashes)
                 return out
-        placement = self.params.new_prefix_placement
-        if placement == "balanced":
-            for i in self.balanced(endpoints):
-                out[i] = depth / len(hashes) if owners else 1.0
-        elif placement == "hash":
+        p = self.params
+        if p.new_prefix_placement == "hash":
             placed = self.place(hashes[0], endpoints, new=not owners)
             if placed is not None:
                 out[placed] = depth / len(hashes) if owners else 1.0
+        elif (p.spill_placement if owners else p.new_prefix_placement) == "balanced":
+            for i in self.balanced(endpoints):
+                out[i] = depth / len(hashes) if owners else 1.0
         return out
 
     def ceiling(self, endpoints: Sequence[EndpointView]) -> int:
@@ -284,11 +300,10 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         if hashes and result.endpoints:
             address = result.endpoints[0].address
             self.owners.record(hashes, address)
-            placement = self.params.new_prefix_placement
-            if placement != "load":
+            if self.params.remembers_placements:
                 now = self._clock()
                 if new:
-                    weight = len(hashes) if placement == "balanced" else 1
+                    weight = 1 if self.params.new_prefix_placement == "hash" else len(hashes)
                     self.placements.record(hashes[0], address, weight, now)
                 else:
                     self.placements.touch(hashes[0], now)

@@ -92,6 +92,7 @@ EXAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("prefix-affinity-scorer", {"requestTimeout": "45s"}),
     ("prefix-affinity-scorer", {"newPrefixPlacement": "hash"}),
     ("prefix-affinity-scorer", {"newPrefixPlacement": "load", "placementWindow": "90s"}),
+    ("prefix-affinity-scorer", {"spillPlacement": "load"}),
     ("ready-filter", {"metricsStalenessThreshold": "500ms"}),
     ("utilization-detector", {"metricsStalenessThreshold": "1s"}),
     ("concurrency-detector", {"requestTimeout": "90s"}),

@@ -224,3 +224,23 @@ def test_placement_memory_with_real_weights_and_times() -> None:
     tracemalloc.stop()
     assert len(table) == entries
     assert used / entries <= PLACEMENT_BYTES, f"{used / entries:.0f} bytes per entry"
+
+
+def test_the_default_places_new_prefixes_by_load_and_spills_by_footprint() -> None:
+    """``newPrefixPlacement: load`` with ``spillPlacement: balanced`` (both defaults)."""
+    eps = fleet(4)
+    scorer = make(newPrefixPlacement="load", minLoadBound=1, maxImbalance=1)
+    assert scorer.params.spill_placement == "balanced"
+    for g in range(4):
+        assert send(scorer, eps, prompt(g), f"p{g}", pick=g) == [0.0] * 4  # load decides
+    send(scorer, eps, prompt(4), "p4", pick=1)  # endpoint 1 now holds two prefixes
+    assert scorer.placements.counts[eps[1].address] == 24
+    scorer.tracker.dispatch("busy", [eps[0].address])  # the owner of group 0 is over its bound
+    scores = scorer.score(CycleState(), req(prompt(0, unique=9), "q"), eps)
+    assert scores[:2] == [0.0, 0.0] and scores[2] == scores[3] == pytest.approx(10 / 12)
+    # with load spills, the same state leaves the spill to the load scorers
+    plain = make(newPrefixPlacement="load", spillPlacement="load", minLoadBound=1, maxImbalance=1)
+    for g in range(4):
+        send(plain, eps, prompt(g), f"p{g}", pick=g)
+    plain.tracker.dispatch("busy", [eps[0].address])
+    assert plain.score(CycleState(), req(prompt(0, unique=9), "q"), eps) == [0.0] * 4

@@ -224,8 +224,8 @@ def test_placements_are_lru_bounded_and_forget_removed_endpoints() -> None:
     assert len(scorer.placements) == sum(scorer.placements.counts.values())
 
 
-def test_load_placement_remembers_no_placements() -> None:
-    plain = factory("affinity", {}, PluginHandle())
+def test_load_placement_with_load_spills_remembers_no_placements() -> None:
+    plain = factory("affinity", {"spillPlacement": "load"}, PluginHandle())
     assert isinstance(plain, PrefixAffinityScorer)
     for g in range(10):
         request = req(prompt(g), f"l{g}")
