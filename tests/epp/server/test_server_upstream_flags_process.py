@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -117,6 +118,16 @@ async def test_drain_timeout_lets_in_flight_streams_finish_refuses_new_ones_and_
     assert all(isinstance(e["timestamp"], int) and e["timestamp"] > 1e18 for e in lines)  # nanoseconds
 
 
+async def _read_until_error(call: Any) -> None:
+    """Read ``call`` until it fails (the caller expects the AioRpcError). A clean end of the stream, or no
+    end, fails the test: reading on after EOF returns EOF at once, and an unbounded read loop then spins
+    and grows the test process (it once took the whole suite down by running out of memory)."""
+    for _ in range(100):
+        if await asyncio.wait_for(call.read(), 5) is grpc.aio.EOF:
+            raise AssertionError(f"the stream ended without an error (status {await call.code()})")
+    raise AssertionError("no error after 100 messages")
+
+
 def _handshake(port: int, *, max_version: ssl.TLSVersion, ciphers: str | None = None) -> str:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
@@ -193,8 +204,7 @@ async def test_metrics_over_tls_with_client_certificates_and_stream_metrics(
             await big.write(request_headers())
             await big.write(request_body(b'{"model": "m1", "prompt": "' + b"x" * 4096 + b'"}'))
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                while True:
-                    await asyncio.wait_for(big.read(), 5)
+                await _read_until_error(big)
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         trusted = ssl.create_default_context(cafile=str(pki["ca"]))
         trusted.load_cert_chain(str(pki["client_cert"]), str(pki["client_key"]))
@@ -234,8 +244,7 @@ async def test_send_limit_fails_the_stream_with_resource_exhausted(engine: str) 
             await call.write(request_headers({"x-request-id": "a-long-request-id-" + "z" * 64}))
             await call.write(request_body(b'{"model": "m1", "prompt": "hi"}'))
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                while True:
-                    await asyncio.wait_for(call.read(), 5)
+                await _read_until_error(call)
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
         def sample(name: str, labels: dict[str, str] | None = None) -> float | None:
