@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 import time
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +58,7 @@ from typing import Any
 from scheduler.interfaces import Handle
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
+from scheduler.plugins.flowcontrol.fairness import _RoundRobinState
 from scheduler.plugins.flowcontrol.interfaces import (
     FairnessState,
     FlowHandle,
@@ -90,32 +91,25 @@ class _Record:
         self.touched = now
 
 
-class _BandState:
+class _BandState(_RoundRobinState):
     """One band's waiting flows, round-robin, skipping the flows held back at their ceiling."""
 
-    __slots__ = ("_flows", "_keys", "_last", "_plugin", "_priority")
+    __slots__ = ("_plugin", "_priority")
 
     def __init__(self, plugin: FairShareFairness, priority: int) -> None:
+        super().__init__()
         self._plugin = plugin
         self._priority = priority
-        self._flows: dict[str, FlowHandle] = {}  # waiting flows by fairness id
-        self._keys: list[str] = []  # their fairness ids, sorted
-        self._last: str | None = None  # the fairness id served last (the cursor)
 
     def activate(self, flow: FlowHandle) -> None:
-        key = flow.fairness_id
-        if key not in self._flows:
-            insort(self._keys, key)
-        self._flows[key] = flow
-        self._plugin.set_waiting(self._priority, key, True)
+        super().activate(flow)
+        self._plugin.set_waiting(self._priority, flow.fairness_id, True)
 
     def deactivate(self, flow: FlowHandle) -> None:
-        key = flow.fairness_id
-        if self._flows.get(key) is flow:
-            del self._flows[key]
-            keys = self._keys
-            del keys[bisect_left(keys, key)]
-            self._plugin.set_waiting(self._priority, key, False)
+        had = self._flows.get(flow.fairness_id) is flow
+        super().deactivate(flow)
+        if had:
+            self._plugin.set_waiting(self._priority, flow.fairness_id, False)
 
     def pick(self) -> FlowHandle | None:
         """Without capacity information: plain round-robin (nothing is held back)."""
