@@ -7,6 +7,7 @@ needs and leaves the picker running when it ends. TLS and the scripted retry tes
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,6 +125,9 @@ def test_override_host_retries_down_the_pickers_list(tmp_path: Path) -> None:
             picker.start()
             envoy.start()
             url = f"http://127.0.0.1:{listen}"
+            # Envoy's /ready says nothing of its ext_proc cluster: wait for the scripted picker's port too,
+            # or a first request that finds it still starting is answered 500 (fail closed).
+            assert eventually(lambda: _listening(picker_port), timeout_s=20), picker.log.read_text()
             ready = eventually(lambda: _ok(f"http://127.0.0.1:{admin}/ready"), timeout_s=20)
             assert ready, envoy.log.read_text()
             body = {"model": MODEL, "prompt": "retry me", "max_tokens": 3}
@@ -137,6 +141,14 @@ def test_override_host_retries_down_the_pickers_list(tmp_path: Path) -> None:
         finally:
             envoy.stop()
             picker.stop()
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+    except OSError:
+        return False
+    return True
 
 
 def _ok(url: str) -> bool:
