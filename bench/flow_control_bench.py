@@ -42,13 +42,13 @@ import math
 import multiprocessing
 import tempfile
 import time
-from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.flow_control_cpu import cpu_per_request
+from bench.flow_control_report import Mode, Tally, report, verdict
 from devtools.stack import Stack, StackSpec
 from epp.config.flags import ManualHelpFormatter
 
@@ -98,29 +98,6 @@ flowControl:
   defaultPriorityBand: {{fairnessPolicyRef: fair-share-fairness-policy}}
   defaultNegativePriorityBand: {{maxRequests: "{slots}", fairnessPolicyRef: round-robin-fairness-policy}}
 """
-
-
-@dataclass
-class Tally:
-    ttft: list[float] = field(default_factory=list)
-    ok: int = 0
-    rejected: int = 0  # 429/503 with a JSON reason
-    lost: int = 0  # anything else
-    queue_wait: float = math.nan  # mean seconds in the picker's flow-control queue (nan: none counted)
-    server_ttft: float = math.nan  # the phase's mean TTFT inside the simulators (every group), wall-clock
-    client_lag: float = math.nan  # mean lateness of the measuring process's 10 ms timer
-
-    def p90(self) -> float:
-        return self._quantile(0.9)
-
-    def p50(self) -> float:
-        return self._quantile(0.5)
-
-    def _quantile(self, q: float) -> float:
-        if not self.ttft:
-            return math.nan
-        values = sorted(self.ttft)
-        return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
 async def _client(http: httpx.AsyncClient, url: str, headers: dict[str, str], tally: Tally, until: float,
@@ -266,16 +243,6 @@ async def _phase(stack: Stack, groups: Groups, seconds: float, max_tokens: int,
     return tallies
 
 
-@dataclass
-class Mode:
-    solo_b: Tally
-    noisy: dict[str, Tally]
-    solo_critical: Tally
-    overload: dict[str, Tally]
-    saturated: Tally
-    seconds: float
-
-
 def _light_clients(fleet: int) -> int:
     """Tenant B's clients: 20% of the fleet's slots (at least one)."""
     return max(1, round(0.2 * fleet))
@@ -319,79 +286,6 @@ def _run_mode(flow: bool, servers: int, slots: int, seconds: float, max_tokens: 
     return Mode(solo_b, noisy, solo_critical, overload, saturated, seconds)
 
 
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
-def _cpu_per_request(n: int, fair_share: bool = False) -> tuple[float, float]:
-    """Microseconds of CPU per request the controller adds: fast path, and through the queue; with
-    ``fair_share``, the band's policy is ``fair-share-fairness-policy`` and each request also runs its
-    dispatch and completion hooks (its in-flight counting); otherwise ``round-robin-fairness-policy``."""
-    from prometheus_client import CollectorRegistry
-
-    from epp.flowcontrol.config import parse_flow_control, resolve_flow_control
-    from epp.flowcontrol.controller import FlowController
-    from epp.flowcontrol.metrics import FlowMetrics
-    from epp.server.metric_catalog import Naming, by_key
-    from epp.server.metric_twin import Twin
-    from scheduler.plugins.flowcontrol.fair_share import FairShareFairness, FairShareParams
-    from scheduler.plugins.flowcontrol.fairness import RoundRobinFairness
-    from scheduler.types import Completion, LLMRequest, Outcome, SchedulingResult
-
-    share = FairShareFairness("p", FairShareParams(0.25, 1.0))
-    policy = share if fair_share else RoundRobinFairness("p")
-    section = parse_flow_control({"defaultPriorityBand": {"fairnessPolicyRef": "p"}})
-    config = resolve_flow_control(section, "llm-d.ai/v1alpha1", {"p": policy}.__getitem__, ("p",))
-    result, completion = SchedulingResult("default", (), {}), Completion(Outcome.OK, 200)
-
-    def served(r: LLMRequest) -> None:
-        if fair_share:
-            share.on_dispatched(r, result)
-            share.on_completed(r, result, completion)
-
-    class Detector:
-        name = plugin_type = "bench"
-        level = 0.0
-
-        def saturation(self, endpoints: object, now: float) -> float:
-            return self.level
-
-        def is_saturated(self, endpoints: object, now: float) -> bool:
-            return self.level >= 1
-
-    requests = [LLMRequest(f"r{i}", "m", "m", fairness_id=f"t{i % 8}", priority=i % 3, body_size=100)
-                for i in range(n)]  # fmt: skip
-    endpoints = [object()]
-
-    async def measure() -> tuple[float, float]:
-        detector = Detector()
-        registry = CollectorRegistry()  # the metrics are recorded as in the server
-        keys = ("fc_queue_duration", "fc_dispatch_cycle", "fc_enqueue_duration", "fc_requests")
-        recorder = FlowMetrics({k: Twin(by_key(k), Naming.BOTH, registry) for k in keys}, "pool")
-        snapshot = lambda: endpoints  # noqa: E731
-        flow = FlowController(config, detector, snapshot, recorder=recorder)  # type: ignore[arg-type]
-
-        start = time.process_time()
-        for r in requests:
-            if flow.offer(r, partial(served, r)) is None:
-                served(r)
-        fast = (time.process_time() - start) / n * 1e6
-        start = time.process_time()
-        for batch in range(0, n, 3000):  # within the bands' default capacity (5000)
-            detector.level = 1.0
-            for r in requests[batch : batch + 3000]:
-                flow.offer(r, partial(served, r))
-            detector.level = 0.0
-            flow.kick()
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-            assert not flow.queues.count
-        queued = (time.process_time() - start) / n * 1e6
-        return fast, queued
-
-    return asyncio.run(measure())
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         formatter_class=ManualHelpFormatter,
@@ -411,13 +305,13 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     seconds = args.seconds or (4.0 if args.quick else 12.0)
-    fast, queued = _cpu_per_request(20_000 if args.quick else 100_000)
-    share_fast, share_queued = _cpu_per_request(20_000 if args.quick else 100_000, fair_share=True)
-    verdict = _verdict(max(fast, queued, share_fast, share_queued) <= 50)
+    fast, queued = cpu_per_request(20_000 if args.quick else 100_000)
+    share_fast, share_queued = cpu_per_request(20_000 if args.quick else 100_000, fair_share=True)
+    cpu_verdict = verdict(max(fast, queued, share_fast, share_queued) <= 50)
     print(
         f"picker CPU per request added by flow control: fast path {fast:.1f} us, queued {queued:.1f} us; "
         f"with fair-share-fairness-policy (hooks included) {share_fast:.1f} / {share_queued:.1f} us "
-        f"(target <= 50 us): {verdict}"
+        f"(target <= 50 us): {cpu_verdict}"
     )
     modes: dict[str, Mode] = {}
     with tempfile.TemporaryDirectory(prefix="epp-bench-fc-") as tmp:
@@ -431,74 +325,6 @@ def main(argv: list[str]) -> int:
                 flow, args.servers, args.slots, seconds, args.max_tokens, Path(tmp), args.reserve
             )
     off, on = modes["off"], modes["on"]
-    for line in _report(off, on):
+    for line in report(off, on):
         print(line)
     return 0
-
-
-def _ms(seconds: float) -> str:
-    return "n/a" if math.isnan(seconds) else f"{seconds * 1e3:.0f} ms"
-
-
-def _change(new: float, old: float) -> str:
-    return f"{(new / old - 1) * 100:+.0f}%" if old else "n/a"
-
-
-def _report(off: Mode, on: Mode) -> list[str]:
-    out = []
-    b_solo, b_on, b_off = on.solo_b.p90(), on.noisy["b"].p90(), off.noisy["b"].p90()
-    out.append(
-        f"noisy neighbour: B TTFT p90 solo {_ms(b_solo)}; with A at 5x: flow control on {_ms(b_on)}, "
-        f"off {_ms(b_off)} (target on <= 1.5x solo): {_verdict(b_on <= 1.5 * b_solo)}"
-    )
-    a_on, a_off = on.noisy["a"].ok / on.seconds, off.noisy["a"].ok / off.seconds
-    b_on_thr, b_off_thr = on.noisy["b"].ok / on.seconds, off.noisy["b"].ok / off.seconds
-    both_on, both_off = a_on + b_on_thr, a_off + b_off_thr
-    out.append(
-        f"  the reserve's cost: A's throughput with B, flow control on {a_on:.1f} / off {a_off:.1f} req/s "
-        f"({_change(a_on, a_off)}); B's {b_on_thr:.1f} / {b_off_thr:.1f}; both "
-        f"{both_on:.1f} / {both_off:.1f} req/s ({_change(both_on, both_off)})"
-    )
-    out.append(
-        f"  mean wait in the picker's queue with flow control: B {_ms(on.noisy['b'].queue_wait)}, "
-        f"A {_ms(on.noisy['a'].queue_wait)}; B TTFT p50 solo {_ms(on.solo_b.p50())}, "
-        f"with A {_ms(on.noisy['b'].p50())}; mean TTFT inside the servers (all requests) solo "
-        f"{_ms(on.solo_b.server_ttft)}, with A {_ms(on.noisy['b'].server_ttft)}; measuring process's "
-        f"event-loop lag solo {_ms(on.solo_b.client_lag)}, with A {_ms(on.noisy['b'].client_lag)}"
-    )
-    crit_solo, crit, crit_off = on.solo_critical.p90(), on.overload["critical"], off.overload["critical"]
-    shed_on, shed_off = on.overload["sheddable"], off.overload["sheddable"]
-    out.append(
-        f"priorities at 2x: critical TTFT p90 unloaded {_ms(crit_solo)}, loaded {_ms(crit.p90())} "
-        f"(off: {_ms(crit_off.p90())}; target <= 1.3x): {_verdict(crit.p90() <= 1.3 * crit_solo)}"
-    )
-    out.append(
-        f"  mean wait in the picker's queue with flow control: critical {_ms(crit.queue_wait)}, "
-        f"sheddable {_ms(shed_on.queue_wait)}; critical TTFT p50 unloaded {_ms(on.solo_critical.p50())}, "
-        f"loaded {_ms(crit.p50())}; mean TTFT inside the servers (all requests) unloaded "
-        f"{_ms(on.solo_critical.server_ttft)}, loaded {_ms(crit.server_ttft)}; measuring process's "
-        f"event-loop lag unloaded {_ms(on.solo_critical.client_lag)}, loaded {_ms(crit.client_lag)}"
-    )
-    out.append(
-        f"  shed: sheddable {shed_on.rejected} (off {shed_off.rejected}), critical {crit.rejected} "
-        f"(off {crit_off.rejected}) (target: only sheddable): "
-        f"{_verdict(crit.rejected == 0 and shed_on.rejected > 0)}"
-    )
-    thr_on, thr_off = on.saturated.ok / on.seconds, off.saturated.ok / off.seconds
-    p_on, p_off = on.saturated.p90(), off.saturated.p90()
-    out.append(
-        f"scheduling regret at 2x: TTFT p90 on {_ms(p_on)} / off {_ms(p_off)}, throughput on {thr_on:.1f} / "
-        f"off {thr_off:.1f} req/s (target: no worse, 10% allowance): "
-        f"{_verdict(p_on <= 1.1 * p_off and thr_on >= 0.9 * thr_off)}"
-    )
-    lost = {n: sum(t.lost for t in _tallies(m)) for n, m in (("on", on), ("off", off))}
-    total = {n: sum(t.ok + t.rejected + t.lost for t in _tallies(m)) for n, m in (("on", on), ("off", off))}
-    out.append(
-        f"zero lost requests: on {lost['on']} of {total['on']}, off {lost['off']} of {total['off']} "
-        f"(all others: 200, or 429/503 with a reason): {_verdict(not lost['on'] and not lost['off'])}"
-    )
-    return out
-
-
-def _tallies(m: Mode) -> list[Tally]:
-    return [m.solo_b, *m.noisy.values(), m.solo_critical, *m.overload.values(), m.saturated]

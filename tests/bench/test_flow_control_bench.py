@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.flow_control_bench import Mode, Tally, _config, _cpu_per_request, _report
+from bench.flow_control_bench import _config
+from bench.flow_control_cpu import cpu_per_request
+from bench.flow_control_report import Mode, Tally, report
 from epp.config.sections import load_picker_config
 from scheduler.plugins.flowcontrol.fair_share import FairShareFairness
 
@@ -30,9 +32,9 @@ def test_verdicts() -> None:
     off = mode(b_noisy=900, crit=400, sat=300, ok=50, shed=5)
     on = mode(b_noisy=50, crit=45, sat=290, ok=50, shed=9)
     on.noisy["b"].queue_wait, on.noisy["a"].queue_wait = 0.012, 0.4
-    good = _report(off, on)
+    good = report(off, on)
     assert verdicts(good) == ["PASS"] * 5
-    bad = _report(off, mode(b_noisy=90, crit=80, sat=400, ok=30, shed=0, lost=1))
+    bad = report(off, mode(b_noisy=90, crit=80, sat=400, ok=30, shed=0, lost=1))
     assert verdicts(bad) == ["MISS"] * 5
     assert "B TTFT p90 solo 40 ms" in good[0] and "on 50 ms, off 900 ms" in good[0]
     assert "A's throughput with B, flow control on 50.0 / off 50.0 req/s (+0%)" in good[1]
@@ -49,7 +51,7 @@ def test_the_tenant_band_uses_the_fair_share_policy_with_the_light_tenants_reser
 
 
 def test_cpu_measurement_runs_the_controller() -> None:
-    fast, queued = _cpu_per_request(300)
+    fast, queued = cpu_per_request(300)
     assert 0 < fast < 10_000 and 0 < queued < 10_000
-    fast, queued = _cpu_per_request(300, fair_share=True)
+    fast, queued = cpu_per_request(300, fair_share=True)
     assert 0 < fast < 10_000 and 0 < queued < 10_000
