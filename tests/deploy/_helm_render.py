@@ -91,6 +91,12 @@ def _group_list() -> dict[str, Any]:
 
 
 class FakeApi(BaseHTTPRequestHandler):
+    # Keep-alive, and every response out at once: with HTTP/1.0 Helm's discovery (eleven group versions)
+    # stalls a second on new connections, and with keep-alive but Nagle on each request waits for the
+    # peer's delayed ACK (about 45 ms): one render took 1.6 s, now about 0.2 s.
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
     def _reply(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -141,7 +147,7 @@ async def _install(kubeconfig: str, job: dict[str, Any]) -> dict[str, str]:
 def render_many(jobs: list[dict[str, Any]]) -> list[dict[str, str]]:
     """Render every job ``{chart, release, namespace, values}`` concurrently (one release store each)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeApi)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     kubeconfig_text = json.dumps(
         {
