@@ -61,7 +61,6 @@ def register_builtin(registry: Registry) -> None:
     from scheduler.plugins.scorers import (
         active_request,
         binpack,
-        inflight_load,
         load_aware,
         lora_affinity,
         no_hit_lru,
@@ -70,6 +69,7 @@ def register_builtin(registry: Registry) -> None:
         spread,
         token_load,
     )
+    from scheduler.plugins.shared import inflight_load
 
     registry.register("running-requests-size-scorer", running_requests.factory)
     registry.register("lora-affinity-scorer", lora_affinity.factory)

@@ -51,10 +51,10 @@ from scheduler.plugins.latency.consumer import LatencyInfoConsumer
 from scheduler.plugins.latency.producer import LATENCY_PREDICTION_INFO
 from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.plugins.prefix.match import PrefixMatch
-from scheduler.plugins.scorers.inflight_load import INFLIGHT_LOAD
 from scheduler.plugins.shared.inflight import InflightTracker
 from scheduler.plugins.shared.inflight_consumer import InflightLoadConsumer, check_own_tracking
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
+from scheduler.plugins.shared.inflight_load import INFLIGHT_LOAD
 from scheduler.producers import DataNeed
 from scheduler.types import EndpointView, LLMRequest
 

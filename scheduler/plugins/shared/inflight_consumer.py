@@ -18,7 +18,7 @@ from typing import Any
 from scheduler.errors import ConfigError
 from scheduler.interfaces import Plugin
 from scheduler.params import params_to_dict, plugin_location
-from scheduler.plugins.scorers.inflight_load import INFLIGHT_LOAD, InflightLoadProducer
+from scheduler.plugins.shared.inflight_load import INFLIGHT_LOAD, InflightLoadProducer
 from scheduler.producers import DataNeed
 
 __all__ = ["DEFAULT_INFLIGHT_PRODUCER", "OWN_TRACKING_KEYS", "InflightLoadConsumer", "check_own_tracking"]

@@ -20,8 +20,8 @@ from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
 from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
 from scheduler.plugins.scorers.active_request import ActiveRequestScorer
-from scheduler.plugins.scorers.inflight_load import InflightLoadProducer, _uncached, factory
 from scheduler.plugins.scorers.token_load import TokenLoadScorer
+from scheduler.plugins.shared.inflight_load import InflightLoadProducer, _uncached, factory
 from scheduler.types import (
     Completion,
     Endpoint,
