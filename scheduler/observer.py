@@ -22,9 +22,10 @@ separate :class:`ProgramFairnessMetrics` (an observer that lacks it leaves the p
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from functools import partial
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "EXTENSION_POINTS",
@@ -35,10 +36,13 @@ __all__ = [
     "LatencyReport",
     "LoggingObserver",
     "PluginMetrics",
+    "PluginTimers",
     "ProgramFairnessMetrics",
     "ProgramFairnessSource",
     "ProgramSample",
     "SchedulerObserver",
+    "TimedPlugin",
+    "timed_plugin",
 ]
 
 EXTENSION_POINTS = (
@@ -95,6 +99,42 @@ class LoggingObserver:
         _log.error(
             "plugin %s/%s failed at %s: %r", plugin_type, plugin_name, extension_point, error, exc_info=error
         )
+
+
+@runtime_checkable
+class PluginTimers(Protocol):
+    """An observer that can hand out one plugin's recording function: ``plugin_timer(point, type,
+    name)(seconds)`` must record exactly what ``observe_plugin(point, type, name, seconds)`` records.
+    The framework asks for it at the first call it times, so a series appears when it is first
+    observed, as with ``observe_plugin``; afterwards each call costs one call of that function."""
+
+    def plugin_timer(
+        self, extension_point: str, plugin_type: str, plugin_name: str
+    ) -> Callable[[float], None]: ...
+
+
+TimedPlugin = list[Any]
+"""``[plugin, record]``: ``record(seconds)`` reports one call of ``plugin`` (see :func:`timed_plugin`)."""
+
+
+def timed_plugin(observer: SchedulerObserver, extension_point: str, plugin: Any) -> TimedPlugin:
+    """``[plugin, record]`` for the framework's timing of ``plugin`` at ``extension_point``.
+
+    ``record(seconds)`` is the same as ``observer.observe_plugin(extension_point, plugin.plugin_type,
+    plugin.name, seconds)``; for a :class:`PluginTimers` observer the entry swaps in the observer's own
+    recording function at the first call (no label lookup per call afterwards)."""
+    plugin_type, name = plugin.plugin_type, plugin.name
+    if not isinstance(observer, PluginTimers):
+        return [plugin, partial(observer.observe_plugin, extension_point, plugin_type, name)]
+    entry: TimedPlugin = [plugin, None]
+
+    def first(seconds: float) -> None:
+        record = observer.plugin_timer(extension_point, plugin_type, name)
+        entry[1] = record
+        record(seconds)
+
+    entry[1] = first
+    return entry
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from types import MappingProxyType
 
 from scheduler.cycle_state import CycleState
 from scheduler.interfaces import ExplainingFilter, Filter, Picker, Scorer
-from scheduler.observer import SchedulerObserver
+from scheduler.observer import SchedulerObserver, TimedPlugin, timed_plugin
 from scheduler.types import (
     EndpointView,
     FilterStep,
@@ -66,7 +66,7 @@ def _label(plugin: Filter | Scorer | Picker) -> str:
 class SchedulerProfile:
     """Immutable after construction. ``scorers`` are ``(scorer, weight)`` pairs in configuration order."""
 
-    __slots__ = ("_explains", "_weights", "filters", "name", "picker", "scorers", "shadow")
+    __slots__ = ("_explains", "_timed", "_weights", "filters", "name", "picker", "scorers", "shadow")
 
     def __init__(
         self,
@@ -84,6 +84,21 @@ class SchedulerProfile:
         self.shadow = shadow
         self._explains = tuple(isinstance(f, ExplainingFilter) for f in self.filters)
         self._weights: Mapping[str, float] = MappingProxyType({s.name: w for s, w in self.scorers})
+        # the plugins' timings for the last observer run with: (observer, filters, scorers, picker)
+        self._timed: tuple[SchedulerObserver, list[TimedPlugin], list[TimedPlugin], TimedPlugin] | None = None
+
+    def _timers(
+        self, observer: SchedulerObserver
+    ) -> tuple[SchedulerObserver, list[TimedPlugin], list[TimedPlugin], TimedPlugin]:
+        timed = self._timed
+        if timed is None or timed[0] is not observer:
+            timed = self._timed = (
+                observer,
+                [timed_plugin(observer, "filter", f) for f in self.filters],
+                [timed_plugin(observer, "score", s) for s, _ in self.scorers],
+                timed_plugin(observer, "pick", self.picker),
+            )
+        return timed
 
     def __repr__(self) -> str:
         return f"SchedulerProfile({self.name!r}, shadow={self.shadow})"
@@ -100,12 +115,13 @@ class SchedulerProfile:
         scores: dict[str, tuple[float, ...]] = {}
         current = "filter"
         plugin: Filter | Scorer | Picker | None = None
+        _, filter_timers, score_timers, pick_timer = self._timers(observer)
         try:
-            for f, explains in zip(self.filters, self._explains, strict=True):
+            for (f, record), explains in zip(filter_timers, self._explains, strict=True):
                 plugin = f
                 t0 = perf_counter()
                 kept = f.filter(cycle, request, candidates)
-                observer.observe_plugin("filter", f.plugin_type, f.name, perf_counter() - t0)
+                record(perf_counter() - t0)
                 if len(kept) != len(candidates):
                     steps.append(self._removed(f, explains, cycle, request, candidates, kept))
                 candidates = kept
@@ -117,11 +133,11 @@ class SchedulerProfile:
             current = "score"
             n = len(candidates)
             totals: list[float] = [0.0] * n
-            for scorer, weight in self.scorers:
+            for (scorer, weight), (_, record) in zip(self.scorers, score_timers, strict=True):
                 plugin = scorer
                 t0 = perf_counter()
                 raw = scorer.score(cycle, request, candidates)
-                observer.observe_plugin("score", scorer.plugin_type, scorer.name, perf_counter() - t0)
+                record(perf_counter() - t0)
                 if len(raw) != n:
                     raise PluginContractError(f"returned {len(raw)} scores for {n} endpoints")
                 clamped = _clamped(raw)
@@ -133,7 +149,7 @@ class SchedulerProfile:
             scored = list(map(ScoredEndpoint, candidates, totals))  # equal lengths: checked per scorer
             t0 = perf_counter()
             picked = tuple(picker.pick(cycle, request, scored))
-            observer.observe_plugin("pick", picker.plugin_type, picker.name, perf_counter() - t0)
+            pick_timer[1](perf_counter() - t0)
             _check_picked(picked, candidates)
         except Exception as exc:
             where = _label(plugin) if plugin is not None else "framework"

@@ -53,7 +53,7 @@ from scheduler.interfaces import (
     ResponseHeadersProvider,
     SaturationDetector,
 )
-from scheduler.observer import LoggingObserver, PluginMetrics, SchedulerObserver
+from scheduler.observer import LoggingObserver, PluginMetrics, SchedulerObserver, TimedPlugin, timed_plugin
 from scheduler.profile import SchedulerProfile
 from scheduler.types import (
     Completion,
@@ -97,6 +97,19 @@ class Scheduler:
         self._completed = [p for p in self.plugins if isinstance(p, CompletionHook)]
         self._removed = [p for p in self.plugins if isinstance(p, EndpointRemovalHook)]
         self._request_headers = [p for p in self.plugins if isinstance(p, RequestHeadersProvider)]
+        # [plugin, record] per hook call site: record(seconds) is the observer's plugin timing
+        obs = self._observer
+        self._prepare_t = [timed_plugin(obs, "prepare", p) for p in self._prepare]
+        self._dispatch_t = [timed_plugin(obs, "dispatched", p) for p in self._dispatch]
+        self._headers_t = [timed_plugin(obs, "response_headers", p) for p in self._headers]
+        self._providers_t = [timed_plugin(obs, "response_headers", p) for p in self._providers]
+        self._chunks_t = [timed_plugin(obs, "response_chunk", p) for p in self._chunks]
+        self._completed_t = [timed_plugin(obs, "completed", p) for p in self._completed]
+        self._removed_t = [timed_plugin(obs, "endpoints_removed", p) for p in self._removed]
+        self._request_headers_t = [timed_plugin(obs, "request_headers", p) for p in self._request_headers]
+        self._handler_t: dict[str, TimedPlugin] = {
+            point: timed_plugin(obs, point, handler) for point in ("pick_profiles", "process_results")
+        }
         if isinstance(self._observer, PluginMetrics):
             owners = {id(p): p for p in (*self.plugins, handler) if isinstance(p, MetricsReporter)}
             for plugin in owners.values():
@@ -160,13 +173,13 @@ class Scheduler:
             raise NoEndpointError("no endpoint available: the pool is empty")
         observer = self._observer
         cycle = CycleState(now=self._clock())
-        for plugin in self._prepare:
+        for plugin, record in self._prepare_t:
             t0 = perf_counter()
             try:
                 plugin.prepare(cycle, request, snapshot)
             except Exception as exc:
                 observer.plugin_error("prepare", plugin.plugin_type, plugin.name, exc)
-            observer.observe_plugin("prepare", plugin.plugin_type, plugin.name, perf_counter() - t0)
+            record(perf_counter() - t0)
         handler = self.handler
         results: dict[str, ProfileResult | None] = {}
         decisions: list[ProfileDecision] = []
@@ -215,13 +228,13 @@ class Scheduler:
     ) -> Mapping[str, str]:
         merged = dict(outcome.headers)
         observer = self._observer
-        for plugin in self._request_headers:
+        for plugin, record in self._request_headers_t:
             t0 = perf_counter()
             try:
                 merged.update(plugin.request_headers(cycle, request, outcome))
             except Exception as exc:
                 observer.plugin_error("request_headers", plugin.plugin_type, plugin.name, exc)
-            observer.observe_plugin("request_headers", plugin.plugin_type, plugin.name, perf_counter() - t0)
+            record(perf_counter() - t0)
         return merged
 
     def _call_handler(self, point: str, method: Callable[..., Any], *args: Any) -> Any:
@@ -237,31 +250,31 @@ class Scheduler:
                 f'profile handler {handler.plugin_type} "{handler.name}" failed in {point}: {exc!r}'
             ) from exc
         finally:
-            self._observer.observe_plugin(point, handler.plugin_type, handler.name, perf_counter() - t0)
+            self._handler_t[point][1](perf_counter() - t0)
 
     # -- lifecycle hooks ----------------------------------------------------------------------------
 
     def dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
         observer = self._observer
-        for plugin in self._dispatch:
+        for plugin, record in self._dispatch_t:
             t0 = perf_counter()
             try:
                 plugin.on_dispatched(request, result)
             except Exception as exc:
                 observer.plugin_error("dispatched", plugin.plugin_type, plugin.name, exc)
-            observer.observe_plugin("dispatched", plugin.plugin_type, plugin.name, perf_counter() - t0)
+            record(perf_counter() - t0)
 
     def response_headers(
         self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
     ) -> None:
         observer = self._observer
-        for plugin in self._headers:
+        for plugin, record in self._headers_t:
             t0 = perf_counter()
             try:
                 plugin.on_response_headers(request, result, status, headers)
             except Exception as exc:
                 observer.plugin_error("response_headers", plugin.plugin_type, plugin.name, exc)
-            observer.observe_plugin("response_headers", plugin.plugin_type, plugin.name, perf_counter() - t0)
+            record(perf_counter() - t0)
 
     def added_response_headers(
         self, request: LLMRequest, result: SchedulingResult, served: str | None
@@ -273,43 +286,43 @@ class Scheduler:
         """
         observer = self._observer
         added: dict[str, str] = {}
-        for plugin in self._providers:
+        for plugin, record in self._providers_t:
             t0 = perf_counter()
             try:
                 added.update(plugin.response_headers(request, result, served))
             except Exception as exc:
                 observer.plugin_error("response_headers", plugin.plugin_type, plugin.name, exc)
-            observer.observe_plugin("response_headers", plugin.plugin_type, plugin.name, perf_counter() - t0)
+            record(perf_counter() - t0)
         return added
 
     def response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
         observer = self._observer
-        for plugin in self._chunks:
+        for plugin, record in self._chunks_t:
             t0 = perf_counter()
             try:
                 plugin.on_response_chunk(request, result, chunk)
             except Exception as exc:
                 observer.plugin_error("response_chunk", plugin.plugin_type, plugin.name, exc)
-            observer.observe_plugin("response_chunk", plugin.plugin_type, plugin.name, perf_counter() - t0)
+            record(perf_counter() - t0)
 
     def completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
         observer = self._observer
-        for plugin in self._completed:
+        for plugin, record in self._completed_t:
             t0 = perf_counter()
             try:
                 plugin.on_completed(request, result, completion)
             except Exception as exc:
                 observer.plugin_error("completed", plugin.plugin_type, plugin.name, exc)
-            observer.observe_plugin("completed", plugin.plugin_type, plugin.name, perf_counter() - t0)
+            record(perf_counter() - t0)
 
     def endpoints_removed(self, addresses: frozenset[str]) -> None:
         if not addresses:
             return
         observer = self._observer
-        for plugin in self._removed:
+        for plugin, record in self._removed_t:
             t0 = perf_counter()
             try:
                 plugin.on_endpoints_removed(addresses)
             except Exception as exc:
                 observer.plugin_error("endpoints_removed", plugin.plugin_type, plugin.name, exc)
-            observer.observe_plugin("endpoints_removed", plugin.plugin_type, plugin.name, perf_counter() - t0)
+            record(perf_counter() - t0)

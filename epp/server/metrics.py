@@ -376,10 +376,25 @@ class SchedulerMetrics:
         key = (extension_point, plugin_type, plugin_name)
         child = self._plugins.get(key)
         if child is None:
-            child = self._plugins[key] = self.plugin.bind(
-                {"extension_point": extension_point, "plugin_type": plugin_type, "plugin_name": plugin_name}
-            )
+            child = self._plugin_child(key)
         child.observe(seconds)
+
+    def plugin_timer(
+        self, extension_point: str, plugin_type: str, plugin_name: str
+    ) -> Callable[[float], None]:
+        """:class:`scheduler.observer.PluginTimers`: the series' own ``observe`` (bound now)."""
+        key = (extension_point, plugin_type, plugin_name)
+        child = self._plugins.get(key)
+        if child is None:
+            child = self._plugin_child(key)
+        return child.observe
+
+    def _plugin_child(self, key: tuple[str, str, str]) -> Recorder:
+        extension_point, plugin_type, plugin_name = key
+        child = self._plugins[key] = self.plugin.bind(
+            {"extension_point": extension_point, "plugin_type": plugin_type, "plugin_name": plugin_name}
+        )
+        return child
 
     def observe_cycle(self, seconds: float, status: str) -> None:
         self.e2e.observe(seconds)

@@ -161,3 +161,33 @@ def test_no_inflight_gauges_under_the_inference_names() -> None:
     scheduler.dispatched(request, scheduler.schedule(request, [D, P]))
     assert "inflight_requests" not in generate_latest(registry).decode()
     assert "inflight_tokens" not in generate_latest(registry).decode()
+
+
+def test_plugin_durations_are_recorded_per_call_and_appear_at_the_first_call() -> None:
+    """The scheduler times each plugin with the observer's own recording function: every call counts,
+    under both names, and a hook that never ran has no series."""
+    registry = CollectorRegistry()
+    scheduler = load_config_text(HEAD + CONFIG).build_scheduler(observer=SchedulerMetrics(registry))
+    for i in range(3):
+        scheduler.schedule(text(f"t{i}"), [D, P])
+    picker = {"extension_point": "pick", "plugin_type": "max-score-picker", "plugin_name": "max-score-picker"}
+    handler = {
+        "extension_point": "process_results",
+        "plugin_type": "disagg-profile-handler",
+        "plugin_name": "dh",
+    }
+    removed = {
+        "extension_point": "endpoints_removed",
+        "plugin_type": "inflight-load-producer",
+        "plugin_name": "load",
+    }
+    for name in (
+        "llm_d_epp_plugin_duration_seconds_count",
+        "inference_extension_plugin_duration_seconds_count",
+    ):
+        assert value(registry, name, **picker) == 3
+        assert value(registry, name, **handler) == 3
+        assert value(registry, name, **removed) is None
+    assert 'extension_point="endpoints_removed"' not in generate_latest(registry).decode()
+    scheduler.endpoints_removed(frozenset({D.address}))
+    assert value(registry, "llm_d_epp_plugin_duration_seconds_count", **removed) == 1
