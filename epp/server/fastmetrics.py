@@ -38,7 +38,15 @@ from prometheus_client.metrics_core import (
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["CounterChild", "FastCounter", "FastGauge", "FastHistogram", "GaugeChild", "HistogramChild"]
+__all__ = [
+    "CounterChild",
+    "FastCounter",
+    "FastGauge",
+    "FastHistogram",
+    "GaugeChild",
+    "HistogramChild",
+    "pristine",
+]
 
 
 _C = TypeVar("_C")
@@ -81,6 +89,13 @@ class GaugeChild:
         self.value = float(value)
 
 
+def pristine(child: object) -> bool:
+    """Nothing recorded in ``child`` yet."""
+    if isinstance(child, HistogramChild):
+        return child.total == 0.0 and not any(child.counts)
+    return getattr(child, "value", None) == 0.0
+
+
 class _Family(Generic[_C]):
     """Name, documentation, label names, children by label values, registration."""
 
@@ -114,6 +129,16 @@ class _Family(Generic[_C]):
         if child is None:
             child = self._children[key] = self._new_child()
         return child
+
+    def share(self, values: Sequence[str], child: _C) -> None:
+        """Record the label set ``values`` in ``child``, another family's child of the same kind (a
+        twin's other name: both series then show the same samples). Only for a label set not yet
+        recorded here."""
+        key = tuple(str(v) for v in values)
+        mine = self._children.get(key)
+        if mine is not None and mine is not child and not pristine(mine):
+            raise ValueError(f"{self.name}: label set {key} already recorded")
+        self._children[key] = child
 
     def _unlabelled(self) -> _C:
         if self.labelnames:

@@ -13,7 +13,7 @@ from typing import Any, Protocol, cast
 
 from prometheus_client import CollectorRegistry
 
-from epp.server.fastmetrics import FastCounter, FastGauge, FastHistogram, HistogramChild
+from epp.server.fastmetrics import FastCounter, FastGauge, FastHistogram, HistogramChild, pristine
 from epp.server.metric_catalog import Family, Naming, Scheme
 
 __all__ = ["NULL_RECORDER", "Recorder", "Twin"]
@@ -116,15 +116,24 @@ class Twin:
             else:
                 collector = FastHistogram(name, doc, labels, buckets=family.buckets, registry=registry)
             self.parts.append((collector, labels))
+        # one label set of either name is one of the other: a child may serve both (see bind)
+        self._same_labels = len(self.parts) == 2 and sorted(self.parts[0][1]) == sorted(self.parts[1][1])
 
     def bind(self, values: Mapping[str, str]) -> Recorder:
         """One recording object for ``values`` (a value for every label name of either scheme)."""
         children: list[Any] = [c.labels(*(values[n] for n in names)) for c, names in self.parts]
         if not children:
             return NULL_RECORDER
-        if len(children) == 1:
+        if len(children) == 1 or children[0] is children[1]:
             return cast(Recorder, children[0])
         a, b = children
+        same = type(a) is type(b) and (type(a) is not HistogramChild or a.bounds == b.bounds)
+        if same and self._same_labels and pristine(a) and pristine(b):
+            # Both names show the same samples: the second scheme's family records into the first's
+            # child (one update per observation instead of two; the expositions are unchanged).
+            collector, names = self.parts[1]
+            collector.share([values[n] for n in names], a)
+            return cast(Recorder, a)
         if type(a) is HistogramChild and type(b) is HistogramChild and a.bounds == b.bounds:
             return _BothHistograms(a, b)
         return _Both(a, b)

@@ -156,3 +156,49 @@ def test_twin_histogram_pair_records_what_two_observes_would() -> None:
         assert math.isnan(child.total) and math.isnan(reference.total)
     samples = {s.name: s.value for m in registry.collect() for s in m.samples if s.name.endswith("_count")}
     assert set(samples.values()) == {len(values) - 1} and len(samples) == 2
+
+
+def test_twin_with_the_same_labels_records_one_child_under_both_names() -> None:
+    """Both names of a family with the same label names share one child: one update shows under both,
+    in the exposition too; binding the label set again gives that same child."""
+    from epp.server.metric_catalog import Naming, by_key
+    from epp.server.metric_twin import Twin
+
+    registry = CollectorRegistry()
+    twin = Twin(by_key("plugin_duration"), Naming.BOTH, registry)
+    labels = {"extension_point": "score", "plugin_type": "queue-scorer", "plugin_name": "q"}
+    recorder = twin.bind(labels)
+    assert twin.bind(labels) is recorder
+    (a, _), (b, _) = twin.parts
+    assert a.labels("score", "queue-scorer", "q") is b.labels("score", "queue-scorer", "q") is recorder
+    recorder.observe(0.002)
+    recorder.observe(0.5)
+    counts = {s.name: s.value for m in registry.collect() for s in m.samples if s.name.endswith("_count")}
+    assert counts == {"llm_d_epp_plugin_duration_seconds_count": 2.0,
+                      "inference_extension_plugin_duration_seconds_count": 2.0}  # fmt: skip
+
+
+def test_twin_with_fewer_labels_under_one_name_keeps_its_own_children() -> None:
+    """The deprecated disagg counter lacks the plugin labels: two plugins' series are one series there,
+    so the names cannot share a child (each plugin's count stays its own, the old name sums them)."""
+    from epp.server.metric_catalog import Naming, by_key
+    from epp.server.metric_twin import Twin
+
+    registry = CollectorRegistry()
+    twin = Twin(by_key("disagg_decision"), Naming.BOTH, registry)
+    common = {"plugin_type": "disagg-profile-handler", "model_name": "m", "decision_type": "decode-only"}
+    twin.bind({**common, "plugin_name": "a"}).inc()
+    twin.bind({**common, "plugin_name": "b"}).inc()
+    new = "llm_d_epp_disagg_decision_total"
+    assert registry.get_sample_value(new, {**common, "plugin_name": "a"}) == 1
+    assert registry.get_sample_value(new, {**common, "plugin_name": "b"}) == 1
+    old = "llm_d_inference_scheduler_disagg_decision_total"
+    assert registry.get_sample_value(old, {"model_name": "m", "decision_type": "decode-only"}) == 2
+
+
+def test_sharing_a_label_set_already_recorded_is_refused() -> None:
+    a = FastCounter("a", "d", ["x"])
+    b = FastCounter("b", "d", ["x"])
+    b.labels("1").inc()
+    with pytest.raises(ValueError, match="already recorded"):
+        b.share(["1"], a.labels("1"))
