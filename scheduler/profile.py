@@ -140,7 +140,11 @@ class SchedulerProfile:
                 record(perf_counter() - t0)
                 if len(raw) != n:
                     raise PluginContractError(f"returned {len(raw)} scores for {n} endpoints")
-                clamped = _clamped(raw)
+                # _clamped(raw), its common all-in-range case inline (one call less per scorer)
+                if raw and min(raw) >= 0.0 and max(raw) <= 1.0 and (total := sum(raw)) == total:
+                    clamped = tuple(raw)
+                else:
+                    clamped = _clamped(raw)
                 scores[scorer.name] = clamped
                 # totals[i] += weight * clamped[i], in C (equal lengths were just checked)
                 totals = list(map(add, totals, map(mul, clamped, repeat(weight, n))))

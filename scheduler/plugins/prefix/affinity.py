@@ -100,6 +100,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import DURATION_EXPECT, parse_duration
@@ -223,13 +224,16 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
                 out[i] = depth / len(hashes) if owners else 1.0
         return out
 
-    def ceiling(self, endpoints: Sequence[EndpointView]) -> int:
+    def ceiling(self, endpoints: Sequence[EndpointView], addresses: Sequence[str] | None = None) -> int:
         """The most requests an eligible endpoint may have in flight, this one included (``min(bound,
-        least + maxImbalance)`` of the module docstring)."""
+        least + maxImbalance)`` of the module docstring). ``addresses``: the endpoints' addresses, if
+        the caller has them."""
         counts = self.tracker.request_counts
         p = self.params
         if counts:
-            loads = [counts.get(e.address, 0) for e in endpoints]
+            if addresses is None:
+                addresses = [e.address for e in endpoints]
+            loads = list(map(counts.get, addresses, repeat(0)))
             total, least = sum(loads), min(loads)
         else:
             total = least = 0
@@ -239,12 +243,11 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
     def choose(self, owners: Sequence[str], endpoints: Sequence[EndpointView]) -> int | None:
         """Index in ``endpoints`` of the first eligible owner (module docstring), or None."""
         counts = self.tracker.request_counts
-        ceiling = self.ceiling(endpoints)
-        position = {e.address: i for i, e in enumerate(endpoints)}
+        addresses = [e.address for e in endpoints]  # distinct: a snapshot holds an address once
+        ceiling = self.ceiling(endpoints, addresses)
         for owner in owners:
-            i = position.get(owner)
-            if i is not None and counts.get(owner, 0) + 1 <= ceiling:
-                return i
+            if owner in addresses and counts.get(owner, 0) + 1 <= ceiling:
+                return addresses.index(owner)
         return None
 
     def balanced(self, endpoints: Sequence[EndpointView]) -> list[int]:
