@@ -4,7 +4,10 @@ The framework (not the plugins) times every plugin call with one ``perf_counter`
 to an injected :class:`SchedulerObserver`; the EPP service implements it with Prometheus histograms
 (``plugin_duration_seconds{extension_point, plugin_type, plugin_name}``). Extension points are the
 strings in :data:`EXTENSION_POINTS`. Cycle status is ``"ok"``, ``"no_endpoint"`` or ``"error"``.
-Observers must be cheap and must not raise.
+Observers must be cheap and must not raise. An observer that also implements :class:`PluginTimers`
+hands out one recording function per (extension point, plugin), which the framework asks for at that
+plugin's first timed call and then calls directly (:func:`timed_plugin`), skipping the label lookup of
+``observe_plugin``.
 
 Plugin-owned metrics (upstream: families a plugin registers itself, such as the disaggregation
 decision counters and the in-flight load gauges) go through the same seam: an observer that also
