@@ -146,8 +146,12 @@ class SchedulerProfile:
                 else:
                     clamped = _clamped(raw)
                 scores[scorer.name] = clamped
-                # totals[i] += weight * clamped[i], in C (equal lengths were just checked)
-                totals = list(map(add, totals, map(mul, clamped, repeat(weight, n))))
+                # totals[i] += weight * clamped[i], in C (equal lengths were just checked); a weight of
+                # 1.0 skips the product, the same float (1.0 * x == x exactly: no NaN after clamping)
+                if weight == 1.0:
+                    totals = list(map(add, totals, clamped))
+                else:
+                    totals = list(map(add, totals, map(mul, clamped, repeat(weight, n))))
             current = "pick"
             picker = plugin = self.picker
             scored = list(map(ScoredEndpoint, candidates, totals))  # equal lengths: checked per scorer
