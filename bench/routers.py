@@ -35,11 +35,13 @@ __all__ = [
     "LOAD_ONLY_CONFIG",
     "PRECISE_CONFIG",
     "PREDICTED_CONFIG",
+    "PREDICTED_PRECISE_CONFIG",
     "PREFIX_ONLY_CONFIG",
     "ROUTERS",
     "TUNED_CONFIG",
     "RouterSpec",
     "RunningRouter",
+    "bench_kv_events",
     "precise_profile",
     "running_router",
     "vllm_router_binary",
@@ -124,6 +126,39 @@ PRECISE_HASH_CONFIG = precise_profile(DEFAULT_HASH_CONFIG)
 PREDICTED_CONFIG = (CONFIG_DIR / "predicted-latency.yaml").read_text()
 
 
+def bench_kv_events(text: str) -> str:
+    """``text`` (a shipped profile with a ``token-producer`` and one ``precise-prefix-cache-producer``
+    or ``-scorer``) wired to the benchmark's fleet as :func:`precise_profile` wires the default: the
+    token-producer renders on the epp-sim sidecar (``{render_url}``, ``{model}``), the precise index uses
+    the servers' hash seed (``{hash_seed}``) and binds the socket they publish their KV events to
+    (``{kv_events_port}``, llm-d's central mode); every other plugin and parameter as shipped. Returns
+    a ``str.format`` template of those placeholders."""
+    doc = yaml.safe_load(text)
+    mark = {name: f"@@{name}@@" for name in _PLACEHOLDERS}
+    tokens = [p for p in doc["plugins"] if p["type"] == "token-producer"]
+    precise = [p for p in doc["plugins"] if p["type"].startswith("precise-prefix-cache-")]
+    if len(tokens) != 1 or len(precise) != 1:
+        raise ValueError(
+            f"expected one token-producer and one precise-prefix-cache-producer/-scorer in the profile, "
+            f"found {len(tokens)} and {len(precise)}"
+        )
+    tokens[0]["parameters"] = {"modelName": mark["model"], "vllm": {"url": mark["render_url"]}}
+    params = dict(precise[0].get("parameters") or {})
+    params["tokenProcessorConfig"] = {
+        **(params.get("tokenProcessorConfig") or {}),
+        "hashSeed": mark["hash_seed"],
+    }
+    params["kvEventsConfig"] = {"zmqEndpoint": f"tcp://127.0.0.1:{mark['kv_events_port']}"}
+    precise[0]["parameters"] = params
+    out = yaml.safe_dump(doc, sort_keys=False).replace("{", "{{").replace("}", "}}")
+    for name, marker in mark.items():
+        out = out.replace(marker, "{" + name + "}")
+    return out
+
+
+PREDICTED_PRECISE_CONFIG = bench_kv_events((CONFIG_DIR / "predicted-latency-precise.yaml").read_text())
+
+
 @dataclass(frozen=True, slots=True)
 class RouterSpec:
     """One router line of the report. ``option`` is the Envoy lb_policy or the vllm-router policy;
@@ -152,6 +187,7 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-gie-default", "picker", config=GIE_DEFAULT_CONFIG),
         RouterSpec("picker-precise", "picker", config=PRECISE_CONFIG),
         RouterSpec("picker-predicted", "picker", config=PREDICTED_CONFIG),
+        RouterSpec("picker-predicted-precise", "picker", config=PREDICTED_PRECISE_CONFIG),
         RouterSpec("picker-default-x2", "picker", replicas=2),
         RouterSpec("picker-precise-x2", "picker", config=PRECISE_CONFIG, replicas=2),
         RouterSpec("picker-default-hash", "picker", config=DEFAULT_HASH_CONFIG),

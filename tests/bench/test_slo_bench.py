@@ -231,3 +231,45 @@ def test_report_has_the_slo_table_and_the_model_error(tmp_path: Any) -> None:
     assert "| picker-predicted | 2 | 1 | 1 | 100.0% | 100.0% | – |" in text
     assert "TTFT median absolute error 12.0% over its last 180 predictions" in text
     assert "## Targets across scenarios" in text
+
+
+def test_the_precise_fed_predicted_profile_is_the_shipped_file_wired_to_the_fleet() -> None:
+    import yaml
+
+    from bench.routers import CONFIG_DIR, PREDICTED_PRECISE_CONFIG
+
+    shipped = yaml.safe_load((CONFIG_DIR / "predicted-latency-precise.yaml").read_text())
+    fill = {"model": "m", "render_url": "http://r:1", "hash_seed": "7", "kv_events_port": 5557}
+    bench = yaml.safe_load(ROUTERS["picker-predicted-precise"].config.format(**fill))
+    assert ROUTERS["picker-predicted-precise"].config == PREDICTED_PRECISE_CONFIG
+    by_type = {p["type"]: p for p in bench["plugins"]}
+    assert by_type["token-producer"]["parameters"] == {"modelName": "m", "vllm": {"url": "http://r:1"}}
+    precise = by_type["precise-prefix-cache-producer"]["parameters"]
+    assert precise["tokenProcessorConfig"] == {"blockSize": 16, "hashSeed": "7"}
+    assert precise["kvEventsConfig"] == {"zmqEndpoint": "tcp://127.0.0.1:5557"}
+    wired = ("token-producer", "precise-prefix-cache-producer")
+    assert [p for p in bench["plugins"] if p["type"] not in wired] == [
+        p for p in shipped["plugins"] if p["type"] not in wired
+    ]
+    assert bench["schedulingProfiles"] == shipped["schedulingProfiles"]
+
+
+def test_the_precise_fed_predicted_profile_has_the_predicted_targets() -> None:
+    def runs(p90: float, precise_p90: float, fixed_p90: float) -> dict[str, Summary]:
+        return {
+            "picker-predicted": _summary(
+                "picker-predicted", ttft_p90=p90, ttft_mape=0.4, ttft_mape_samples=9
+            ),
+            "picker-predicted-precise": _summary(
+                "picker-predicted-precise", ttft_p90=precise_p90, ttft_mape=0.1, ttft_mape_samples=9
+            ),
+            "picker-default": _summary("picker-default", ttft_p90=fixed_p90),
+        }
+
+    lines = check(SCENARIOS["working-set"], runs(1.2, 0.6, 1.0))
+    mine = [line for line in lines if "picker-predicted-precise" in line]
+    assert _kinds(mine) == ["PASS", "SKIP", "PASS"] and "0.60x" in mine[0], mine
+    plain = [line for line in lines if "picker-predicted " in line]
+    assert _kinds(plain) == ["MISS", "SKIP", "MISS"], plain
+    overall = check_predicted_overall({"working-set": runs(1.2, 0.6, 1.0), "bursty": runs(1.0, 0.7, 1.0)})
+    assert _kinds(overall) == ["MISS", "PASS"] and "picker-predicted-precise" in overall[1], overall

@@ -140,6 +140,7 @@ class PrecisePrefixCacheProducer(PluginBase):
         self.lookup_stats = LookupStats() if params.enable_metrics else None
         self._hosts: dict[str, str] = {}
         self._pending: dict[str, tuple[int, ...]] = {}  # request id -> keys, prepare to dispatch (<= 1,024)
+        self._addresses: tuple[str, ...] = ()  # the endpoints of the last prepared cycle
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -197,13 +198,13 @@ class PrecisePrefixCacheProducer(PluginBase):
         return host
 
     def _compute(
-        self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]
+        self, cycle: CycleState, request: LLMRequest, addresses: Sequence[str], record: bool = True
     ) -> tuple[PrefixMatch, dict[str, float]]:
         found = cycle.read(self._key)
         if found is not None:
             return found
         keys = self.keys(cycle, request)
-        stats = self.lookup_stats
+        stats = self.lookup_stats if record else None
         started = time.perf_counter() if stats is not None else 0.0
         matched: dict[str, int] = {}
         weighted: dict[str, float] = {}
@@ -211,8 +212,7 @@ class PrecisePrefixCacheProducer(PluginBase):
         if spec is not None:
             spec.expire()
         if keys:
-            for e in endpoints:
-                address = e.address
+            for address in addresses:
                 m = self.index.match(keys, self._source(address))
                 blocks, weight = m.blocks, m.weighted
                 if spec is not None:
@@ -234,14 +234,18 @@ class PrecisePrefixCacheProducer(PluginBase):
         return found
 
     def prepare(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> None:
-        match, _ = self._compute(cycle, request, endpoints)
+        self._addresses = addresses = tuple(e.address for e in endpoints)
+        match, _ = self._compute(cycle, request, addresses)
         if PREFIX_MATCH not in cycle:
             cycle.write(PREFIX_MATCH, match)
 
     def match(self, cycle: CycleState, request: LLMRequest) -> PrefixMatch:
-        """The cycle's match (computed in ``prepare``; empty when read before it)."""
+        """The cycle's match. Computed in ``prepare`` over the cycle's endpoints; a consumer reading it
+        before (a plugin configured ahead of this one, or ``latency-slo-admitter`` on a cycle state of
+        its own, before scheduling) gets it over the endpoints of the last prepared cycle, the pool as
+        the picker last saw it (not counted in the lookup metrics)."""
         found = cycle.read(self._key)
-        return found[0] if found is not None else self._compute(cycle, request, ())[0]
+        return found[0] if found is not None else self._compute(cycle, request, self._addresses, False)[0]
 
     def weighted(self, cycle: CycleState, request: LLMRequest) -> Mapping[str, float]:
         """Tier-weighted cached prefix length (blocks) per endpoint address."""
