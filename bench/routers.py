@@ -159,6 +159,19 @@ def bench_kv_events(text: str) -> str:
 PREDICTED_PRECISE_CONFIG = bench_kv_events((CONFIG_DIR / "predicted-latency-precise.yaml").read_text())
 
 
+def with_speculative(template: str, speculative: bool) -> str:
+    """``template`` (a :func:`bench_kv_events` template) with ``speculativeIndexing: <speculative>`` on its
+    precise producer: a dispatched request's blocks count as held by its endpoint until the server's
+    events arrive (``speculativeTTL``, 2s)."""
+    marker = "    kvEventsConfig:\n"
+    if template.count(marker) != 1:
+        raise ValueError("expected one kvEventsConfig in the template")
+    return template.replace(marker, f"    speculativeIndexing: {str(speculative).lower()}\n" + marker)
+
+
+PREDICTED_PRECISE_SPECULATIVE_CONFIG = with_speculative(PREDICTED_PRECISE_CONFIG, True)
+
+
 @dataclass(frozen=True, slots=True)
 class RouterSpec:
     """One router line of the report. ``option`` is the Envoy lb_policy or the vllm-router policy;
@@ -188,6 +201,7 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-precise", "picker", config=PRECISE_CONFIG),
         RouterSpec("picker-predicted", "picker", config=PREDICTED_CONFIG),
         RouterSpec("picker-predicted-precise", "picker", config=PREDICTED_PRECISE_CONFIG),
+        RouterSpec("picker-predicted-precise-spec", "picker", config=PREDICTED_PRECISE_SPECULATIVE_CONFIG),
         RouterSpec("picker-default-x2", "picker", replicas=2),
         RouterSpec("picker-precise-x2", "picker", config=PRECISE_CONFIG, replicas=2),
         RouterSpec("picker-default-hash", "picker", config=DEFAULT_HASH_CONFIG),

@@ -211,9 +211,12 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
 
     def features(self, request: LLMRequest, endpoint: EndpointView, match: PrefixMatch | None) -> Features:
         """The model's features of ``request`` on ``endpoint`` now."""
-        prompt = prompt_tokens(request)
+        if match is None:
+            prompt, cached = prompt_tokens(request), 0
+        else:  # the match's tokens when it knows the prompt's (token ids), else the request's estimate
+            prompt = match.prompt_tokens or prompt_tokens(request)
+            cached = match.cached_tokens(endpoint.address)
         address = endpoint.address
-        cached = match.cached_tokens(address) if match is not None else 0
         metrics = endpoint.metrics
         return Features(
             input_tokens=prompt,

@@ -181,8 +181,13 @@ class PrecisePrefixCacheProducer(PluginBase):
     # -- per cycle -------------------------------------------------------------------------------------
 
     def keys(self, cycle: CycleState, request: LLMRequest) -> list[int]:
+        return self._keys(self._ids(cycle, request), request)
+
+    def _ids(self, cycle: CycleState, request: LLMRequest) -> Sequence[int]:
         source = self.token_source
-        ids = source.tokens(cycle, request) if source is not None else None
+        return (source.tokens(cycle, request) if source is not None else None) or ()
+
+    def _keys(self, ids: Sequence[int], request: LLMRequest) -> list[int]:
         if not ids:
             return []
         return self.keyer.keys(ids, request.adapter, request.cache_salt, self.settings.max_prefix_blocks)
@@ -203,7 +208,8 @@ class PrecisePrefixCacheProducer(PluginBase):
         found = cycle.read(self._key)
         if found is not None:
             return found
-        keys = self.keys(cycle, request)
+        ids = self._ids(cycle, request)
+        keys = self._keys(ids, request)
         stats = self.lookup_stats if record else None
         started = time.perf_counter() if stats is not None else 0.0
         matched: dict[str, int] = {}
@@ -225,7 +231,10 @@ class PrecisePrefixCacheProducer(PluginBase):
                     weighted[address] = weight
         if stats is not None and keys:
             stats.record(max(matched.values(), default=0), time.perf_counter() - started)
-        found = (PrefixMatch(tuple(keys), matched, self.settings.block_size, self.name), weighted)
+        found = (
+            PrefixMatch(tuple(keys), matched, self.settings.block_size, self.name, len(ids)),
+            weighted,
+        )
         if spec is not None and keys:
             if len(self._pending) >= 1024:
                 self._pending.pop(next(iter(self._pending)))

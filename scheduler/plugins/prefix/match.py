@@ -30,13 +30,17 @@ class PrefixMatch:
 
     ``hashes`` are the chained block hashes of the prompt (at most maxPrefixBlocksToMatch);
     ``matched`` maps address -> consecutive blocks held from the start (absent = 0);
-    ``block_size_tokens`` is the block size the hashes were cut with (for token arithmetic).
+    ``block_size_tokens`` is the block size the hashes were cut with (for token arithmetic);
+    ``prompt_tokens`` the prompt's length in the same tokens when the hashes were cut from its token
+    ids (0: not known, e.g. the approximate index hashing characters, whose blocks are counted in the
+    request's own estimate of 4 characters per token).
     """
 
     hashes: tuple[int, ...]
     matched: Mapping[str, int]
     block_size_tokens: int
     scorer: str
+    prompt_tokens: int = 0
 
     @property
     def total_blocks(self) -> int:

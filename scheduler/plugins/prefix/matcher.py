@@ -113,6 +113,7 @@ class PrefixMatcher(PluginBase):
         found = cycle.read(self._key)
         if found is None:
             source = self.token_source
+            ids: Sequence[int] | None = None
             if source is None:
                 hashes = self.hashes(request)
             else:
@@ -128,7 +129,9 @@ class PrefixMatcher(PluginBase):
                     if ids
                     else ()
                 )
-            found = PrefixMatch(hashes, self.index.match(hashes), self.block_size_tokens, self.name)
+            found = PrefixMatch(
+                hashes, self.index.match(hashes), self.block_size_tokens, self.name, len(ids or ())
+            )
             cycle.write(self._key, found)
             if len(self._pending) >= _PENDING_LIMIT:
                 self._pending.pop(next(iter(self._pending)))

@@ -118,3 +118,21 @@ def test_a_consumer_reading_the_precise_match_before_its_prepare_sees_the_last_p
     # latency-slo-admitter predicts on a cycle state of its own, before scheduling: the last pool's match
     match = producer.prefix_match_for(CycleState(), req())
     assert match.blocks(EPS[1].address) == 8 and match.blocks(EPS[0].address) == 0
+
+
+def test_the_prompt_is_counted_in_the_matchs_tokens_when_it_has_the_ids() -> None:
+    scheduler, plugins = build(CONFIG % PRECISE_SOURCE)
+    producer, precise = plugins["predicted-latency-producer"], plugins["precise-prefix-cache-producer"]
+    event(precise, EPS[0].address, "BlockStored", 8, seq=0)
+    estimated = LLMRequest(
+        request_id="e", model="m", target_model="m", prompt_text=PROMPT, token_estimate=300
+    )
+    cycle = CycleState()
+    for plugin in scheduler._prepare:
+        plugin.prepare(cycle, estimated, EPS)
+    match = producer.prefix_match_for(cycle, estimated)
+    assert match.prompt_tokens == 128  # the rendered ids, not the request's estimate of 300
+    features = [producer.features(estimated, e, match) for e in EPS]
+    assert [(f.input_tokens, f.uncached_tokens) for f in features] == [(128, 0), (128, 128), (128, 128)]
+    # without ids (the approximate index hashing characters) the estimate stays the prompt's length
+    assert producer.features(estimated, EPS[0], None).input_tokens == 300
