@@ -252,6 +252,10 @@ def test_the_precise_fed_predicted_profile_is_the_shipped_file_wired_to_the_flee
         p for p in shipped["plugins"] if p["type"] not in wired
     ]
     assert bench["schedulingProfiles"] == shipped["schedulingProfiles"]
+    spec = yaml.safe_load(ROUTERS["picker-predicted-precise-spec"].config.format(**fill))
+    spec_precise = next(p for p in spec["plugins"] if p["type"] == "precise-prefix-cache-producer")
+    assert spec_precise["parameters"].pop("speculativeIndexing") is True
+    assert spec == bench
 
 
 def test_the_precise_fed_predicted_profile_has_the_predicted_targets() -> None:

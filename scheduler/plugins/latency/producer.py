@@ -23,6 +23,12 @@ prefill rate; :mod:`scheduler.plugins.latency.prior`), blended out as the model 
 with ``predictInProduce: false`` (training only); consumers then fall back (the scorer to its composite
 of KV, queue and prefix scores, the filters to keeping everything, the admitter to admitting).
 
+The prefix match (``prefixMatchInfoProducerName``: the approximate index by default, or
+``precise-prefix-cache-producer``, whose KV-event-fed index follows the servers' evictions) gives the
+cached tokens; when it was cut from token ids it also gives the prompt's length in those tokens
+(:attr:`~scheduler.plugins.prefix.match.PrefixMatch.prompt_tokens`), used instead of the request's
+estimate so that both are counted alike.
+
 Training (lifecycle hooks): at dispatch the target's features are captured (prompt tokens, uncached
 tokens from the prefix match, this picker's prefill tokens in flight and dispatched requests on the
 endpoint, waiting queue, KV utilisation). TTFT is the time from dispatch to the first response chunk
