@@ -102,6 +102,7 @@ TTFT_SLO_HEADER = SLO_TTFT_HEADER  # the names plugins of this package import
 TPOT_SLO_HEADER = SLO_TPOT_HEADER
 CONTEXT_LIMIT = 65536
 PENDING_LIMIT = 4096  # prefix matches kept between scheduling and dispatch
+AWAITING_BLOCKS_LIMIT = 512  # leading block hashes per request counted as held until its first token
 _PREFILL = "prefill"
 
 _REJECTED = {
@@ -175,6 +176,7 @@ class _Context:
     predicted_ttft: float = 0.0  # ms, the prediction for ttft_endpoint (metrics only)
     predicted_tpot: float = 0.0  # ms, the prediction for tpot_endpoint (metrics only)
     charges: list[tuple[str, int]] = field(default_factory=list)  # (address, prefill tokens)
+    awaiting: tuple[int, ...] = ()  # the prompt's block hashes counted as held by ttft_endpoint
 
 
 class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
@@ -200,6 +202,8 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         self._contexts: OrderedDict[str, _Context] = OrderedDict()
         self._prefill_tokens: dict[str, int] = {}
         self._prefilling: dict[str, int] = {}  # requests per address not yet past their first token
+        # Per address, the block hashes of the prompts of those requests (reference counts).
+        self._awaiting_blocks: dict[str, dict[int, int]] = {}
         self._dispatched: dict[str, int] = {}
         self._tpot_slos: dict[str, dict[str, float]] = {}
         self._pending: OrderedDict[str, PrefixMatch | None] = OrderedDict()
@@ -217,12 +221,23 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
 
     def features(self, request: LLMRequest, endpoint: EndpointView, match: PrefixMatch | None) -> Features:
         """The model's features of ``request`` on ``endpoint`` now."""
+        address = endpoint.address
         if match is None:
             prompt, cached = prompt_tokens(request), 0
         else:  # the match's tokens when it knows the prompt's (token ids), else the request's estimate
             prompt = match.prompt_tokens or prompt_tokens(request)
-            cached = match.cached_tokens(endpoint.address)
-        address = endpoint.address
+            cached = match.cached_tokens(address)
+            held = self._awaiting_blocks.get(address)
+            hashes, known = match.hashes, match.blocks(address)
+            # a prompt sent there and not yet past its first token will be cached by then (checked only
+            # when it may hold more than the match: one lookup per endpoint otherwise)
+            if held and known < len(hashes) and hashes[known] in held:
+                n = 0
+                for h in hashes:
+                    if h not in held:
+                        break
+                    n += 1
+                cached = max(cached, n * match.block_size_tokens)
         metrics = endpoint.metrics
         return Features(
             input_tokens=prompt,
@@ -352,6 +367,11 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             ctx.predicted_ttft = ttft_info.ttft if ttft_info is not None else 0.0
             ctx.predicted_tpot = tpot_info.tpot if tpot_info is not None else 0.0
         ctx.charges.append((first.address, features.uncached_tokens))
+        if match is not None and match.hashes:
+            ctx.awaiting = keys = match.hashes[:AWAITING_BLOCKS_LIMIT]
+            held = self._awaiting_blocks.setdefault(first.address, {})
+            for h in keys:
+                held[h] = held.get(h, 0) + 1
         self._prefilling[first.address] = self._prefilling.get(first.address, 0) + 1
         self._prefill_tokens[first.address] = (
             self._prefill_tokens.get(first.address, 0) + features.uncached_tokens
@@ -419,6 +439,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         for address in addresses:
             self._prefill_tokens.pop(address, None)
             self._prefilling.pop(address, None)
+            self._awaiting_blocks.pop(address, None)
             self._dispatched.pop(address, None)
             self._tpot_slos.pop(address, None)
         self.model.forget_endpoints(addresses)
@@ -452,6 +473,18 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             else:
                 self._prefilling.pop(address, None)
         ctx.charges.clear()
+        if ctx.awaiting:
+            held = self._awaiting_blocks.get(ctx.ttft_endpoint)
+            if held is not None:
+                for h in ctx.awaiting:
+                    n = held.get(h, 0) - 1
+                    if n > 0:
+                        held[h] = n
+                    else:
+                        held.pop(h, None)
+                if not held:
+                    del self._awaiting_blocks[ctx.ttft_endpoint]
+            ctx.awaiting = ()
 
     def _drop(self, request_id: str) -> _Context | None:
         ctx = self._contexts.pop(request_id, None)

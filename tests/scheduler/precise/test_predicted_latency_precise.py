@@ -97,8 +97,26 @@ def test_the_models_cached_tokens_follow_evictions_only_with_the_precise_source(
         result: SchedulingResult = scheduler.schedule(req(), EPS)
         scheduler.dispatched(req(), result)  # the approximate index now believes EPS[0] holds the prompt
         assert result.primary.address == EPS[0].address
-        event(precise, EPS[0].address, "BlockRemoved", 8, seq=1)  # ... and the server evicted it
+        scheduler.response_chunk(req(), result, b"data: {}")  # its first token: it was admitted there
+        event(precise, EPS[0].address, "BlockRemoved", 8, seq=1)  # ... and the server evicted it since
         assert uncached(producer, scheduler) == after_eviction, source
+
+
+def test_a_prompt_sent_and_not_yet_past_its_first_token_counts_as_cached_where_it_went() -> None:
+    scheduler, plugins = build(CONFIG % PRECISE_SOURCE)
+    producer = plugins["predicted-latency-producer"]
+    first = req("first")
+    result: SchedulingResult = scheduler.schedule(first, EPS)
+    scheduler.dispatched(first, result)
+    target = EPS.index(next(e for e in EPS if e.address == result.primary.address))
+    # no KV event yet (the server has not admitted it): a follower of the same prompt is predicted
+    # cached on that server, where it will queue behind the first and hit its blocks
+    expected = [128, 128, 128]
+    expected[target] = 0
+    assert uncached(producer, scheduler) == expected
+    scheduler.response_chunk(first, result, b"data: {}")  # admitted: from now on its events tell
+    assert uncached(producer, scheduler) == [128, 128, 128]
+    assert producer._awaiting_blocks == {}
 
 
 def test_precise_source_counts_a_held_prefix_the_approximate_index_never_routed() -> None:
