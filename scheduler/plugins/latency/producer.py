@@ -27,7 +27,10 @@ The prefix match (``prefixMatchInfoProducerName``: the approximate index by defa
 ``precise-prefix-cache-producer``, whose KV-event-fed index follows the servers' evictions) gives the
 cached tokens; when it was cut from token ids it also gives the prompt's length in those tokens
 (:attr:`~scheduler.plugins.prefix.match.PrefixMatch.prompt_tokens`), used instead of the request's
-estimate so that both are counted alike.
+estimate so that both are counted alike. **Ours**: a prompt this picker dispatched to an endpoint that
+has not produced its first token yet counts as cached there too (the leading block hashes the request
+shares with it, at most :data:`AWAITING_BLOCKS_LIMIT` per prompt): a server announces a prompt's blocks
+(KV events) only when it admits it, and a request queued behind it will hit them.
 
 Training (lifecycle hooks): at dispatch the target's features are captured (prompt tokens, uncached
 tokens from the prefix match, this picker's prefill tokens in flight and dispatched requests on the
