@@ -36,6 +36,8 @@ Memory: at most :data:`BUFFER_LIMIT` buffered samples and :data:`ENDPOINT_LIMIT`
 from __future__ import annotations
 
 import threading
+import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +51,7 @@ __all__ = [
     "MIN_ENDPOINT_SAMPLES",
     "MIN_SAMPLES",
     "REFERENCE_MS",
+    "REFIT_INTERVAL",
     "RIDGE",
     "TPOT_FEATURES",
     "TTFT_FEATURES",
@@ -57,6 +60,7 @@ __all__ = [
     "RidgeStats",
     "Weights",
     "relative_weight",
+    "train_loop",
 ]
 
 TTFT_FEATURES = (
@@ -410,3 +414,22 @@ class LatencyModel:
                 **self._prior.state(),
             },
         }
+
+
+REFIT_INTERVAL = 0.2
+"""Seconds the trainer waits after a refit before the next one, so completions are folded in batches
+(the solve is paid at most five times a second, not per completion)."""
+
+
+def train_loop(model_ref: weakref.ref[LatencyModel], wake: threading.Event) -> None:
+    """Refit when woken (or every second), at most every :data:`REFIT_INTERVAL`; ends once the model
+    is gone."""
+    while True:
+        wake.wait(1.0)
+        wake.clear()
+        model = model_ref()
+        if model is None:
+            return
+        model.refit()
+        del model
+        time.sleep(REFIT_INTERVAL)

@@ -75,16 +75,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.cycle_state import CycleState, StateKey
-from scheduler.duration import DURATION_EXPECT, parse_duration
 from scheduler.errors import ConfigError
-from scheduler.headers import SLO_TPOT_HEADER, SLO_TTFT_HEADER
 from scheduler.interfaces import Handle
 from scheduler.observer import LatencyMetrics, LatencyReport, PluginMetrics
-from scheduler.params import param, parse_params, plugin_location
+from scheduler.params import parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
-from scheduler.plugins.latency.model import Features, LatencyModel
-from scheduler.plugins.latency.prior import DEFAULT_PREFILL_THROUGHPUT
+from scheduler.plugins.latency.info import (
+    LATENCY_PREDICTION_INFO,
+    REJECTED,
+    TPOT_SLO_HEADER,
+    TTFT_SLO_HEADER,
+    LatencyPredictionInfo,
+    PredictedLatencyParams,
+    slo_header,
+)
+from scheduler.plugins.latency.model import Features, LatencyModel, train_loop
 from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.plugins.prefix.match import PrefixMatch
 from scheduler.types import Completion, EndpointView, LLMRequest, Outcome, SchedulingResult
@@ -92,6 +98,8 @@ from scheduler.types import Completion, EndpointView, LLMRequest, Outcome, Sched
 __all__ = [
     "CONTEXT_LIMIT",
     "LATENCY_PREDICTION_INFO",
+    "TPOT_SLO_HEADER",
+    "TTFT_SLO_HEADER",
     "LatencyPredictionInfo",
     "PredictedLatencyParams",
     "PredictedLatencyProducer",
@@ -99,69 +107,11 @@ __all__ = [
     "slo_header",
 ]
 
-LATENCY_PREDICTION_INFO = "LatencyPredictionInfo"
 DEFAULT_PRODUCER = "predicted-latency-producer"
-TTFT_SLO_HEADER = SLO_TTFT_HEADER  # the names plugins of this package import
-TPOT_SLO_HEADER = SLO_TPOT_HEADER
 CONTEXT_LIMIT = 65536
 PENDING_LIMIT = 4096  # prefix matches kept between scheduling and dispatch
 AWAITING_BLOCKS_LIMIT = 512  # leading block hashes per request counted as held until its first token
 _PREFILL = "prefill"
-
-_REJECTED = {
-    "samplingMean": "is deprecated upstream and ignored there; remove it",
-    "maxDecodeTokenSamplesForPrediction": "is deprecated upstream and ignored there; remove it",
-    "useEncoderCacheFeatures": "needs multimodal encoder-cache matching, which pyepp does not implement",
-    "encoderCacheMatchInfoProducerName": (
-        "needs multimodal encoder-cache matching, which pyepp does not implement"
-    ),
-    "inFlightLoadProducerName": (
-        "is not supported: pyepp's predicted-latency-producer keeps its own in-flight accounting"
-    ),
-}
-
-
-def slo_header(request: LLMRequest, name: str) -> float:
-    """The SLO header's value in ms (0 when absent, not a number or not finite, as upstream)."""
-    raw = request.headers.get(name)
-    if not raw:
-        return 0.0
-    try:
-        value = float(raw)
-    except ValueError:
-        return 0.0
-    return value if value == value and abs(value) != float("inf") else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class PredictedLatencyParams:
-    slo_buffer_factor: float = param(1.0, gt=0)
-    context_ttl: float = param(
-        300.0, gt=0, key="contextTTL", convert=parse_duration, expect=DURATION_EXPECT + " > 0"
-    )
-    streaming_mode: bool = False
-    endpoint_role_label: str = ""
-    predict_in_produce: bool = True
-    prefix_match_info_producer_name: str = ""
-    cold_start_prior: bool = True
-    cold_start_prefill_throughput: float = param(DEFAULT_PREFILL_THROUGHPUT, gt=0)
-
-
-@dataclass(frozen=True, slots=True)
-class LatencyPredictionInfo:
-    """One endpoint's prediction for one request (upstream's attribute of the same name; ms)."""
-
-    ttft_valid: bool
-    tpot_valid: bool
-    ttft_headroom: float
-    tpot_headroom: float
-    ttft: float
-    tpot: float
-    dispatched_request_count: int
-
-    @property
-    def valid(self) -> bool:
-        return self.ttft_valid and self.tpot_valid
 
 
 @dataclass(slots=True)
@@ -455,7 +405,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             return
         if self._trainer is None or not self._trainer.is_alive():
             self._trainer = threading.Thread(
-                target=_train_loop,
+                target=train_loop,
                 args=(weakref.ref(self.model), self._wake),
                 name=f"{self.name}-trainer",
                 daemon=True,
@@ -525,28 +475,9 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         }
 
 
-REFIT_INTERVAL = 0.2
-"""Seconds the trainer waits after a refit before the next one, so completions are folded in batches
-(the solve is paid at most five times a second, not per completion)."""
-
-
-def _train_loop(model_ref: weakref.ref[LatencyModel], wake: threading.Event) -> None:
-    """Refit when woken (or every second), at most every :data:`REFIT_INTERVAL`; ends once the model
-    is gone."""
-    while True:
-        wake.wait(1.0)
-        wake.clear()
-        model = model_ref()
-        if model is None:
-            return
-        model.refit()
-        del model
-        time.sleep(REFIT_INTERVAL)
-
-
 def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> PredictedLatencyProducer:
     plugin_type = PredictedLatencyProducer.plugin_type
-    for key, why in _REJECTED.items():
+    for key, why in REJECTED.items():
         if isinstance(parameters, Mapping) and key in parameters:
             raise ConfigError(
                 f"{key} {why}", location=f"{plugin_location(plugin_type, name)}: parameters.{key}"
