@@ -75,6 +75,9 @@ class Summary:
     slo: SloAttainment | None = None  # requests that carried an SLO (None: the scenario sends none)
     ttft_mape: float = math.nan
     ttft_mape_samples: int = 0
+    groups: int = 0  # distinct prefix groups among the successful requests that name one
+    group_servers: int = 0  # distinct (server, group) pairs serving them: groups = pairs when none moved
+    group_moves: int = 0  # a group's request served elsewhere than the group's previous one (by send time)
 
     def row(self) -> list[str]:
         def ms(v: float) -> str:
@@ -190,7 +193,21 @@ def summarize(run: RouterRun) -> Summary:
         slo=attainment(run.results, run.slos) if run.slos else None,
         ttft_mape=run.ttft_mape,
         ttft_mape_samples=run.ttft_mape_samples,
+        **_placement(ok),
     )
+
+
+def _placement(ok: Sequence[RequestResult]) -> dict[str, int]:
+    """How the groups were spread: distinct groups, (server, group) pairs, and moves between servers."""
+    last: dict[str, str] = {}
+    pairs: set[tuple[str, str]] = set()
+    moves = 0
+    for r in sorted((r for r in ok if r.group and r.server), key=lambda r: (r.sent_at, r.index)):
+        previous = last.get(r.group)
+        moves += previous is not None and previous != r.server
+        last[r.group] = r.server
+        pairs.add((r.server, r.group))
+    return {"groups": len(last), "group_servers": len(pairs), "group_moves": moves}
 
 
 def _idle_while_queued(run: RouterRun) -> float:

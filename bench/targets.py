@@ -41,8 +41,10 @@ cached tokens from the precise index, ``deploy/configs/predicted-latency-precise
 * across the scenarios of one ``epp-bench routing`` run (:func:`check_predicted_overall`): TTFT p90 at
   most 0.7x the best fixed-weight profile's in at least two scenarios.
 
-A target whose routers were not run is reported as ``SKIP`` with the reason; nothing is silently left
-out. Each line is ``PASS|MISS|SKIP <scenario>: <what> (<figures>)``.
+Where the default's hit rate misses cache_aware's, an ``INFO`` line says how each spread the prefix
+groups (groups, distinct (server, group) pairs, moves of a group between servers): the measured cause
+of the working-set gap. A target whose routers were not run is reported as ``SKIP`` with the reason;
+nothing is silently left out. Each line is ``PASS|MISS|SKIP <scenario>: <what> (<figures>)``.
 """
 
 from __future__ import annotations
@@ -118,16 +120,31 @@ def _ms(v: float) -> str:
     return f"{v * 1000:.0f} ms"
 
 
+def _placement_why(name: str, pick: Summary, ca: Summary) -> list[str]:
+    """Where the default's hit rate trails cache_aware's: how each spread its prefix groups (an INFO line;
+    each (server, group) pair beyond one per group is a group's prompt prefilled and cached again)."""
+    if not (pick.groups and ca.groups):
+        return []
+    return [
+        f"INFO {name}: why the hit rate trails: {PICKER} served its {pick.groups} groups from "
+        f"{pick.group_servers} (server, group) pairs with {pick.group_moves} moves between servers, "
+        f"cache_aware its {ca.groups} from {ca.group_servers} with {ca.group_moves} (a move prefills the "
+        f"group's prompt again on another server and holds it in two caches)"
+    ]
+
+
 def _vs_cache_aware(name: str, pick: Summary, ca: Summary | None) -> list[str]:
     if ca is None:
         return [_skip(name, "at least as good as vllm-router cache_aware", CACHE_AWARE)]
+    hit_ok = pick.hit_rate >= ca.hit_rate - 0.01
     return [
         _line(
-            pick.hit_rate >= ca.hit_rate - 0.01,
+            hit_ok,
             name,
             "hit rate at least cache_aware's - 1 pt",
             f"{pick.hit_rate:.1%} vs {ca.hit_rate:.1%}",
         ),
+        *([] if hit_ok else _placement_why(name, pick, ca)),
         _line(
             pick.ttft_p50 <= ca.ttft_p50,
             name,

@@ -71,7 +71,7 @@ def test_oracle_uses_the_simulator_tokenizer_and_salts_adapters() -> None:
 
 def _summary(router: str, **kw: float) -> Summary:
     base = dict.fromkeys(Summary.__slots__, math.nan)
-    base.update(router=router, requests=100, errors=0)
+    base.update(router=router, requests=100, errors=0, groups=0, group_servers=0, group_moves=0)
     base.update(kw)
     return Summary(**base)  # type: ignore[arg-type]
 
@@ -135,6 +135,35 @@ def test_shares_count_idle_replicas_and_idle_while_queued() -> None:
     assert s.share_max_min == math.inf
     assert s.share_max_vs_mean == pytest.approx(2.0)
     assert s.idle_while_queued == pytest.approx(0.5)
+
+
+def test_summaries_count_how_the_groups_were_spread() -> None:
+    from bench.report import RouterRun, summarize
+    from simulator.loadgen import RequestResult
+
+    served = [("g1", "a"), ("g2", "b"), ("g1", "b"), ("g1", "a"), ("g2", "b"), ("", "a"), ("g3", "")]
+    results = [RequestResult(index=i, group=g, sent_at=float(i), status=200, ttft=0.1, e2e=0.2, server=srv)
+               for i, (g, srv) in enumerate(served)]  # fmt: skip
+    results.append(
+        RequestResult(index=9, group="g2", sent_at=2.5, status=500, server="a")
+    )  # failed: not counted
+    s = summarize(RouterRun(router="r", scenario="s", results=results, duration_s=1.0, servers=["a", "b"]))
+    assert (s.groups, s.group_servers, s.group_moves) == (2, 3, 2)  # g1: a -> b -> a; g2 stays on b
+
+
+def test_a_hit_rate_miss_says_how_each_router_spread_the_groups() -> None:
+    spread = {"ttft_p90": 0.2, "groups": 24}
+    ca = _summary("vllm-router-cache-aware", hit_rate=0.42, group_servers=24, group_moves=0, **spread)
+    behind = _summary("picker-default", hit_rate=0.35, group_servers=31, group_moves=14, **spread)
+    close = _summary("picker-default", hit_rate=0.415, group_servers=26, group_moves=3, **spread)
+    lines = check(SCENARIOS["working-set"], {s.router: s for s in (ca, behind)})
+    why = [ln for ln in lines if ln.startswith("INFO working-set: why the hit rate trails")]
+    assert len(why) == 1
+    assert "its 24 groups from 31 (server, group) pairs with 14 moves" in why[0]
+    assert "cache_aware its 24 from 24 with 0" in why[0]
+    assert not [
+        ln for ln in check(SCENARIOS["working-set"], {s.router: s for s in (ca, close)}) if "why" in ln
+    ]
 
 
 def test_active_active_hit_rate_target_and_the_approximate_profiles_change() -> None:
