@@ -468,7 +468,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out = Path(__file__).resolve().parents[1] / "bench" / "results" / day / "extproc-envoy"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "points.json").write_text(json.dumps([asdict(p) for p in points], indent=1))
-    (args.out / "report.md").write_text(table + "\n\n" + "\n".join(f"- {c}" for c in checks) + "\n")
+    # The generator moves every figure: the aiohttp client is CPU-bound on two cores, so the picker reaches
+    # less throughput, fewer requests share each of its loop iterations and its CPU per request reads higher.
+    script = f", picker script {args.picker_script}" if args.picker_script else ""
+    notes = f"Load generator: {generator}; extra picker flags: {args.picker_args or '(none)'}{script}.\n\n"
+    (args.out / "report.md").write_text(notes + table + "\n\n" + "\n".join(f"- {c}" for c in checks) + "\n")
     print(table)
     print("\n".join(checks))
     print(f"[extproc-envoy] wrote {args.out / 'report.md'}")

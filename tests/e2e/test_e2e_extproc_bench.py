@@ -53,6 +53,8 @@ def test_short_run_writes_a_report_with_cpu_per_request(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "picker CPU per 1k request" in report
     assert "added p50 at c=16 paced" in report
+    generator = "wrk" if shutil.which("wrk") else "python aiohttp (no wrk on PATH)"
+    assert report.startswith(f"Load generator: {generator}; extra picker flags: (none).")
 
 
 @pytest.mark.e2e
