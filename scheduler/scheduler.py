@@ -89,24 +89,20 @@ class Scheduler:
         self._clock = clock
         self._observer: SchedulerObserver = observer if observer is not None else LoggingObserver()
         self._shadow = frozenset(name for name, p in self.profiles.items() if p.shadow)
-        self._prepare = [p for p in self.plugins if isinstance(p, PrepareHook)]
-        self._dispatch = [p for p in self.plugins if isinstance(p, DispatchHook)]
-        self._headers = [p for p in self.plugins if isinstance(p, ResponseHeadersHook)]
-        self._providers = [p for p in self.plugins if isinstance(p, ResponseHeadersProvider)]
-        self._chunks = [p for p in self.plugins if isinstance(p, ResponseChunkHook)]
-        self._completed = [p for p in self.plugins if isinstance(p, CompletionHook)]
-        self._removed = [p for p in self.plugins if isinstance(p, EndpointRemovalHook)]
-        self._request_headers = [p for p in self.plugins if isinstance(p, RequestHeadersProvider)]
         # [plugin, record] per hook call site: record(seconds) is the observer's plugin timing
         obs = self._observer
-        self._prepare_t = [timed_plugin(obs, "prepare", p) for p in self._prepare]
-        self._dispatch_t = [timed_plugin(obs, "dispatched", p) for p in self._dispatch]
-        self._headers_t = [timed_plugin(obs, "response_headers", p) for p in self._headers]
-        self._providers_t = [timed_plugin(obs, "response_headers", p) for p in self._providers]
-        self._chunks_t = [timed_plugin(obs, "response_chunk", p) for p in self._chunks]
-        self._completed_t = [timed_plugin(obs, "completed", p) for p in self._completed]
-        self._removed_t = [timed_plugin(obs, "endpoints_removed", p) for p in self._removed]
-        self._request_headers_t = [timed_plugin(obs, "request_headers", p) for p in self._request_headers]
+
+        def timed(point: str, hook: type) -> list[TimedPlugin]:
+            return [timed_plugin(obs, point, p) for p in self.plugins if isinstance(p, hook)]
+
+        self._prepare_t = timed("prepare", PrepareHook)
+        self._dispatch_t = timed("dispatched", DispatchHook)
+        self._headers_t = timed("response_headers", ResponseHeadersHook)
+        self._providers_t = timed("response_headers", ResponseHeadersProvider)
+        self._chunks_t = timed("response_chunk", ResponseChunkHook)
+        self._completed_t = timed("completed", CompletionHook)
+        self._removed_t = timed("endpoints_removed", EndpointRemovalHook)
+        self._request_headers_t = timed("request_headers", RequestHeadersProvider)
         self._handler_t: dict[str, TimedPlugin] = {
             point: timed_plugin(obs, point, handler) for point in ("pick_profiles", "process_results")
         }
@@ -121,16 +117,16 @@ class Scheduler:
 
     @property
     def has_dispatch_hooks(self) -> bool:
-        return bool(self._dispatch)
+        return bool(self._dispatch_t)
 
     @property
     def has_response_header_hooks(self) -> bool:
-        return bool(self._headers)
+        return bool(self._headers_t)
 
     @property
     def has_response_header_providers(self) -> bool:
         """False when no plugin adds client response headers (the caller may skip the call)."""
-        return bool(self._providers)
+        return bool(self._providers_t)
 
     @property
     def owned_request_headers(self) -> frozenset[str]:
@@ -147,11 +143,11 @@ class Scheduler:
     @property
     def has_chunk_hooks(self) -> bool:
         """False when no plugin wants response chunks: the caller may skip body streaming work."""
-        return bool(self._chunks)
+        return bool(self._chunks_t)
 
     @property
     def has_completion_hooks(self) -> bool:
-        return bool(self._completed)
+        return bool(self._completed_t)
 
     # -- the scheduling cycle -----------------------------------------------------------------------
 
@@ -219,7 +215,7 @@ class Scheduler:
             profile_results = merged
         record = DecisionRecord(request.request_id, tuple(decisions), outcome.primary_profile, shadow_run)
         headers = outcome.headers
-        if self._request_headers:
+        if self._request_headers_t:
             headers = self._add_request_headers(cycle, request, outcome)
         return SchedulingResult(outcome.primary_profile, outcome.endpoints, profile_results, headers, record)
 

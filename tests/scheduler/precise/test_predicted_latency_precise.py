@@ -70,7 +70,7 @@ def event(plugin: PrecisePrefixCacheProducer, source: str, kind: str, blocks: in
 def uncached(producer: PredictedLatencyProducer, scheduler: Any) -> list[int]:
     """The model's uncached-tokens feature of ``req()`` on each endpoint, as one scheduling cycle sees it."""
     cycle = CycleState()
-    for plugin in scheduler._prepare:  # the cycle's producers, in configuration order
+    for plugin, _ in scheduler._prepare_t:  # the cycle's producers, in configuration order
         plugin.prepare(cycle, req(), EPS)
     match = producer.prefix_match_for(cycle, req())
     return [producer.features(req(), e, match).uncached_tokens for e in EPS]
@@ -146,7 +146,7 @@ def test_the_prompt_is_counted_in_the_matchs_tokens_when_it_has_the_ids() -> Non
         request_id="e", model="m", target_model="m", prompt_text=PROMPT, token_estimate=300
     )
     cycle = CycleState()
-    for plugin in scheduler._prepare:
+    for plugin, _ in scheduler._prepare_t:
         plugin.prepare(cycle, estimated, EPS)
     match = producer.prefix_match_for(cycle, estimated)
     assert match.prompt_tokens == 128  # the rendered ids, not the request's estimate of 300
