@@ -12,9 +12,19 @@ from scheduler.types import (
     ScoredEndpoint,
 )
 
-__all__ = ["DONE", "endpoints", "req", "routed", "routed_pd"]
+__all__ = ["DONE", "FakeClock", "endpoints", "req", "routed", "routed_pd"]
 
 DONE = Completion(Outcome.OK)
+
+
+class FakeClock:
+    """A settable clock for plugins under test: call it for the time; set or advance ``now``."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def endpoints(n: int) -> list[Endpoint]:

@@ -7,6 +7,7 @@ from collections import deque
 from typing import Any
 
 import pytest
+from plugin_builders import FakeClock
 
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
@@ -22,14 +23,6 @@ REGISTRY = Registry()
 register_builtin(REGISTRY)
 RESULT = SchedulingResult("default", (), {})
 DONE = Completion(Outcome.OK, 200)
-
-
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Queue:
@@ -55,8 +48,10 @@ class Flow:
         self.queue: FlowQueue = Queue()
 
 
-def make(clock: Clock | None = None, **params: Any) -> FairShareFairness:
-    plugin = REGISTRY.create("fair-share-fairness-policy", "fs", params, PluginHandle(0, clock or Clock()))
+def make(clock: FakeClock | None = None, **params: Any) -> FairShareFairness:
+    plugin = REGISTRY.create(
+        "fair-share-fairness-policy", "fs", params, PluginHandle(0, clock or FakeClock(1000.0))
+    )
     assert isinstance(plugin, FairShareFairness)
     return plugin
 
@@ -139,30 +134,30 @@ def test_flows_of_other_bands_do_not_compete() -> None:
 
 
 def test_activity_window_decays_and_an_idle_flow_stops_holding_the_others_back() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, reserve=0.25, activeWindowSeconds=2.0)
     dispatch(p, "a", 6)
     dispatch(p, "b")
     complete(p, "b")  # b is idle but was active a moment ago
     assert not p.admits(0, "a", saturation=6 / 8, ceiling=1.0)
-    clock.t += 1.5
+    clock.now += 1.5
     assert not p.admits(0, "a", saturation=6 / 8, ceiling=1.0)
-    clock.t += 1.0  # 2.5 s after b's last completion: b no longer counts
+    clock.now += 1.0  # 2.5 s after b's last completion: b no longer counts
     assert p.admits(0, "a", saturation=6 / 8, ceiling=1.0)
     assert p.tracked() == 1
 
 
 def test_a_waiting_flow_stays_active_past_the_window() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, reserve=0.25, activeWindowSeconds=1.0)
     state = p.new_band_state(FcfsOrdering("fcfs"), 0)
     b = Flow("b")
     state.activate(b)
     dispatch(p, "a", 6)
-    clock.t += 60
+    clock.now += 60
     assert not p.admitted(0, "a", 6 / 8, 1.0)  # b still waits
     state.deactivate(b)
-    clock.t += 1.5
+    clock.now += 1.5
     assert p.admitted(0, "a", 6 / 8, 1.0)
 
 
@@ -189,7 +184,7 @@ def test_pick_skips_held_flows_and_takes_turns_among_the_others() -> None:
 
 def test_records_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fair_share, "MAX_FLOWS", 5)
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, activeWindowSeconds=100.0)
     for i in range(50):
         dispatch(p, f"t{i}")
@@ -200,6 +195,6 @@ def test_records_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert p.in_flight(0, "t0") == 0
     state = p.dump_state()
     assert state["trackedFlows"] == 5 and state["inFlightByBand"] == {"0": 4}
-    clock.t += 1000  # everything idle past the window: the next call sweeps all but the caller
+    clock.now += 1000  # everything idle past the window: the next call sweeps all but the caller
     complete(p, "t48")
     assert p.tracked() == 4  # t45, t46, t47 still have a request in flight; t48 just completed

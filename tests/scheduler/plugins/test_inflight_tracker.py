@@ -1,19 +1,12 @@
 import pytest
+from plugin_builders import FakeClock
 
 from scheduler.plugins.shared.inflight import InflightTracker, dispatch_targets
 from scheduler.types import Endpoint, ProfileResult, SchedulingResult, ScoredEndpoint
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_dispatch_complete_exactly_once() -> None:
-    t = InflightTracker(Clock(), 60)
+    t = InflightTracker(FakeClock(), 60)
     t.dispatch("r1", ["a"], 10)
     t.dispatch("r1", ["a"], 10)  # duplicate dispatch ignored
     t.dispatch("r2", ["a", "b"], 5)
@@ -26,7 +19,7 @@ def test_dispatch_complete_exactly_once() -> None:
 
 
 def test_add_tokens_and_unknown_ids() -> None:
-    t = InflightTracker(Clock(), 60)
+    t = InflightTracker(FakeClock(), 60)
     t.dispatch("r", ["a"], 3)
     t.add_tokens("r", 4)
     t.add_tokens("unknown", 100)
@@ -47,7 +40,7 @@ def test_add_tokens_and_unknown_ids() -> None:
     ],
 )
 def test_move_to_served(dispatched: list[str], served: str, expected: dict[str, int]) -> None:
-    t = InflightTracker(Clock(), 60)
+    t = InflightTracker(FakeClock(), 60)
     t.dispatch("r", dispatched, 8)
     t.move("r", served)
     assert t.request_counts == expected
@@ -57,7 +50,7 @@ def test_move_to_served(dispatched: list[str], served: str, expected: dict[str, 
 
 
 def test_expiry_on_dispatch() -> None:
-    clock = Clock()
+    clock = FakeClock()
     t = InflightTracker(clock, 10)
     t.dispatch("old", ["a"], 1)
     clock.now = 5
@@ -69,7 +62,7 @@ def test_expiry_on_dispatch() -> None:
 
 
 def test_forget_removed_endpoints() -> None:
-    t = InflightTracker(Clock(), 60)
+    t = InflightTracker(FakeClock(), 60)
     t.dispatch("r", ["a", "b"], 2)
     t.forget({"a"})
     assert t.request_counts == {"b": 1}
@@ -80,7 +73,7 @@ def test_forget_removed_endpoints() -> None:
 
 def test_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="timeout"):
-        InflightTracker(Clock(), 0)
+        InflightTracker(FakeClock(), 0)
 
 
 def _result() -> SchedulingResult:

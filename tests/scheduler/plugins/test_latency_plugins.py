@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 
 import pytest
-from plugin_builders import routed, routed_pd
+from plugin_builders import FakeClock, routed, routed_pd
 
 from scheduler.config import load_config_text
 from scheduler.cycle_state import CycleState
@@ -28,14 +28,6 @@ BUSY = Metrics(running_requests=3, kv_cache_usage=0.5)
 UPSTREAM_COLD = PredictedLatencyParams(cold_start_prior=False)  # no predictions before MIN_SAMPLES
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def request(i: int = 0, priority: int = 0, **headers: str) -> LLMRequest:
     hs = {k.replace("_", "-"): v for k, v in headers.items()}
     return LLMRequest(f"r{i}", "m", "m", token_estimate=1000, headers=hs, priority=priority)
@@ -43,7 +35,7 @@ def request(i: int = 0, priority: int = 0, **headers: str) -> LLMRequest:
 
 def trained(params: PredictedLatencyParams | None = None) -> PredictedLatencyProducer:
     """A producer whose model learnt TTFT = 100 ms on FAST and 1000 ms on SLOW, TPOT 10 / 40 ms."""
-    p = PredictedLatencyProducer("predicted-latency-producer", Clock(), params, background=False)
+    p = PredictedLatencyProducer("predicted-latency-producer", FakeClock(100.0), params, background=False)
     f = Features(1000, 1000, 0, 0, 0, 0.5)
     for _ in range(10 * MIN_SAMPLES):
         p.model.observe(FAST.address, f, 100.0, 10.0)
@@ -58,7 +50,7 @@ def mean_target(stats: RidgeStats) -> float:
 
 
 def test_producer_trains_from_the_lifecycle_streaming() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     p = PredictedLatencyProducer("p", clock, PredictedLatencyParams(streaming_mode=True), background=False)
     r = request()
     p.prepare(CycleState(), r, [FAST])
@@ -78,7 +70,7 @@ def test_producer_trains_from_the_lifecycle_streaming() -> None:
 
 
 def test_producer_streaming_trains_no_ttft_from_an_error_response() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     p = PredictedLatencyProducer("p", clock, PredictedLatencyParams(streaming_mode=True), background=False)
     r = request()
     p.on_dispatched(r, routed(FAST))
@@ -90,7 +82,7 @@ def test_producer_streaming_trains_no_ttft_from_an_error_response() -> None:
 
 
 def test_producer_non_streaming_trains_end_to_end_ttft_and_skips_failures() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     p = PredictedLatencyProducer("p", clock, background=False)
     r = request()
     p.on_dispatched(r, routed(FAST))
@@ -107,7 +99,7 @@ def test_producer_non_streaming_trains_end_to_end_ttft_and_skips_failures() -> N
 
 
 def test_producer_pd_trains_ttft_on_prefill_and_tpot_on_decode() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     p = PredictedLatencyProducer("p", clock, PredictedLatencyParams(streaming_mode=True), background=False)
     r = request()
     p.on_dispatched(r, routed_pd(FAST, SLOW))
@@ -121,7 +113,7 @@ def test_producer_pd_trains_ttft_on_prefill_and_tpot_on_decode() -> None:
 
 
 def test_producer_expires_requests_after_context_ttl() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     p = PredictedLatencyProducer("p", clock, PredictedLatencyParams(context_ttl=10.0), background=False)
     p.on_dispatched(request(1), routed(FAST))
     clock.now += 11
@@ -130,7 +122,7 @@ def test_producer_expires_requests_after_context_ttl() -> None:
 
 
 def test_producer_background_trainer_refits_off_the_caller() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     p = PredictedLatencyProducer("p", clock)
     for i in range(MIN_SAMPLES):
         r = request(i)
@@ -182,7 +174,7 @@ def test_producer_rejects_unsupported_and_invalid_parameters() -> None:
 
 def test_scorer_prefers_lowest_predicted_latency_and_falls_back_when_cold() -> None:
     s = scorer.LatencyScorer("s")
-    cold = PredictedLatencyProducer("p", Clock(), UPSTREAM_COLD, background=False)
+    cold = PredictedLatencyProducer("p", FakeClock(100.0), UPSTREAM_COLD, background=False)
     s.bind_latency_producer(cold)
     busy = replace(SLOW, metrics=Metrics(waiting_queue_size=4, kv_cache_usage=0.9))
     # composite: (kvFree + relQueue + prefix) / 3 -> FAST (1 + 1 + 0) / 3, busy (0.1 + 0 + 0) / 3
@@ -212,7 +204,7 @@ def test_scorer_prefers_lowest_predicted_latency_and_falls_back_when_cold() -> N
 
 def test_tier_filter_keeps_the_positive_tier() -> None:
     f = tier_filter.SloHeadroomTierFilter("t", random.Random(1), tier_filter.SloHeadroomTierParams(0.0))
-    f.bind_latency_producer(PredictedLatencyProducer("p", Clock(), UPSTREAM_COLD, background=False))
+    f.bind_latency_producer(PredictedLatencyProducer("p", FakeClock(100.0), UPSTREAM_COLD, background=False))
     assert list(f.filter(CycleState(), request(x_slo_ttft_ms="500"), [FAST, SLOW])) == [FAST, SLOW]  # cold
     f.bind_latency_producer(trained())
     assert list(f.filter(CycleState(), request(x_slo_ttft_ms="500"), [FAST, SLOW])) == [FAST]
@@ -237,7 +229,9 @@ def test_admitter_rejects_sheddable_requests_no_endpoint_can_serve_in_time() -> 
     assert a.admit(request(priority=-1, x_slo_ttft_ms="500"), busy) is None  # FAST meets it
     assert a.admit(impossible, [FAST, replace(SLOW, metrics=BUSY)]) is None  # FAST is idle
     cold = admitter.LatencySloAdmitter("a")
-    cold.bind_latency_producer(PredictedLatencyProducer("p", Clock(), UPSTREAM_COLD, background=False))
+    cold.bind_latency_producer(
+        PredictedLatencyProducer("p", FakeClock(100.0), UPSTREAM_COLD, background=False)
+    )
     assert cold.admit(impossible, busy) is None
 
 
@@ -265,7 +259,7 @@ class HeldBy:
 
 
 def test_admitter_predicts_with_the_prefix_match_as_upstream() -> None:
-    p = PredictedLatencyProducer("p", Clock(), background=False)
+    p = PredictedLatencyProducer("p", FakeClock(100.0), background=False)
     for i in range(10 * MIN_SAMPLES):  # TTFT = 100 ms + 0.9 ms per uncached token, on both
         uncached = (i * 37) % 1001
         for e in (FAST, SLOW):
@@ -357,7 +351,7 @@ class RecordingLatency:
 
 def test_producer_reports_the_prefill_ttft_and_decode_tpot_predictions_in_pd() -> None:
     p = trained(PredictedLatencyParams(streaming_mode=True))
-    clock = Clock()
+    clock = FakeClock(100.0)
     p._clock = clock
     metrics = RecordingLatency()
     p.bind_metrics(metrics)

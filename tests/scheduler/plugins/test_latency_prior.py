@@ -8,7 +8,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from plugin_builders import routed
+from plugin_builders import FakeClock, routed
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
@@ -31,13 +31,6 @@ BUSY = Metrics(running_requests=3, kv_cache_usage=0.5)
 RATE = 10_000.0  # tokens/s, the configured prior of these tests
 
 
-class Clock:
-    now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def request(i: int = 0, priority: int = 0, tokens: int = 1000, **headers: str) -> LLMRequest:
     hs = {k.replace("_", "-"): v for k, v in headers.items()}
     return LLMRequest(f"r{i}", "m", "m", token_estimate=tokens, headers=hs, priority=priority)
@@ -47,7 +40,7 @@ def cold(rate: float = RATE, prior: bool = True) -> PredictedLatencyProducer:
     params = PredictedLatencyParams(
         streaming_mode=True, cold_start_prior=prior, cold_start_prefill_throughput=rate
     )
-    return PredictedLatencyProducer("predicted-latency-producer", Clock(), params, background=False)
+    return PredictedLatencyProducer("predicted-latency-producer", FakeClock(100.0), params, background=False)
 
 
 def ttft(m: LatencyModel, endpoint: Endpoint, f: Features) -> float:

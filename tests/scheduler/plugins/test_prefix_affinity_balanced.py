@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from plugin_builders import DONE, routed
+from plugin_builders import DONE, FakeClock, routed
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
@@ -29,15 +29,7 @@ from scheduler.types import Endpoint, LLMRequest
 BLOCK = 64  # characters per block at the default blockSizeTokens (16 x 4)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make(clock: Clock | None = None, **parameters: Any) -> PrefixAffinityScorer:
+def make(clock: FakeClock | None = None, **parameters: Any) -> PrefixAffinityScorer:
     handle = PluginHandle(clock=clock) if clock is not None else PluginHandle()
     plugin = factory("affinity", {"newPrefixPlacement": "balanced", **parameters}, handle)
     assert isinstance(plugin, PrefixAffinityScorer)
@@ -182,7 +174,7 @@ def test_a_spill_goes_to_the_lighter_endpoints_with_the_depth_score() -> None:
 
 
 def test_placements_unused_for_the_window_stop_counting() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     eps = fleet(2)
     scorer = make(clock, placementWindow="60s")
     send(scorer, eps, prompt(0), "a", pick=0)
@@ -199,7 +191,7 @@ def test_placements_unused_for_the_window_stop_counting() -> None:
 
 
 def test_the_window_applies_to_hash_placement_too() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     eps = fleet(2)
     scorer = make(clock, newPrefixPlacement="hash", placementWindow="10s")
     send(scorer, eps, prompt(0), "a", pick=0)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plugin_builders import FakeClock
 
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
@@ -32,14 +33,6 @@ from scheduler.types import Completion, LLMRequest, Outcome, SchedulingResult, U
 
 REGISTRY = Registry()
 register_builtin(REGISTRY)
-
-
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Item:
@@ -77,8 +70,8 @@ class Flow:
 RESULT = SchedulingResult("default", (), {})
 
 
-def make(clock: Clock | None = None, **params: Any) -> ProgramAwareFairness:
-    handle = PluginHandle(0, clock or Clock())
+def make(clock: FakeClock | None = None, **params: Any) -> ProgramAwareFairness:
+    handle = PluginHandle(0, clock or FakeClock(1000.0))
     plugin = REGISTRY.create("program-aware-fairness", "paf", params, handle)
     assert isinstance(plugin, ProgramAwareFairness)
     return plugin
@@ -142,11 +135,11 @@ def test_pick_without_flows_or_with_empty_queues() -> None:
 
 
 def test_single_flow_is_picked_and_its_enqueue_time_stashed_for_the_dispatch() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock)
-    flow = Flow("alpha", clock.t - 0.1005, request_id="r1")  # off the ms boundary: waits truncate
+    flow = Flow("alpha", clock.now - 0.1005, request_id="r1")  # off the ms boundary: waits truncate
     assert pick(p, flow) is flow
-    clock.t += 0.05
+    clock.now += 0.05
     p.on_dispatched(req("alpha", "r1"), RESULT)
     m = p.programs["alpha"]
     assert (m.dispatched, m.in_flight, m.wait_count) == (1, 1, 1)
@@ -154,46 +147,46 @@ def test_single_flow_is_picked_and_its_enqueue_time_stashed_for_the_dispatch() -
 
 
 def test_prefers_lower_attained_service() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, lasWeightService=1.0, lasWeightHeadWait=0.0, lasHalfLifeSeconds=0)
     p.on_completed(req("alpha"), RESULT, done(1000))
     p.on_completed(req("beta"), RESULT, done(10))
-    a, b = Flow("alpha", clock.t), Flow("beta", clock.t)
+    a, b = Flow("alpha", clock.now), Flow("beta", clock.now)
     assert pick(p, a, b) is b
     assert pick(p, b, a) is b
 
 
 def test_cold_start_uses_head_wait() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, lasWeightService=1.0, lasWeightHeadWait=1.0)
-    a, b = Flow("alpha", clock.t - 0.5), Flow("beta", clock.t - 0.05)
+    a, b = Flow("alpha", clock.now - 0.5), Flow("beta", clock.now - 0.05)
     assert pick(p, b, a) is a
 
 
 def test_idle_programs_service_decays_without_visits() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, lasWeightService=1.0, lasWeightHeadWait=0.0, lasHalfLifeSeconds=1)
     p.on_completed(req("heavy"), RESULT, done(1000))  # heavy: 1000, then idles 10 half-lives
-    clock.t += 10
+    clock.now += 10
     p.on_completed(req("light"), RESULT, done(10))  # light: 10, just now
-    heavy, light = Flow("heavy", clock.t), Flow("light", clock.t)
+    heavy, light = Flow("heavy", clock.now), Flow("light", clock.now)
     assert pick(p, light, heavy) is heavy  # heavy decayed to ~1, below light's 10
 
 
 def test_equal_scores_go_to_the_flow_active_first() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock)
-    a, b = Flow("a", clock.t), Flow("b", clock.t)
+    a, b = Flow("a", clock.now), Flow("b", clock.now)
     assert pick(p, a, b) is a
     assert pick(p, b, a) is b
 
 
 def test_score_blends_the_weights() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     # alpha: the most service but the oldest head; beta: no service, the newest head.
     p = make(clock, lasWeightService=0.8, lasWeightHeadWait=0.2, lasHalfLifeSeconds=0)
     p.on_completed(req("alpha"), RESULT, done(100))
-    a, b = Flow("alpha", clock.t - 1.0), Flow("beta", clock.t)
+    a, b = Flow("alpha", clock.now - 1.0), Flow("beta", clock.now)
     assert pick(p, a, b) is b  # 0.8 * 1 beats 0.2 * 1
     p2 = make(clock, lasWeightService=0.2, lasWeightHeadWait=0.8, lasHalfLifeSeconds=0)
     p2.on_completed(req("alpha"), RESULT, done(100))
@@ -248,21 +241,21 @@ def test_no_fairness_id_falls_back_to_the_default_flow() -> None:
 
 
 def test_completion_closes_the_in_flight_count_and_stamps_the_time() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock)
     p.on_dispatched(req(), RESULT)
     seeded = p.programs["alpha"].last_completion
-    clock.t += 1
+    clock.now += 1
     p.on_completed(req(), RESULT, Completion(Outcome.CLIENT_CANCEL))
     m = p.programs["alpha"]
     assert (m.in_flight, m.last_completion) == (0, seeded + 1)
 
 
 def test_wait_mean_is_a_running_mean_in_whole_milliseconds() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock)
     for rid, wait in (("a", 0.0505), ("b", 0.1504)):
-        flow = Flow("alpha", clock.t - wait, request_id=rid)
+        flow = Flow("alpha", clock.now - wait, request_id=rid)
         assert pick(p, flow) is flow
         p.on_dispatched(req("alpha", rid), RESULT)
     m = p.programs["alpha"]
@@ -270,9 +263,9 @@ def test_wait_mean_is_a_running_mean_in_whole_milliseconds() -> None:
 
 
 def test_stash_is_bounded() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock)
-    flow = Flow("alpha", clock.t, request_id="x")
+    flow = Flow("alpha", clock.now, request_id="x")
     for i in range(MAX_STASHED_WAITS + 5):
         flow.queue.peek().request_id = f"r{i}"  # type: ignore[union-attr]
         pick(p, flow)
@@ -284,47 +277,47 @@ def test_stash_is_bounded() -> None:
 
 
 def test_eviction_sweep() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, evictionTtlSeconds=1, evictionSweepSeconds=5)
     p.on_dispatched(req("idle", "1"), RESULT)
     p.on_completed(req("idle", "1"), RESULT, done(10))
     p.on_dispatched(req("busy", "2"), RESULT)  # in flight: kept however old
     p.on_dispatched(req("never", "3"), RESULT)
     p.on_completed(req("never", "3"), RESULT, done())
-    clock.t += 4
+    clock.now += 4
     p.on_dispatched(req("recent", "4"), RESULT)
     p.on_completed(req("recent", "4"), RESULT, done())
     assert set(p.programs) == {"idle", "busy", "never", "recent"}  # no sweep before 5 s
-    clock.t += 1
+    clock.now += 1
     pick(p)
     assert set(p.programs) == {"busy", "recent"}
 
 
 def test_seeded_program_that_never_completes_ages_out() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, evictionTtlSeconds=1, evictionSweepSeconds=1)
-    pick(p, Flow("alpha", clock.t))
+    pick(p, Flow("alpha", clock.now))
     assert "alpha" in p.programs
-    clock.t += 2
+    clock.now += 2
     p.on_dispatched(req("beta"), RESULT)
     assert set(p.programs) == {"beta"}
 
 
 def test_zero_ttl_never_evicts() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, evictionTtlSeconds=0, evictionSweepSeconds=1)
     p.on_completed(req(), RESULT, done())
-    clock.t += 10**6
+    clock.now += 10**6
     pick(p)
     assert "alpha" in p.programs
 
 
 def test_program_budget_drops_the_longest_idle() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, evictionTtlSeconds=0)
     p.on_dispatched(req("busy"), RESULT)
     for i in range(MAX_PROGRAMS - 1):
-        clock.t += 0.001
+        clock.now += 0.001
         p.on_completed(req(f"p{i}"), RESULT, done())
     assert len(p.programs) == MAX_PROGRAMS
     p.on_completed(req("new"), RESULT, done())
@@ -335,15 +328,15 @@ def test_program_budget_drops_the_longest_idle() -> None:
 # ---------------------------------------------------------------- fairness index (TestComputeFairnessIndex_*)
 
 
-def waits(p: ProgramAwareFairness, clock: Clock, **ms: float) -> None:
+def waits(p: ProgramAwareFairness, clock: FakeClock, **ms: float) -> None:
     for program, wait in ms.items():
-        flow = Flow(program, clock.t - (wait + 0.5) / 1000, request_id=program)
+        flow = Flow(program, clock.now - (wait + 0.5) / 1000, request_id=program)
         pick(p, flow)
         p.on_dispatched(req(program, program), RESULT)
 
 
 def test_fairness_index() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     assert jains_index(0, 0, 0) == 1.0
     p = make(clock)
     assert p.fairness_index() == 0.0  # the gauge before any pick
@@ -364,12 +357,12 @@ def test_fairness_index() -> None:
 
 
 def test_fairness_index_forgets_evicted_programs() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, evictionTtlSeconds=1, evictionSweepSeconds=1)
     waits(p, clock, a=10, b=1000)
     p.on_completed(req("a", "a"), RESULT, done())
     p.on_completed(req("b", "b"), RESULT, done())
-    clock.t += 2
+    clock.now += 2
     pick(p)
     assert p.programs == {} and p.fairness_index() == 1.0
 
@@ -378,7 +371,7 @@ def test_fairness_index_forgets_evicted_programs() -> None:
 
 
 def test_dump_state_reports_aggregates_without_program_ids() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock)
     assert p.dump_state() == {"totalPrograms": 0, "totalInFlight": 0, "fairnessIndex": 1.0}
     waits(p, clock, **{"secret-tenant-xyz": 5, "prog-b": 20})
@@ -389,14 +382,14 @@ def test_dump_state_reports_aggregates_without_program_ids() -> None:
 
 
 def test_samples_follow_upstreams_write_points() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, lasHalfLifeSeconds=1)
     source: ProgramFairnessSource = p
     assert source.name == "paf"
     waits(p, clock, a=40)
     assert list(p.program_samples()) == [ProgramSample("a", 40.0, None)]  # dispatched, not completed
     p.on_completed(req("a", "a"), RESULT, done(10, 5))
-    clock.t += 1  # decay is not folded into the reported value until the next completion
+    clock.now += 1  # decay is not folded into the reported value until the next completion
     assert list(p.program_samples()) == [ProgramSample("a", 40.0, 20.0)]
     p.on_completed(req("a", "a"), RESULT, done(0, 0))
     assert list(p.program_samples()) == [ProgramSample("a", 40.0, pytest.approx(10.0))]
@@ -423,12 +416,12 @@ def test_bind_metrics_registers_the_plugin_with_an_observer_that_exports_it() ->
 def test_incremental_fairness_index_matches_a_full_recount(events: list[tuple[str, int, bool]]) -> None:
     """The index is kept from running sums; it must equal Jain's index over the current means, within
     [1/n, 1], through dispatches and evictions."""
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = make(clock, evictionTtlSeconds=1, evictionSweepSeconds=1)
     for i, (program, wait_ms, idle) in enumerate(events):
         if idle:
-            clock.t += 2  # past the TTL: the next call sweeps the programs with nothing in flight
-        flow = Flow(program, clock.t - (wait_ms + 0.5) / 1000, request_id=str(i))
+            clock.now += 2  # past the TTL: the next call sweeps the programs with nothing in flight
+        flow = Flow(program, clock.now - (wait_ms + 0.5) / 1000, request_id=str(i))
         pick(p, flow)
         p.on_dispatched(req(program, str(i)), RESULT)
         p.on_completed(req(program, str(i)), RESULT, done(1, 1))

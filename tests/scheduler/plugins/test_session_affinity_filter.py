@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 import pytest
+from plugin_builders import FakeClock
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
@@ -122,16 +123,8 @@ def test_factory_validation(params: dict[str, Any], ok: bool) -> None:
             build(params)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_session_id_binds_on_dispatch_and_pins() -> None:
-    clock = Clock()
+    clock = FakeClock()
     plugin = build({"strategy": "session_id"}, clock)
     r = req(**{"x-session-id": "s1"})
     assert list(plugin.filter(CycleState(), r, POOL)) == POOL  # unbound: no preference
@@ -145,7 +138,7 @@ def test_session_id_binds_on_dispatch_and_pins() -> None:
 
 
 def test_session_id_sources_in_priority_order_and_ttl() -> None:
-    clock = Clock()
+    clock = FakeClock()
     plugin = build(
         {
             "strategy": "session_id",
@@ -168,7 +161,7 @@ def test_session_id_sources_in_priority_order_and_ttl() -> None:
 
 def test_session_id_bindings_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(session, "MAX_SESSIONS", 2)
-    plugin = build({"strategy": "session_id"}, Clock())
+    plugin = build({"strategy": "session_id"}, FakeClock())
     for s in ("a", "b", "c"):
         plugin.on_dispatched(req(**{"x-session-id": s}), result(B))
     assert list(plugin.filter(CycleState(), req(**{"x-session-id": "a"}), POOL)) == POOL
@@ -203,7 +196,7 @@ def decided(primary: Endpoint, candidates: tuple[str, ...]) -> SchedulingResult:
 
 
 def test_session_id_keeps_binding_when_bound_endpoint_was_a_candidate() -> None:
-    plugin = build({"strategy": "session_id"}, Clock())
+    plugin = build({"strategy": "session_id"}, FakeClock())
     r = req(**{"x-session-id": "s"})
     plugin.on_dispatched(r, decided(A, (A.address, B.address)))
     plugin.on_dispatched(r, decided(B, (A.address, B.address)))  # A was there but lost: keep A
@@ -229,14 +222,14 @@ def test_session_id_keeps_binding_when_bound_endpoint_was_a_candidate() -> None:
 def test_scorer_strategies(params: dict[str, Any], headers: dict[str, str], want: list[float]) -> None:
     from scheduler.plugins.scorers import session_affinity as scorer_module
 
-    scorer = scorer_module.factory("s", params, PluginHandle(clock=Clock()))
+    scorer = scorer_module.factory("s", params, PluginHandle(clock=FakeClock()))
     assert scorer.score(CycleState(), req(**headers), POOL) == want  # type: ignore[attr-defined]
 
 
 def test_scorer_session_id_binds_and_prefers() -> None:
     from scheduler.plugins.scorers import session_affinity as scorer_module
 
-    scorer = scorer_module.factory("s", {"strategy": "session_id"}, PluginHandle(clock=Clock()))
+    scorer = scorer_module.factory("s", {"strategy": "session_id"}, PluginHandle(clock=FakeClock()))
     r = req(**{"x-session-id": "s"})
     scorer.on_dispatched(r, result(B))  # type: ignore[attr-defined]
     assert scorer.score(CycleState(), r, POOL) == [0.0, 1.0]  # type: ignore[attr-defined]
