@@ -93,12 +93,19 @@ at most ``PLACEMENT_BYTES`` each), ``blockSizeTokens`` (>= 1, default 16; only
 without a prefix-cache-scorer),
 ``maxPrefixBlocksToMatch`` (>= 1, default 256; idem), ``requestTimeout`` (duration, default
 ``"2m"``: an in-flight count whose completion never came is dropped).
+
+Replica sync (:mod:`scheduler.replica_sync`; the picker's ``--replica-sync-port``): active-active
+replicas send each other every new ownership (a new prefix's primary owner, a new spill owner, with the
+placement recorded for it) and, periodically, their in-flight counts. A peer's ownership is recorded
+with the conflict rule of :mod:`scheduler.plugins.prefix.owners` (the higher rendezvous weight keeps a
+raced new prefix; a placement raced the same way goes to the same endpoint), and ``load(e)`` above is
+this replica's count plus every live peer's latest one, so N replicas bound and place as one would.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -108,10 +115,11 @@ from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.match import prefix_match
-from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable
+from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable, outranks
 from scheduler.plugins.prefix.rendezvous import PLACEMENT_BYTES, Placements, weight
 from scheduler.plugins.shared.inflight import InflightTracker
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
+from scheduler.replica_sync import OwnershipClaim, ReplicaSyncSink
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = [
@@ -127,6 +135,7 @@ PLACEMENTS = ("load", "balanced", "hash")  # newPrefixPlacement: who places a pr
 SPILL_PLACEMENTS = ("balanced", "load")  # spillPlacement: where a prefix goes when every owner is over
 
 _PENDING_LIMIT = 1024  # hash chains kept from score to on_dispatched (bounded)
+MAX_PEERS = 64  # peer replicas whose in-flight counts are kept (bounded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +193,62 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self._clock = clock
         self._pending: dict[str, tuple[tuple[int, ...], bool]] = {}  # request id -> (hashes, new)
         self._hasher = ChainHasher()
+        self._sync: ReplicaSyncSink | None = None
+        self._peer_loads: dict[int, tuple[float, dict[str, int]]] = {}  # peer -> (expires, counts)
+        self._remote: dict[str, int] = {}  # the live peers' counts, summed per address
+        self._remote_expires = math.inf  # the earliest expiry among _peer_loads
+
+    # -- replica sync (scheduler.replica_sync.ReplicaSynced) ----------------------------------------
+
+    def attach_replica_sync(self, sink: ReplicaSyncSink) -> None:
+        self._sync = sink
+
+    def replica_loads(self) -> dict[str, int]:
+        return dict(self.tracker.request_counts)
+
+    def apply_remote_ownership(self, claim: OwnershipClaim) -> None:
+        self.owners.apply_remote(claim.key, claim.anchors, claim.address)
+        if claim.placement > 0 and self.params.remembers_placements:
+            placed = self.placements.get(claim.key)
+            now = self._clock()
+            if placed == claim.address:
+                self.placements.touch(claim.key, now)
+            elif placed is None or outranks(claim.key, claim.address, placed):
+                self.placements.record(claim.key, claim.address, claim.placement, now)
+
+    def apply_remote_loads(self, peer: int, counts: Mapping[str, int], ttl: float) -> None:
+        peers = self._peer_loads
+        if peer not in peers and len(peers) >= MAX_PEERS:
+            peers.pop(min(peers, key=lambda p: peers[p][0]))  # the one expiring first
+        peers[peer] = (self._clock() + ttl, {a: c for a, c in counts.items() if c > 0})
+        self._sum_remote()
+
+    def _sum_remote(self) -> None:
+        now = self._clock()
+        remote: dict[str, int] = {}
+        earliest = math.inf
+        for peer, (expires, counts) in list(self._peer_loads.items()):
+            if expires < now:
+                del self._peer_loads[peer]
+                continue
+            earliest = min(earliest, expires)
+            for address, count in counts.items():
+                remote[address] = remote.get(address, 0) + count
+        self._remote, self._remote_expires = remote, earliest
+
+    def load_counts(self) -> Mapping[str, int]:
+        """Requests in flight per endpoint: this replica's, plus every live peer's latest counts."""
+        own = self.tracker.request_counts
+        if not self._peer_loads:
+            return own
+        if self._clock() > self._remote_expires:
+            self._sum_remote()
+        if not self._remote:
+            return own
+        merged = dict(self._remote)
+        for address, count in own.items():
+            merged[address] = merged.get(address, 0) + count
+        return merged
 
     # -- per cycle ----------------------------------------------------------------------------------
 
@@ -209,26 +274,33 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self._pending[request.request_id] = (hashes, not owners)
         if not hashes:
             return out
+        counts = self.load_counts()
         if owners:
-            chosen = self.choose(owners, endpoints)
+            chosen = self.choose(owners, endpoints, counts)
             if chosen is not None:
                 out[chosen] = depth / len(hashes)
                 return out
         p = self.params
         if p.new_prefix_placement == "hash":
-            placed = self.place(hashes[0], endpoints, new=not owners)
+            placed = self.place(hashes[0], endpoints, new=not owners, counts=counts)
             if placed is not None:
                 out[placed] = depth / len(hashes) if owners else 1.0
         elif (p.spill_placement if owners else p.new_prefix_placement) == "balanced":
-            for i in self.balanced(endpoints):
+            for i in self.balanced(endpoints, counts):
                 out[i] = depth / len(hashes) if owners else 1.0
         return out
 
-    def ceiling(self, endpoints: Sequence[EndpointView], addresses: Sequence[str] | None = None) -> int:
+    def ceiling(
+        self,
+        endpoints: Sequence[EndpointView],
+        addresses: Sequence[str] | None = None,
+        counts: Mapping[str, int] | None = None,
+    ) -> int:
         """The most requests an eligible endpoint may have in flight, this one included (``min(bound,
         least + maxImbalance)`` of the module docstring). ``addresses``: the endpoints' addresses, if
-        the caller has them."""
-        counts = self.tracker.request_counts
+        the caller has them; ``counts``: :meth:`load_counts`, if the caller has them."""
+        if counts is None:
+            counts = self.load_counts()
         p = self.params
         if counts:
             if addresses is None:
@@ -240,24 +312,33 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         bound = load_bound(total, len(endpoints), p.load_factor, p.min_load_bound)
         return min(bound, least + p.max_imbalance)
 
-    def choose(self, owners: Sequence[str], endpoints: Sequence[EndpointView]) -> int | None:
+    def choose(
+        self,
+        owners: Sequence[str],
+        endpoints: Sequence[EndpointView],
+        counts: Mapping[str, int] | None = None,
+    ) -> int | None:
         """Index in ``endpoints`` of the first eligible owner (module docstring), or None."""
-        counts = self.tracker.request_counts
+        if counts is None:
+            counts = self.load_counts()
         addresses = [e.address for e in endpoints]  # distinct: a snapshot holds an address once
-        ceiling = self.ceiling(endpoints, addresses)
+        ceiling = self.ceiling(endpoints, addresses, counts)
         for owner in owners:
             if owner in addresses and counts.get(owner, 0) + 1 <= ceiling:
                 return addresses.index(owner)
         return None
 
-    def balanced(self, endpoints: Sequence[EndpointView]) -> list[int]:
+    def balanced(
+        self, endpoints: Sequence[EndpointView], counts: Mapping[str, int] | None = None
+    ) -> list[int]:
         """Indexes in ``endpoints`` where a new prefix may go with ``newPrefixPlacement: balanced``:
         under the load bound and holding at most ``prefixLoadFactor`` times the candidates' mean
         footprint of placed prefixes (module docstring). Empty when none is under the load bound."""
         placements = self.placements
         placements.expire(self._clock())
-        counts = self.tracker.request_counts
-        ceiling = self.ceiling(endpoints)
+        if counts is None:
+            counts = self.load_counts()
+        ceiling = self.ceiling(endpoints, None, counts)
         held = placements.counts
         footprints = [held.get(e.address, 0) for e in endpoints]
         limit = self.params.prefix_load_factor * sum(footprints) / len(endpoints)
@@ -267,12 +348,15 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             if footprints[i] <= limit and counts.get(e.address, 0) + 1 <= ceiling
         ]
 
-    def place(self, key: int, endpoints: Sequence[EndpointView], new: bool) -> int | None:
+    def place(
+        self, key: int, endpoints: Sequence[EndpointView], new: bool, counts: Mapping[str, int] | None = None
+    ) -> int | None:
         """Index in ``endpoints`` of the eligible endpoint of highest rendezvous weight for ``key``
         (``newPrefixPlacement: hash``), or None when none is under the bound. A ``new`` prefix also
         skips endpoints already holding their share of placed prefixes (module docstring)."""
-        counts = self.tracker.request_counts
-        ceiling = self.ceiling(endpoints)
+        if counts is None:
+            counts = self.load_counts()
+        ceiling = self.ceiling(endpoints, None, counts)
         if new:
             self.placements.expire(self._clock())
         held = self.placements.counts if new else {}
@@ -302,19 +386,30 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             hashes, new = pending
         if hashes and result.endpoints:
             address = result.endpoints[0].address
-            self.owners.record(hashes, address)
+            changes: list[tuple[int, bool]] | None = [] if self._sync is not None else None
+            self.owners.record(hashes, address, changes)
+            placed = 0
             if self.params.remembers_placements:
                 now = self._clock()
                 if new:
-                    weight = 1 if self.params.new_prefix_placement == "hash" else len(hashes)
-                    self.placements.record(hashes[0], address, weight, now)
+                    placed = 1 if self.params.new_prefix_placement == "hash" else len(hashes)
+                    self.placements.record(hashes[0], address, placed, now)
                 else:
                     self.placements.touch(hashes[0], now)
+            if self._sync is not None and (changes or placed):
+                self._sync.ownership(
+                    self.name, OwnershipClaim(address, hashes[0], tuple(changes or ()), placed)
+                )
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         super().on_endpoints_removed(addresses)
         self.owners.remove(addresses)
         self.placements.remove(addresses)
+        for _expires, counts in self._peer_loads.values():
+            for address in addresses:
+                counts.pop(address, None)
+        if self._peer_loads:
+            self._sum_remote()
 
 
 factory = factory_with_params(

@@ -27,6 +27,15 @@ Representation:
 
 ``lookup(hashes)`` returns the deepest anchor of the prompt that has owners, as ``(depth, owners)``;
 O(number of anchors) dict lookups. Not thread-safe: call from the scheduler's thread.
+
+Replica sync (:mod:`scheduler.replica_sync`): ``record`` can list the anchors it changed, and
+``apply_remote`` records a peer's change with a deterministic conflict rule. A *created* anchor (the
+peer had no owner there: it placed a new prefix) whose local primary differs is a race between
+replicas that placed the same new prefix at the same moment: the primary becomes whichever of the two
+has the higher rendezvous weight for the prompt's first block hash
+(:func:`~scheduler.plugins.prefix.rendezvous.weight`) and the other stays as a spill owner if there is
+room, so both replicas end with the same owners whatever order the claims arrive in. A spill (the peer
+added an owner to an anchor it already had) is recorded as a local spill is.
 """
 
 from __future__ import annotations
@@ -35,7 +44,9 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-__all__ = ["ENTRY_BYTES", "OwnerTable", "anchor_depths"]
+from scheduler.plugins.prefix.rendezvous import weight
+
+__all__ = ["ENTRY_BYTES", "OwnerTable", "anchor_depths", "outranks"]
 
 ENTRY_BYTES = 160
 """Upper bound of the memory one ownership entry costs (measured ~140 B with interned owner tuples)."""
@@ -92,8 +103,12 @@ class OwnerTable:
                 return depth, found
         return 0, ()
 
-    def record(self, hashes: Sequence[int], address: str) -> None:
-        """``address`` now serves this prompt: make it an owner of every anchor of ``hashes``."""
+    def record(
+        self, hashes: Sequence[int], address: str, changes: list[tuple[int, bool]] | None = None
+    ) -> None:
+        """``address`` now serves this prompt: make it an owner of every anchor of ``hashes``.
+        ``changes``, when given, receives ``(anchor hash, created)`` for every anchor whose owners
+        changed (``created``: it had none)."""
         entries = self._entries
         touch = entries.move_to_end
         for depth in anchor_depths(len(hashes)):
@@ -101,16 +116,48 @@ class OwnerTable:
             found = entries.get(h)
             if found is None:
                 entries[h] = self._interned((address,))
+                if changes is not None:
+                    changes.append((h, True))
             else:
                 if address not in found:
-                    if len(found) < self.max_owners:
-                        found = (*found, address)
-                    else:  # the overflow slot: replace the most recent spill owner, keep the primary
-                        found = (*found[:-1], address) if len(found) > 1 else (address,)
-                    entries[h] = self._interned(found)
+                    entries[h] = self._interned(self._spilled(found, address))
+                    if changes is not None:
+                        changes.append((h, False))
                 touch(h)
         while len(entries) > self.max_entries:
             entries.popitem(last=False)
+
+    def apply_remote(self, key: int, anchors: Iterable[tuple[int, bool]], address: str) -> None:
+        """A peer replica made ``address`` an owner of ``anchors`` (``(hash, created)``); ``key`` is
+        the prompt's first block hash. The conflict rule of the module docstring."""
+        entries = self._entries
+        touch = entries.move_to_end
+        for h, created in anchors:
+            found = entries.get(h)
+            if found is None:
+                entries[h] = self._interned((address,))
+                continue
+            if found[0] != address:
+                if created and outranks(key, address, found[0]):
+                    found = (address, *[a for a in found if a != address])[: self.max_owners]
+                elif address in found:
+                    pass
+                elif created:  # it lost the race: a spill owner if there is room
+                    if len(found) < self.max_owners:
+                        found = (*found, address)
+                else:
+                    found = self._spilled(found, address)
+                entries[h] = self._interned(found)
+            touch(h)
+        while len(entries) > self.max_entries:
+            entries.popitem(last=False)
+
+    def _spilled(self, found: tuple[str, ...], address: str) -> tuple[str, ...]:
+        """``found`` with the spill owner ``address`` added (not in ``found``)."""
+        if len(found) < self.max_owners:
+            return (*found, address)
+        # the overflow slot: replace the most recent spill owner, keep the primary
+        return (*found[:-1], address) if len(found) > 1 else (address,)
 
     def remove(self, addresses: Iterable[str]) -> None:
         """Forget endpoints that left the pool (O(entries); pool changes are rare)."""
@@ -139,3 +186,9 @@ class OwnerTable:
                 self._intern.clear()
             found = self._intern[owners] = owners
         return found
+
+
+def outranks(key: int, address: str, other: str) -> bool:
+    """True when ``address`` has the higher rendezvous weight for ``key`` than ``other`` (ties, 2^-64
+    likely, broken by the address), the same on every replica."""
+    return (weight(key, address), address) > (weight(key, other), other)
