@@ -256,9 +256,10 @@ class ReplicaSyncService(asyncio.DatagramProtocol):
         if transport is None or transport.is_closing():
             return
         self._seq += 1
+        buffered = getattr(transport, "get_write_buffer_size", None)
         data = seal(self._key, kind, self.sender, self._seq, int(self._wall() * 1000), payload)
         for destination in self.destinations:
-            if transport.get_write_buffer_size() > MAX_SEND_BUFFER:  # type: ignore[attr-defined]
+            if buffered is not None and buffered() > MAX_SEND_BUFFER:
                 self.ignored["dropped"] += 1
                 continue
             transport.sendto(data, destination)
