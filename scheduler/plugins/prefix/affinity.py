@@ -104,10 +104,12 @@ this replica's count plus every live peer's latest one, so N replicas bound and 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Any
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import DURATION_EXPECT, parse_duration
@@ -222,6 +224,22 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             peers.pop(min(peers, key=lambda p: peers[p][0]))  # the one expiring first
         peers[peer] = (self._clock() + ttl, {a: c for a, c in counts.items() if c > 0})
         self._sum_remote()
+
+    def dump_state(self) -> dict[str, Any]:
+        """``/debug/plugins/state``: table sizes, the live peers' in-flight counts, and a digest of the
+        ownership table's contents (equal on replicas that agree on every owner; O(entries))."""
+        digest = hashlib.blake2b(digest_size=16)
+        for h, owners in sorted(self.owners.items()):
+            digest.update(f"{h}={','.join(owners)};".encode())
+        self.load_counts()  # expires silent peers
+        return {
+            "ownership_entries": len(self.owners),
+            "owners_digest": digest.hexdigest(),
+            "placements": len(self.placements),
+            "peers": len(self._peer_loads),
+            "peer_in_flight": dict(sorted(self._remote.items())),
+            "in_flight": dict(sorted(self.tracker.request_counts.items())),
+        }
 
     def _sum_remote(self) -> None:
         now = self._clock()

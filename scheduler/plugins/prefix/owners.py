@@ -41,7 +41,7 @@ added an owner to an anchor it already had) is recorded as a local spill is.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 
 from scheduler.plugins.prefix.rendezvous import weight
@@ -90,6 +90,10 @@ class OwnerTable:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def items(self) -> Iterator[tuple[int, tuple[str, ...]]]:
+        """Every (anchor hash, owners), least recently recorded first."""
+        return iter(self._entries.items())
 
     def owners(self, anchor_hash: int) -> tuple[str, ...]:
         return self._entries.get(anchor_hash, ())

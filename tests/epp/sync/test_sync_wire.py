@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
 
 from epp.sync import ReplicaSyncCollector, ReplicaSyncService, read_key
 from epp.sync.wire import (
@@ -200,8 +200,8 @@ async def pair(
 ) -> tuple[ReplicaSyncService, FakePlugin, ReplicaSyncService, FakePlugin]:
     pa, pb = free_udp_ports(2)
     fa, fb = FakePlugin(), FakePlugin()
-    a = ReplicaSyncService(port=pa, peers=[f"127.0.0.1:{pb}"], key=KEY, plugins=[fa], in_pool=POOL.__contains__,
-                           interval=interval, host="127.0.0.1")  # fmt: skip
+    a = ReplicaSyncService(port=pa, peers=[f"127.0.0.1:{pb}"], key=KEY, plugins=[fa],
+                           in_pool=POOL.__contains__, interval=interval, host="127.0.0.1")  # fmt: skip
     b = ReplicaSyncService(port=pb, peers=[f"127.0.0.1:{pa}", f"localhost:{pb}"], key=KEY, plugins=[fb],
                            in_pool=POOL.__contains__, interval=interval, host="127.0.0.1")  # fmt: skip
     await a.start()
