@@ -29,7 +29,6 @@ from epp.kubernetes.label_selector import parse_label_selector
 from epp.server.h2.limits import H2Limits
 from epp.server.h2.limits import from_flags as h2_limits_from_flags
 from epp.server.tls import TLS_VERSIONS, TlsError, openssl_ciphers
-from epp.sync.service import read_key
 
 __all__ = [
     "ENGINES",
@@ -228,7 +227,7 @@ def _replica_peers(ns: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _check_replica_sync(ns: argparse.Namespace) -> None:
-    """Replica sync needs its peers and its key; the key file must hold a usable key."""
+    """Replica sync needs its peers and its key file (read at startup: a bad key is a StartupError)."""
     if not ns.replica_sync_port:
         for flag, value in (
             ("--replica-peers", ns.replica_peers),
@@ -243,10 +242,6 @@ def _check_replica_sync(ns: argparse.Namespace) -> None:
         raise UsageError(
             "--replica-sync-port needs --replica-sync-key-file (the shared key authenticating peers)"
         )
-    try:
-        read_key(ns.replica_sync_key_file)
-    except ValueError as exc:
-        raise UsageError(f"--replica-sync-key-file: {exc}") from None
     if not 0.001 <= ns.replica_sync_interval <= 10.0:
         raise UsageError(f"--replica-sync-interval: expected 1ms to 10s, got {ns.replica_sync_interval}s")
 
