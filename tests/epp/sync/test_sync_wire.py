@@ -13,6 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
+from epp.app import StartupError, build_app
+from epp.config.options import parse_options
+from epp.config.parser import UsageError
 from epp.sync import ReplicaSyncCollector, ReplicaSyncService, read_key
 from epp.sync.wire import (
     HEADER,
@@ -280,3 +283,37 @@ async def test_the_service_rejects_what_an_attacker_sends() -> None:
     finally:
         attacker.close()
         await service.stop()
+
+
+# -- flags and startup ----------------------------------------------------------------------------------
+
+
+def test_replica_sync_flags_are_checked(tmp_path: Path) -> None:
+    base = ["--endpoints", "127.0.0.1:8000"]
+    assert parse_options(base).replica_sync_port == 0
+    with pytest.raises(UsageError, match="--replica-sync-port needs --replica-peers"):
+        parse_options([*base, "--replica-sync-port", "9005"])
+    with pytest.raises(UsageError, match="needs --replica-sync-key-file"):
+        parse_options([*base, "--replica-sync-port", "9005", "--replica-peers", "10.0.0.2:9005"])
+    with pytest.raises(UsageError, match="--replica-peers applies only with --replica-sync-port"):
+        parse_options([*base, "--replica-peers", "10.0.0.2:9005"])
+    with pytest.raises(UsageError, match="--replica-peers: expected host:port"):
+        parse_options(
+            [*base, "--replica-sync-port", "9005", "--replica-peers", "nope", "--replica-sync-key-file", "k"]
+        )
+    with pytest.raises(UsageError, match="--replica-sync-interval"):
+        parse_options([*base, "--replica-sync-port", "9005", "--replica-peers", "a:1",
+                       "--replica-sync-key-file", "k", "--replica-sync-interval", "20s"])  # fmt: skip
+    options = parse_options([*base, "--replica-sync-port", "9005", "--replica-peers", "a:1,[fd00::2]:9005",
+                             "--replica-sync-key-file", "k", "--replica-sync-interval", "25ms"])  # fmt: skip
+    assert options.replica_peers == ("a:1", "[fd00::2]:9005")
+    assert options.replica_sync_interval == 0.025
+
+
+async def test_a_short_key_stops_the_start(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("short\n")
+    flags = ["--endpoints", "127.0.0.1:8000", "--replica-sync-port", "9005",
+             "--replica-peers", "127.0.0.1:9006", "--replica-sync-key-file", str(key)]  # fmt: skip
+    with pytest.raises(StartupError, match=r"--replica-sync-key-file: .*the key has 5 bytes; at least 16"):
+        await build_app(parse_options(flags))
