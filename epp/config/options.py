@@ -242,6 +242,8 @@ def _check_replica_sync(ns: argparse.Namespace) -> None:
         raise UsageError(
             "--replica-sync-port needs --replica-sync-key-file (the shared key authenticating peers)"
         )
+    if ns.replica_peers is not None and "[" in ns.replica_peers:
+        raise UsageError("--replica-peers: replica sync runs over IPv4; give IPv4 addresses or host names")
     if not 0.001 <= ns.replica_sync_interval <= 10.0:
         raise UsageError(f"--replica-sync-interval: expected 1ms to 10s, got {ns.replica_sync_interval}s")
 

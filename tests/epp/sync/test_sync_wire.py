@@ -304,9 +304,12 @@ def test_replica_sync_flags_are_checked(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--replica-sync-interval"):
         parse_options([*base, "--replica-sync-port", "9005", "--replica-peers", "a:1",
                        "--replica-sync-key-file", "k", "--replica-sync-interval", "20s"])  # fmt: skip
-    options = parse_options([*base, "--replica-sync-port", "9005", "--replica-peers", "a:1,[fd00::2]:9005",
+    with pytest.raises(UsageError, match="over IPv4"):
+        parse_options([*base, "--replica-sync-port", "9005", "--replica-peers", "a:1,[fd00::2]:9005",
+                       "--replica-sync-key-file", "k"])  # fmt: skip
+    options = parse_options([*base, "--replica-sync-port", "9005", "--replica-peers", "a:1,10.0.0.2:9005",
                              "--replica-sync-key-file", "k", "--replica-sync-interval", "25ms"])  # fmt: skip
-    assert options.replica_peers == ("a:1", "[fd00::2]:9005")
+    assert options.replica_peers == ("a:1", "10.0.0.2:9005")
     assert options.replica_sync_interval == 0.025
 
 
