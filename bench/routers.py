@@ -6,7 +6,8 @@ replaced), ``vllm-router`` with a ``--policy``, or ``picker`` (our EPP behind En
 config) with an ``EndpointPickerConfig`` text (``""`` = the built-in default), ``replicas`` picker
 processes (2: active-active, Envoy's ``endpoint_picker`` cluster round-robins the ext_proc streams over
 both; with KV events each replica binds its own socket and every server publishes to both, as in
-llm-d's central mode with several replicas). :func:`running_router`
+llm-d's central mode with several replicas; with ``sync`` the replicas also share prefix ownership and
+in-flight counts over ``--replica-sync-port``, the ``-sync-x2`` routers). :func:`running_router`
 starts the fleet (:class:`devtools.stack.Stack`, every server a fresh ``epp-sim`` process with cold caches),
 then the router, waits until a request gets through, yields a :class:`RunningRouter` and stops
 everything on exit (also on errors and interrupts).
