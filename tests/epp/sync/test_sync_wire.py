@@ -320,3 +320,30 @@ async def test_a_short_key_stops_the_start(tmp_path: Path) -> None:
              "--replica-peers", "127.0.0.1:9006", "--replica-sync-key-file", str(key)]  # fmt: skip
     with pytest.raises(StartupError, match=r"--replica-sync-key-file: .*the key has 5 bytes; at least 16"):
         await build_app(parse_options(flags))
+
+
+def test_load_reports_in_parts_merge_and_an_older_generation_is_dropped() -> None:
+    fake = FakePlugin()
+    pool = {f"10.1.{i // 250}.{i % 250}:8000" for i in range(300)}
+    service = ReplicaSyncService(
+        port=1, peers=["127.0.0.1:2"], key=KEY, plugins=[fake], in_pool=pool.__contains__
+    )
+    service._allowed = {("127.0.0.1", 2)}
+    wall = int(time.time() * 1000)
+    counts = {address: 1 + i for i, address in enumerate(sorted(pool))}
+    parts = list(encode_loads("affinity", 5, counts))
+    assert len(parts) >= 3
+    for seq, payload in enumerate(parts, start=1):
+        service.datagram_received(seal(KEY, KIND_LOADS, 99, seq, wall, payload), ("127.0.0.1", 2))
+    assert fake.loads[99] == counts  # every part of generation 5, merged
+    (newer,) = list(encode_loads("affinity", 6, {"10.1.0.0:8000": 7}))
+    service.datagram_received(seal(KEY, KIND_LOADS, 99, 50, wall, newer), ("127.0.0.1", 2))
+    assert fake.loads[99] == {"10.1.0.0:8000": 7}  # a new generation replaces the counts
+    (older,) = list(encode_loads("affinity", 5, {"10.1.0.1:8000": 9}))
+    service.datagram_received(seal(KEY, KIND_LOADS, 99, 51, wall, older), ("127.0.0.1", 2))
+    assert fake.loads[99] == {"10.1.0.0:8000": 7} and service.rejected["stale"] == 1
+    (other,) = list(encode_loads("other-plugin", 1, {"10.1.0.0:8000": 1}))
+    service.datagram_received(seal(KEY, KIND_LOADS, 99, 52, wall, other), ("127.0.0.1", 2))
+    assert service.ignored["plugin"] == 1
+    service.datagram_received(seal(KEY, KIND_LOADS, service.sender, 1, wall, newer), ("127.0.0.1", 2))
+    assert service.rejected["self"] == 1  # its own datagram (a peer list naming itself)
