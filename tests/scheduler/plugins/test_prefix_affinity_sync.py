@@ -252,3 +252,19 @@ def test_synced_replicas_hold_the_same_owners_under_every_placement(placement: s
     for r in range(next(rids)):
         for replica in (a, b):
             replica.on_completed(req("", f"r{r}"), routed(EPS[0]), DONE)
+
+
+def test_the_state_digest_tells_agreeing_replicas() -> None:
+    a, b, c = make(), make(), make()
+    sa = Sink()
+    a.attach_replica_sync(sa)
+    for g in range(5):
+        send(a, prompt(g), f"r{g}", fallback=g % 4)
+        send(c, prompt(g), f"r{g}", fallback=(g + 1) % 4)
+    sa.deliver(b)
+    b.apply_remote_loads(3, {EPS[0].address: 2}, ttl=1.0)
+    state_a, state_b, state_c = a.dump_state(), b.dump_state(), c.dump_state()
+    assert state_a["owners_digest"] == state_b["owners_digest"] != state_c["owners_digest"]
+    assert state_a["ownership_entries"] == state_b["ownership_entries"] > 0
+    assert state_b["peers"] == 1 and state_b["peer_in_flight"] == {EPS[0].address: 2}
+    assert len(state_a["in_flight"]) > 0 and state_b["in_flight"] == {}
