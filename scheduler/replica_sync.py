@@ -23,11 +23,15 @@ transport already checked (the endpoint addresses are in the current pool).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["MAX_ANCHORS", "OwnershipClaim", "ReplicaSyncSink", "ReplicaSynced"]
+__all__ = ["MAX_ANCHORS", "MAX_PEERS", "OwnershipClaim", "PeerLoads", "ReplicaSyncSink", "ReplicaSynced"]
+
+MAX_PEERS = 64
+"""The most peer replicas whose in-flight counts a plugin keeps."""
 
 MAX_ANCHORS = 64
 """The most anchors one claim carries (a prompt of 65,536 blocks has 61)."""
@@ -76,3 +80,61 @@ class ReplicaSynced(Protocol):
     def apply_remote_loads(self, peer: int, counts: Mapping[str, int], ttl: float) -> None:
         """``peer``'s in-flight counts now (they replace its previous ones) for the next ``ttl`` seconds."""
         ...
+
+
+class PeerLoads:
+    """The live peers' in-flight counts per endpoint, summed; a peer's counts replace its previous ones
+    and expire ``ttl`` seconds after they arrived. Bounded: :data:`MAX_PEERS` peers (beyond, the one
+    expiring first is dropped), each with the counts it sent (the transport keeps only pool addresses)."""
+
+    __slots__ = ("_clock", "_earliest", "_peers", "remote")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._peers: dict[int, tuple[float, dict[str, int]]] = {}  # peer -> (expires, counts)
+        self.remote: dict[str, int] = {}  # the live peers' counts, summed per address
+        self._earliest = math.inf
+
+    def __len__(self) -> int:
+        return len(self._peers)
+
+    def apply(self, peer: int, counts: Mapping[str, int], ttl: float) -> None:
+        peers = self._peers
+        if peer not in peers and len(peers) >= MAX_PEERS:
+            peers.pop(min(peers, key=lambda p: peers[p][0]))
+        peers[peer] = (self._clock() + ttl, {a: c for a, c in counts.items() if c > 0})
+        self._sum()
+
+    def forget(self, addresses: frozenset[str]) -> None:
+        """Endpoints that left the pool stop counting."""
+        for _expires, counts in self._peers.values():
+            for address in addresses:
+                counts.pop(address, None)
+        if self._peers:
+            self._sum()
+
+    def merged(self, own: Mapping[str, int]) -> Mapping[str, int]:
+        """``own`` plus the live peers' counts (``own`` itself when no peer counts)."""
+        if not self._peers:
+            return own
+        if self._clock() > self._earliest:
+            self._sum()
+        if not self.remote:
+            return own
+        out = dict(self.remote)
+        for address, count in own.items():
+            out[address] = out.get(address, 0) + count
+        return out
+
+    def _sum(self) -> None:
+        now = self._clock()
+        remote: dict[str, int] = {}
+        earliest = math.inf
+        for peer, (expires, counts) in list(self._peers.items()):
+            if expires < now:
+                del self._peers[peer]
+                continue
+            earliest = min(earliest, expires)
+            for address, count in counts.items():
+                remote[address] = remote.get(address, 0) + count
+        self.remote, self._earliest = remote, earliest

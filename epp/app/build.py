@@ -248,7 +248,7 @@ def _replica_sync(options: Options, plugins: Sequence[object], layer: DataLayer)
     if not synced:
         _log.warning(
             "--replica-sync-port: the configuration has no plugin whose state replicas share "
-            "(prefix-affinity-scorer); only the transport runs"
+            "(prefix-affinity-scorer, active-request-scorer); only the transport runs"
         )
     return ReplicaSyncService(
         port=options.replica_sync_port,

@@ -121,7 +121,7 @@ from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable, outranks
 from scheduler.plugins.prefix.rendezvous import PLACEMENT_BYTES, Placements, weight
 from scheduler.plugins.shared.inflight import InflightTracker
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
-from scheduler.replica_sync import OwnershipClaim, ReplicaSyncSink
+from scheduler.replica_sync import OwnershipClaim, PeerLoads, ReplicaSyncSink
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = [
@@ -137,7 +137,6 @@ PLACEMENTS = ("load", "balanced", "hash")  # newPrefixPlacement: who places a pr
 SPILL_PLACEMENTS = ("balanced", "load")  # spillPlacement: where a prefix goes when every owner is over
 
 _PENDING_LIMIT = 1024  # hash chains kept from score to on_dispatched (bounded)
-MAX_PEERS = 64  # peer replicas whose in-flight counts are kept (bounded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +195,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self._pending: dict[str, tuple[tuple[int, ...], bool]] = {}  # request id -> (hashes, new)
         self._hasher = ChainHasher()
         self._sync: ReplicaSyncSink | None = None
-        self._peer_loads: dict[int, tuple[float, dict[str, int]]] = {}  # peer -> (expires, counts)
-        self._remote: dict[str, int] = {}  # the live peers' counts, summed per address
-        self._remote_expires = math.inf  # the earliest expiry among _peer_loads
+        self.peer_loads = PeerLoads(clock)
 
     # -- replica sync (scheduler.replica_sync.ReplicaSynced) ----------------------------------------
 
@@ -219,11 +216,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
                 self.placements.record(claim.key, claim.address, claim.placement, now)
 
     def apply_remote_loads(self, peer: int, counts: Mapping[str, int], ttl: float) -> None:
-        peers = self._peer_loads
-        if peer not in peers and len(peers) >= MAX_PEERS:
-            peers.pop(min(peers, key=lambda p: peers[p][0]))  # the one expiring first
-        peers[peer] = (self._clock() + ttl, {a: c for a, c in counts.items() if c > 0})
-        self._sum_remote()
+        self.peer_loads.apply(peer, counts, ttl)
 
     def dump_state(self) -> dict[str, Any]:
         """``/debug/plugins/state``: table sizes, the live peers' in-flight counts, and a digest of the
@@ -236,37 +229,14 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             "ownership_entries": len(self.owners),
             "owners_digest": digest.hexdigest(),
             "placements": len(self.placements),
-            "peers": len(self._peer_loads),
-            "peer_in_flight": dict(sorted(self._remote.items())),
+            "peers": len(self.peer_loads),
+            "peer_in_flight": dict(sorted(self.peer_loads.remote.items())),
             "in_flight": dict(sorted(self.tracker.request_counts.items())),
         }
 
-    def _sum_remote(self) -> None:
-        now = self._clock()
-        remote: dict[str, int] = {}
-        earliest = math.inf
-        for peer, (expires, counts) in list(self._peer_loads.items()):
-            if expires < now:
-                del self._peer_loads[peer]
-                continue
-            earliest = min(earliest, expires)
-            for address, count in counts.items():
-                remote[address] = remote.get(address, 0) + count
-        self._remote, self._remote_expires = remote, earliest
-
     def load_counts(self) -> Mapping[str, int]:
         """Requests in flight per endpoint: this replica's, plus every live peer's latest counts."""
-        own = self.tracker.request_counts
-        if not self._peer_loads:
-            return own
-        if self._clock() > self._remote_expires:
-            self._sum_remote()
-        if not self._remote:
-            return own
-        merged = dict(self._remote)
-        for address, count in own.items():
-            merged[address] = merged.get(address, 0) + count
-        return merged
+        return self.peer_loads.merged(self.tracker.request_counts)
 
     # -- per cycle ----------------------------------------------------------------------------------
 
@@ -423,11 +393,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         super().on_endpoints_removed(addresses)
         self.owners.remove(addresses)
         self.placements.remove(addresses)
-        for _expires, counts in self._peer_loads.values():
-            for address in addresses:
-                counts.pop(address, None)
-        if self._peer_loads:
-            self._sum_remote()
+        self.peer_loads.forget(addresses)
 
 
 factory = factory_with_params(

@@ -16,10 +16,10 @@ from plugin_builders import DONE, routed
 
 from scheduler.cycle_state import CycleState
 from scheduler.handle import PluginHandle
-from scheduler.plugins.prefix.affinity import MAX_PEERS, PrefixAffinityScorer, factory
+from scheduler.plugins.prefix.affinity import PrefixAffinityScorer, factory
 from scheduler.plugins.prefix.owners import OwnerTable, anchor_depths, outranks
 from scheduler.plugins.prefix.rendezvous import weight
-from scheduler.replica_sync import OwnershipClaim, ReplicaSynced
+from scheduler.replica_sync import MAX_PEERS, OwnershipClaim, ReplicaSynced
 from scheduler.types import Endpoint, LLMRequest
 
 BLOCK = 64
@@ -230,7 +230,7 @@ def test_peer_loads_replace_sum_and_are_bounded() -> None:
     assert a.load_counts() == {EPS[0].address: 4}
     for peer in range(10, 10 + 3 * MAX_PEERS):
         a.apply_remote_loads(peer, {EPS[2].address: 1}, ttl=1.0)
-    assert len(a._peer_loads) == MAX_PEERS
+    assert len(a.peer_loads) == MAX_PEERS
 
 
 @pytest.mark.parametrize("placement", ["load", "balanced", "hash"])
@@ -268,3 +268,22 @@ def test_the_state_digest_tells_agreeing_replicas() -> None:
     assert state_a["ownership_entries"] == state_b["ownership_entries"] > 0
     assert state_b["peers"] == 1 and state_b["peer_in_flight"] == {EPS[0].address: 2}
     assert len(state_a["in_flight"]) > 0 and state_b["in_flight"] == {}
+
+
+def test_active_request_scorer_shares_its_counts_too() -> None:
+    from scheduler.plugins.scorers.active_request import factory as active_factory
+
+    clock = Clock()
+    scorer = active_factory("active", {}, PluginHandle(clock=clock))
+    assert isinstance(scorer, ReplicaSynced)
+    scorer.on_dispatched(req("x", "r1"), routed(EPS[0]))
+    assert scorer.replica_loads() == {EPS[0].address: 1}
+    assert scorer.score(CycleState(), req("y", "r2"), EPS) == [0.0, 1.0, 1.0, 1.0]
+    scorer.apply_remote_loads(7, {EPS[1].address: 3}, ttl=0.2)  # a peer keeps EPS[1] busier
+    assert scorer.score(CycleState(), req("y", "r2"), EPS) == [2 / 3, 0.0, 1.0, 1.0]
+    assert scorer.replica_loads() == {EPS[0].address: 1}  # what it sends: its own
+    clock.now += 0.5  # the peer went silent
+    assert scorer.score(CycleState(), req("y", "r2"), EPS) == [0.0, 1.0, 1.0, 1.0]
+    scorer.apply_remote_loads(7, {EPS[1].address: 3}, ttl=0.2)
+    scorer.on_endpoints_removed(frozenset({EPS[1].address}))
+    assert scorer.peer_loads.merged({}) == {}
