@@ -28,7 +28,8 @@ routing itself never waits on sync (each replica falls back to its own view).
 Metrics (ours, at scrape time): ``pyepp_replica_sync_datagrams_sent_total``,
 ``pyepp_replica_sync_datagrams_received_total`` (accepted), ``pyepp_replica_sync_datagrams_rejected_total
 {reason}``, ``pyepp_replica_sync_claims_applied_total``, ``pyepp_replica_sync_entries_ignored_total
-{reason}`` (``endpoint``, ``plugin``, ``dropped``: claims or counts not applied or not sent) and
+{reason}`` (``endpoint``, ``plugin``, ``dropped``, ``send_error``: claims or counts not applied or not
+sent) and
 ``pyepp_replica_sync_peers`` (addresses sent to).
 """
 
@@ -271,7 +272,7 @@ class ReplicaSyncService(asyncio.DatagramProtocol):
         pass
 
     def error_received(self, exc: Exception) -> None:  # e.g. ICMP port unreachable from a peer not up yet
-        self.rejected["send_error"] += 1
+        self.ignored["send_error"] += 1
 
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
         try:
