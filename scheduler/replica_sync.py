@@ -24,19 +24,11 @@ transport already checked (the endpoint addresses are in the current pool).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = [
-    "MAX_ANCHORS",
-    "MAX_PEERS",
-    "BlockSynced",
-    "OwnershipClaim",
-    "PeerLoads",
-    "ReplicaSyncSink",
-    "ReplicaSynced",
-]
+__all__ = ["MAX_ANCHORS", "MAX_PEERS", "OwnershipClaim", "PeerLoads", "ReplicaSyncSink", "ReplicaSynced"]
 
 MAX_PEERS = 64
 """The most peer replicas whose in-flight counts a plugin keeps."""
@@ -61,13 +53,9 @@ class OwnershipClaim:
 
 
 class ReplicaSyncSink(Protocol):
-    """Where a plugin sends what it records (the transport; batched, non-blocking)."""
+    """Where a plugin sends the ownerships it records (the transport; batched, non-blocking)."""
 
     def ownership(self, plugin: str, claim: OwnershipClaim) -> None: ...
-
-    def blocks(self, plugin: str, address: str, hashes: Sequence[int]) -> None:
-        """``address`` was sent a prompt of these chained block hashes (the approximate index)."""
-        ...
 
 
 @runtime_checkable
@@ -150,11 +138,3 @@ class PeerLoads:
             for address, count in counts.items():
                 remote[address] = remote.get(address, 0) + count
         self.remote, self._earliest = remote, earliest
-
-
-@runtime_checkable
-class BlockSynced(Protocol):
-    """A :class:`ReplicaSynced` plugin that also records the peers' dispatched blocks (the approximate
-    prefix index of ``prefix-cache-scorer`` / ``approx-prefix-cache-producer``)."""
-
-    def apply_remote_blocks(self, address: str, hashes: Sequence[int]) -> None: ...

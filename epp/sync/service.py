@@ -8,12 +8,9 @@ stripped). What flows (:mod:`scheduler.replica_sync`, :mod:`epp.sync.wire`):
 
 * OWNERS: every new ownership a :class:`~scheduler.replica_sync.ReplicaSynced` plugin records, batched
   for ``flush_delay`` seconds (5 ms) into as few datagrams as fit, sent to every peer;
-* BLOCKS: every block chain a :class:`~scheduler.replica_sync.BlockSynced` plugin (the approximate
-  prefix index) records on dispatch, batched the same way;
 * LOADS: every ``interval`` seconds (``--replica-sync-interval``), each such plugin's own in-flight
-  counts per endpoint (an empty report is sent once, then nothing until there are counts); a peer
-  applies them for ``4 x interval`` seconds, so a replica that goes silent stops counting within that
-  time.
+  counts per endpoint; a peer applies them for ``4 x interval`` seconds, so a replica that goes silent
+  stops counting within that time.
 
 Defences (an attacker can reach the port but does not hold the key): a datagram is dropped unless it
 comes from a peer's address (``source``), is at most :data:`~epp.sync.wire.MAX_DATAGRAM` bytes
@@ -55,14 +52,12 @@ from prometheus_client.registry import Collector
 
 from datalayer.discovery.base import is_ip_literal, split_address
 from epp.sync.wire import (
-    KIND_BLOCKS,
     KIND_LOADS,
     KIND_OWNERS,
     MAX_DATAGRAM,
     MIN_KEY_BYTES,
     ReplayGuard,
     WireError,
-    block_entries,
     claim_bytes,
     decode,
     encode_loads,
@@ -70,7 +65,7 @@ from epp.sync.wire import (
     seal,
     verify,
 )
-from scheduler.replica_sync import BlockSynced, OwnershipClaim, ReplicaSynced
+from scheduler.replica_sync import OwnershipClaim, ReplicaSynced
 
 __all__ = ["ReplicaSyncCollector", "ReplicaSyncService", "read_key"]
 
@@ -141,9 +136,7 @@ class ReplicaSyncService(asyncio.DatagramProtocol):
         self.destinations: list[tuple[str, int]] = []
         self._allowed: set[tuple[str, int]] = set()
         self._pending: dict[str, list[bytes]] = {}
-        self._pending_blocks: dict[str, list[bytes]] = {}
         self._pending_count = 0
-        self._sent_empty: set[str] = set()  # plugins whose last LOADS report was empty
         self._flush_handle: asyncio.TimerHandle | None = None
         self._load_parts: dict[tuple[int, str], tuple[int, dict[str, int]]] = {}
         self._tokens = max_rate
@@ -241,29 +234,12 @@ class ReplicaSyncService(asyncio.DatagramProtocol):
         if self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_later(FLUSH_DELAY, self.flush)
 
-    def blocks(self, plugin: str, address: str, hashes: Sequence[int]) -> None:
-        """The sink: queue a dispatched block chain for the next flush."""
-        if self._transport is None or not self.destinations:
-            return
-        entries = block_entries(address, hashes)
-        if not entries or self._pending_count + len(entries) > MAX_PENDING:
-            self.ignored["dropped"] += 1
-            return
-        self._pending_blocks.setdefault(plugin, []).extend(entries)
-        self._pending_count += len(entries)
-        if self._flush_handle is None:
-            self._flush_handle = asyncio.get_running_loop().call_later(FLUSH_DELAY, self.flush)
-
     def flush(self) -> None:
         self._flush_handle = None
         pending, self._pending, self._pending_count = self._pending, {}, 0
-        blocks, self._pending_blocks = self._pending_blocks, {}
         for plugin, claims in pending.items():
             for payload in encode_owners(plugin, claims):
                 self._send(KIND_OWNERS, payload)
-        for plugin, entries in blocks.items():
-            for payload in encode_owners(plugin, entries):
-                self._send(KIND_BLOCKS, payload)
 
     async def _send_loads(self) -> None:
         while True:
@@ -273,14 +249,7 @@ class ReplicaSyncService(asyncio.DatagramProtocol):
     def send_loads(self) -> None:
         self._generation = (self._generation + 1) & 0xFFFFFFFF
         for name, plugin in self._plugins.items():
-            counts = plugin.replica_loads()
-            if not counts:  # an empty report once, then nothing until there are counts again
-                if name in self._sent_empty:
-                    continue
-                self._sent_empty.add(name)
-            else:
-                self._sent_empty.discard(name)
-            for payload in encode_loads(name, self._generation, counts):
+            for payload in encode_loads(name, self._generation, plugin.replica_loads()):
                 self._send(KIND_LOADS, payload)
 
     def _send(self, kind: int, payload: bytes) -> None:
@@ -340,15 +309,6 @@ class ReplicaSyncService(asyncio.DatagramProtocol):
                 if self._in_pool(claim.address):
                     plugin.apply_remote_ownership(claim)
                     self.claims_applied += 1
-                else:
-                    self.ignored["endpoint"] += 1
-        elif message.kind == KIND_BLOCKS:
-            if not isinstance(plugin, BlockSynced):
-                self.ignored["plugin"] += 1
-                return
-            for address, hashes in message.blocks:
-                if self._in_pool(address):
-                    plugin.apply_remote_blocks(address, hashes)
                 else:
                     self.ignored["endpoint"] += 1
         else:

@@ -8,8 +8,6 @@ Layout (network byte order)::
                  per anchor: hash (u64) | created (u8: 0 or 1)
              kind 2, LOADS:  plugin (u8 length + UTF-8) | generation (u32) | entries (u16) | per entry:
                  address (u8 length + UTF-8) | in flight (u32)
-             kind 3, BLOCKS: plugin (u8 length + UTF-8) | entries (u16) | per entry:
-                 address (u8 length + UTF-8) | hashes (u16, at most MAX_BLOCK_HASHES) | hash (u64) each
     mac      HMAC-SHA256(key, header + payload) (32)
 
 ``sender`` is a random 64-bit id drawn when the process starts (a restarted replica is a new sender),
@@ -36,17 +34,14 @@ from scheduler.replica_sync import MAX_ANCHORS, OwnershipClaim
 
 __all__ = [
     "HEADER",
-    "KIND_BLOCKS",
     "KIND_LOADS",
     "KIND_OWNERS",
     "MAC_BYTES",
-    "MAX_BLOCK_HASHES",
     "MAX_DATAGRAM",
     "MIN_KEY_BYTES",
     "Datagram",
     "ReplayGuard",
     "WireError",
-    "block_entries",
     "decode",
     "encode_loads",
     "encode_owners",
@@ -57,9 +52,6 @@ MAGIC = b"PYRS"
 VERSION = 1
 KIND_OWNERS = 1
 KIND_LOADS = 2
-KIND_BLOCKS = 3
-MAX_BLOCK_HASHES = 128
-"""Block hashes per BLOCKS entry (a longer chain is sent as several entries, in order)."""
 HEADER = struct.Struct("!4sBBQQQ")
 MAC_BYTES = 32
 MAX_DATAGRAM = 1400
@@ -91,7 +83,6 @@ class Datagram:
     claims: tuple[OwnershipClaim, ...] = ()
     generation: int = 0
     loads: tuple[tuple[str, int], ...] = ()
-    blocks: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 def _text(value: str) -> bytes:
@@ -125,29 +116,12 @@ def claim_bytes(claim: OwnershipClaim) -> bytes | None:
     )
 
 
-def block_entries(address: str, hashes: Sequence[int]) -> list[bytes]:
-    """BLOCKS entries for ``hashes`` sent to ``address`` (empty when a hash is outside 64 bits or the
-    address is over 255 bytes)."""
-    if any(not 0 <= h <= _MAX_U64 for h in hashes):
-        return []
-    try:
-        name = _text(address)
-    except ValueError:
-        return []
-    out = []
-    for start in range(0, len(hashes), MAX_BLOCK_HASHES):
-        chunk = hashes[start : start + MAX_BLOCK_HASHES]
-        out.append(name + _U16.pack(len(chunk)) + struct.pack(f"!{len(chunk)}Q", *chunk))
-    return out
-
-
 def _room(plugin: bytes) -> int:
     return MAX_DATAGRAM - HEADER.size - MAC_BYTES - len(plugin) - 2
 
 
 def encode_owners(plugin: str, claims: Sequence[bytes]) -> Iterator[bytes]:
-    """OWNERS payloads holding the encoded ``claims`` (from :func:`claim_bytes`), as few as fit; also
-    BLOCKS payloads from :func:`block_entries` (the same framing)."""
+    """OWNERS payloads holding the encoded ``claims`` (from :func:`claim_bytes`), as few as fit."""
     name = _text(plugin)
     room = _room(name)
     batch: list[bytes] = []
@@ -250,16 +224,6 @@ def decode(data: bytes) -> Datagram:
             (count,) = r.unpack(_U32)
             loads.append((address, count))
         out = Datagram(kind, sender, seq, time_ms, plugin, generation=generation, loads=tuple(loads))
-    elif kind == KIND_BLOCKS:
-        (n,) = r.unpack(_U16)
-        blocks = []
-        for _ in range(n):
-            address = r.text()
-            (count,) = r.unpack(_U16)
-            if count > MAX_BLOCK_HASHES:
-                raise WireError("format", f"{count} hashes in an entry (at most {MAX_BLOCK_HASHES})")
-            blocks.append((address, struct.unpack(f"!{count}Q", r.take(8 * count))))
-        out = Datagram(kind, sender, seq, time_ms, plugin, blocks=tuple(blocks))
     else:
         raise WireError("format", f"unknown kind {kind}")
     if r.pos != len(r.data):

@@ -15,10 +15,6 @@ With a bound ``token-producer`` (only ``approx-prefix-cache-producer`` binds one
 (:func:`~scheduler.plugins.prefix.hashing.token_prefix_hashes`); a request it produced no ids for
 matches nothing and is not recorded, as upstream.
 
-Replica sync (:mod:`scheduler.replica_sync`; the picker's ``--replica-sync-port``): every block chain
-recorded on dispatch is also sent to the peer replicas, which insert it into their index as if they
-had dispatched it, so active-active replicas estimate the same cache contents.
-
 Autotuning (``autoTune``): the block size is taken once from the first endpoint that reports
 ``block_size`` (unless a legacy character block size fixes it; the index is cleared if it already had
 entries) and raised to :attr:`PrefixMatcher.min_block_tokens`; each endpoint's capacity becomes
@@ -28,7 +24,7 @@ entries) and raised to :attr:`PrefixMatcher.min_block_tokens`; each endpoint's c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from scheduler.cycle_state import CycleState, StateKey
@@ -41,7 +37,6 @@ from scheduler.plugins.prefix.index import PrefixIndex
 from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
 from scheduler.plugins.prefix.params import PrefixCacheParams
 from scheduler.plugins.tokens.producer import TokenProducer
-from scheduler.replica_sync import OwnershipClaim, ReplicaSyncSink
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = ["PrefixMatcher"]
@@ -57,26 +52,6 @@ class PrefixMatcher(PluginBase):
     """Smallest block size (tokens) used, whatever was configured or learned."""
     token_source: TokenProducer | None = None
     """The token producer whose ids are hashed (None: characters of the prompt text)."""
-    _sync: ReplicaSyncSink | None = None
-
-    # -- replica sync (scheduler.replica_sync.ReplicaSynced, BlockSynced): the blocks dispatched ------
-
-    def attach_replica_sync(self, sink: ReplicaSyncSink) -> None:
-        self._sync = sink
-
-    def replica_loads(self) -> dict[str, int]:
-        return {}  # no in-flight counts
-
-    def apply_remote_ownership(self, claim: OwnershipClaim) -> None:
-        """Ignored: this plugin records no ownership."""
-
-    def apply_remote_loads(self, peer: int, counts: Mapping[str, int], ttl: float) -> None:
-        """Ignored: this plugin keeps no in-flight counts."""
-
-    def apply_remote_blocks(self, address: str, hashes: Sequence[int]) -> None:
-        """A peer dispatched a prompt of these blocks to ``address``: record them as on_dispatched does."""
-        self.capacities.admit(address, None)
-        self.index.insert(address, hashes)
 
     def __init__(self, name: str, params: PrefixCacheParams) -> None:
         super().__init__(name)
@@ -191,8 +166,6 @@ class PrefixMatcher(PluginBase):
             )
             self.capacities.admit(address, own)
             self.index.insert(address, hashes)
-            if self._sync is not None:
-                self._sync.blocks(self.name, address, hashes)
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         self.index.remove(addresses)

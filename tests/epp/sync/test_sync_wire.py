@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -19,15 +19,12 @@ from epp.config.parser import UsageError
 from epp.sync import ReplicaSyncCollector, ReplicaSyncService, read_key
 from epp.sync.wire import (
     HEADER,
-    KIND_BLOCKS,
     KIND_LOADS,
     KIND_OWNERS,
     MAC_BYTES,
-    MAX_BLOCK_HASHES,
     MAX_DATAGRAM,
     ReplayGuard,
     WireError,
-    block_entries,
     claim_bytes,
     decode,
     encode_loads,
@@ -75,24 +72,6 @@ def test_loads_round_trip_and_split_over_datagrams() -> None:
     assert got == counts
     (empty,) = list(encode_loads("affinity", 10, {}))  # an empty count list is still sent (a heartbeat)
     assert decode(seal(KEY, KIND_LOADS, 7, 1, NOW_MS, empty)).loads == ()
-
-
-def test_block_chains_round_trip_in_entries_of_bounded_size() -> None:
-    chain = list(range(2**64 - 300, 2**64))  # 300 hashes: three entries of at most 128
-    entries = block_entries("10.0.0.1:8000", chain)
-    assert len(entries) == 3
-    assert block_entries("10.0.0.1:8000", [2**64]) == [] and block_entries("a" * 300, [1]) == []
-    got: list[int] = []
-    for seq, payload in enumerate(encode_owners("prefix", entries), start=1):
-        data = seal(KEY, KIND_BLOCKS, 7, seq, NOW_MS, payload)
-        assert len(data) <= MAX_DATAGRAM
-        for address, hashes in decode(data).blocks:
-            assert address == "10.0.0.1:8000" and len(hashes) <= MAX_BLOCK_HASHES
-            got.extend(hashes)
-    assert got == chain
-    too_many = b"\x06prefix\x00\x01\x0510.0:" + (MAX_BLOCK_HASHES + 1).to_bytes(2, "big") + b"\x00" * 8 * 129
-    with pytest.raises(WireError, match="hashes in an entry"):
-        decode(seal(KEY, KIND_BLOCKS, 7, 1, NOW_MS, too_many))
 
 
 def test_claims_that_cannot_be_sent_are_refused_and_many_claims_split() -> None:
@@ -192,7 +171,6 @@ class FakePlugin:
         self.loads: dict[int, dict[str, int]] = {}
         self.own: dict[str, int] = {}
         self.sink: ReplicaSyncSink | None = None
-        self.blocks: list[tuple[str, tuple[int, ...]]] = []
 
     def attach_replica_sync(self, sink: ReplicaSyncSink) -> None:
         self.sink = sink
@@ -205,9 +183,6 @@ class FakePlugin:
 
     def apply_remote_loads(self, peer: int, counts: Mapping[str, int], ttl: float) -> None:
         self.loads[peer] = dict(counts)
-
-    def apply_remote_blocks(self, address: str, hashes: Sequence[int]) -> None:
-        self.blocks.append((address, tuple(hashes)))
 
 
 def free_udp_ports(n: int) -> list[int]:
@@ -252,9 +227,7 @@ async def test_two_services_exchange_claims_and_loads() -> None:
         fa.own = {"10.0.0.1:8000": 3, "10.9.9.9:8000": 1}  # the second is not in the pool
         a.ownership("affinity", CLAIM)
         a.ownership("affinity", OwnershipClaim("10.9.9.9:8000", 1, ((1, True),)))  # not in the pool
-        a.blocks("affinity", "10.0.0.2:8000", list(range(1, 201)))
-        await until(lambda: fb.claims and fb.loads and len(fb.blocks) == 2)
-        assert [h for _, chunk in fb.blocks for h in chunk] == list(range(1, 201))
+        await until(lambda: fb.claims and fb.loads)
         assert fb.claims == [CLAIM]
         assert list(fb.loads.values()) == [{"10.0.0.1:8000": 3}]
         assert list(fb.loads) == [a.sender]

@@ -7,7 +7,6 @@ once, or held back to make them race), as the UDP transport of ``epp.sync`` does
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from scheduler.handle import PluginHandle
 from scheduler.plugins.prefix.affinity import PrefixAffinityScorer, factory
 from scheduler.plugins.prefix.owners import OwnerTable, anchor_depths, outranks
 from scheduler.plugins.prefix.rendezvous import weight
-from scheduler.replica_sync import MAX_PEERS, BlockSynced, OwnershipClaim, ReplicaSynced
+from scheduler.replica_sync import MAX_PEERS, OwnershipClaim, ReplicaSynced
 from scheduler.types import Endpoint, LLMRequest
 
 BLOCK = 64
@@ -47,13 +46,9 @@ class Sink:
 
     def __init__(self) -> None:
         self.claims: list[tuple[str, OwnershipClaim]] = []
-        self.chains: list[tuple[str, str, tuple[int, ...]]] = []
 
     def ownership(self, plugin: str, claim: OwnershipClaim) -> None:
         self.claims.append((plugin, claim))
-
-    def blocks(self, plugin: str, address: str, hashes: Sequence[int]) -> None:
-        self.chains.append((plugin, address, tuple(hashes)))
 
     def deliver(self, peer: PrefixAffinityScorer) -> int:
         n = len(self.claims)
@@ -292,22 +287,3 @@ def test_active_request_scorer_shares_its_counts_too() -> None:
     scorer.apply_remote_loads(7, {EPS[1].address: 3}, ttl=0.2)
     scorer.on_endpoints_removed(frozenset({EPS[1].address}))
     assert scorer.peer_loads.merged({}) == {}
-
-
-def test_the_approximate_index_is_shared_block_by_block() -> None:
-    from scheduler.plugins.prefix.scorer import factory as prefix_factory
-
-    a = prefix_factory("prefix", {"autoTune": False}, PluginHandle())
-    b = prefix_factory("prefix", {"autoTune": False}, PluginHandle())
-    assert isinstance(a, ReplicaSynced) and isinstance(a, BlockSynced)
-    sink = Sink()
-    a.attach_replica_sync(sink)
-    request = req(prompt(3), "r1")
-    a.prepare(CycleState(), request, EPS)
-    a.on_dispatched(request, routed(EPS[2]))
-    ((plugin, address, hashes),) = sink.chains
-    assert plugin == "prefix" and address == EPS[2].address and hashes == a.hashes(request)
-    assert b.index.match(hashes) == {}
-    b.apply_remote_blocks(address, hashes)
-    assert b.index.match(hashes) == a.index.match(hashes) == {EPS[2].address: len(hashes)}
-    assert a.replica_loads() == {} and sink.claims == []
