@@ -206,10 +206,10 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         return dict(self.tracker.request_counts)
 
     def apply_remote_ownership(self, claim: OwnershipClaim) -> None:
-        self.owners.apply_remote(claim.key, claim.anchors, claim.address)
+        now = self._clock()
+        self.owners.apply_remote(claim.key, claim.anchors, claim.address, now)
         if claim.placement > 0 and self.params.remembers_placements:
             placed = self.placements.get(claim.key)
-            now = self._clock()
             if placed == claim.address:
                 self.placements.touch(claim.key, now)
             elif placed is None or outranks(claim.key, claim.address, placed):
@@ -374,8 +374,12 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             hashes, new = pending
         if hashes and result.endpoints:
             address = result.endpoints[0].address
-            changes: list[tuple[int, bool]] | None = [] if self._sync is not None else None
-            self.owners.record(hashes, address, changes)
+            changes: list[tuple[int, bool]] | None = None
+            if self._sync is not None:
+                changes = []
+                self.owners.record(hashes, address, changes, self._clock())
+            else:
+                self.owners.record(hashes, address)
             placed = 0
             if self.params.remembers_placements:
                 now = self._clock()

@@ -35,7 +35,11 @@ replicas that placed the same new prefix at the same moment: the primary becomes
 has the higher rendezvous weight for the prompt's first block hash
 (:func:`~scheduler.plugins.prefix.rendezvous.weight`) and the other stays as a spill owner if there is
 room, so both replicas end with the same owners whatever order the claims arrive in. A spill (the peer
-added an owner to an anchor it already had) is recorded as a local spill is.
+added an owner to an anchor it already had) is recorded as a local spill is, except when it meets a
+full entry whose newest spill owner changed here within :data:`SPILL_RACE_SECONDS` (both replicas
+spilled the same prefix at the same moment, to different endpoints): then the overflow slot keeps
+whichever of the two has the higher rendezvous weight, on both replicas. The spill changes of that
+window are remembered per anchor (at most :data:`RECENT_LIMIT`).
 """
 
 from __future__ import annotations
@@ -46,12 +50,16 @@ from functools import lru_cache
 
 from scheduler.plugins.prefix.rendezvous import weight
 
-__all__ = ["ENTRY_BYTES", "OwnerTable", "anchor_depths", "outranks"]
+__all__ = ["ENTRY_BYTES", "RECENT_LIMIT", "SPILL_RACE_SECONDS", "OwnerTable", "anchor_depths", "outranks"]
 
 ENTRY_BYTES = 160
 """Upper bound of the memory one ownership entry costs (measured ~140 B with interned owner tuples)."""
 
 _INTERN_LIMIT = 4096
+SPILL_RACE_SECONDS = 0.1
+"""How long after a spill owner changed a peer's different spill for the same anchor counts as a race."""
+RECENT_LIMIT = 4096
+"""Anchors whose spill owner changed recently, remembered for the race rule (oldest dropped first)."""
 
 
 @lru_cache(maxsize=512)
@@ -76,7 +84,7 @@ def anchor_depths(n: int) -> tuple[int, ...]:
 class OwnerTable:
     """Anchor hash -> owner endpoints, LRU-bounded to ``max_entries``."""
 
-    __slots__ = ("_entries", "_intern", "max_entries", "max_owners")
+    __slots__ = ("_entries", "_intern", "_recent", "max_entries", "max_owners")
 
     def __init__(self, max_entries: int, max_owners: int) -> None:
         if max_entries < 1:
@@ -87,6 +95,7 @@ class OwnerTable:
         self.max_owners = max_owners
         self._entries: OrderedDict[int, tuple[str, ...]] = OrderedDict()
         self._intern: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._recent: OrderedDict[int, float] = OrderedDict()  # anchor -> when its spill owner changed
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -108,11 +117,16 @@ class OwnerTable:
         return 0, ()
 
     def record(
-        self, hashes: Sequence[int], address: str, changes: list[tuple[int, bool]] | None = None
+        self,
+        hashes: Sequence[int],
+        address: str,
+        changes: list[tuple[int, bool]] | None = None,
+        now: float | None = None,
     ) -> None:
         """``address`` now serves this prompt: make it an owner of every anchor of ``hashes``.
         ``changes``, when given, receives ``(anchor hash, created)`` for every anchor whose owners
-        changed (``created``: it had none)."""
+        changed (``created``: it had none); ``now`` (replica sync) remembers the spill changes for
+        the race rule."""
         entries = self._entries
         touch = entries.move_to_end
         for depth in anchor_depths(len(hashes)):
@@ -127,13 +141,18 @@ class OwnerTable:
                     entries[h] = self._interned(self._spilled(found, address))
                     if changes is not None:
                         changes.append((h, False))
+                    if now is not None:
+                        self._mark(h, now)
                 touch(h)
         while len(entries) > self.max_entries:
             entries.popitem(last=False)
 
-    def apply_remote(self, key: int, anchors: Iterable[tuple[int, bool]], address: str) -> None:
+    def apply_remote(
+        self, key: int, anchors: Iterable[tuple[int, bool]], address: str, now: float | None = None
+    ) -> None:
         """A peer replica made ``address`` an owner of ``anchors`` (``(hash, created)``); ``key`` is
-        the prompt's first block hash. The conflict rule of the module docstring."""
+        the prompt's first block hash. The conflict rules of the module docstring (the spill race
+        only with ``now``)."""
         entries = self._entries
         touch = entries.move_to_end
         for h, created in anchors:
@@ -149,12 +168,31 @@ class OwnerTable:
                 elif created:  # it lost the race: a spill owner if there is room
                     if len(found) < self.max_owners:
                         found = (*found, address)
-                else:
+                        self._mark(h, now)
+                elif len(found) < self.max_owners or not self._raced(h, now):
                     found = self._spilled(found, address)
+                    self._mark(h, now)
+                elif outranks(key, address, found[-1]):  # raced spills: the higher weight keeps the slot
+                    found = (*found[:-1], address)
                 entries[h] = self._interned(found)
             touch(h)
         while len(entries) > self.max_entries:
             entries.popitem(last=False)
+
+    def _mark(self, h: int, now: float | None) -> None:
+        if now is None:
+            return
+        recent = self._recent
+        recent[h] = now
+        recent.move_to_end(h)
+        while len(recent) > RECENT_LIMIT:
+            recent.popitem(last=False)
+
+    def _raced(self, h: int, now: float | None) -> bool:
+        if now is None:
+            return False
+        changed = self._recent.get(h)
+        return changed is not None and now - changed <= SPILL_RACE_SECONDS
 
     def _spilled(self, found: tuple[str, ...], address: str) -> tuple[str, ...]:
         """``found`` with the spill owner ``address`` added (not in ``found``)."""
@@ -182,6 +220,7 @@ class OwnerTable:
     def clear(self) -> None:
         self._entries.clear()
         self._intern.clear()
+        self._recent.clear()
 
     def _interned(self, owners: tuple[str, ...]) -> tuple[str, ...]:
         found = self._intern.get(owners)

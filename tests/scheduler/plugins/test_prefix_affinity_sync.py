@@ -287,3 +287,31 @@ def test_active_request_scorer_shares_its_counts_too() -> None:
     scorer.apply_remote_loads(7, {EPS[1].address: 3}, ttl=0.2)
     scorer.on_endpoints_removed(frozenset({EPS[1].address}))
     assert scorer.peer_loads.merged({}) == {}
+
+
+@pytest.mark.parametrize("a_first", [True, False])
+def test_raced_spills_converge_and_a_later_spill_replaces(a_first: bool) -> None:
+    """Both replicas spill the same prefix at once, to different endpoints: after the claims cross
+    both keep the higher-weight spill owner; a spill long after replaces the newest one as locally."""
+    key = 4242
+    primary, x, y, z = (e.address for e in EPS)
+    a, b = OwnerTable(10, 2), OwnerTable(10, 2)
+    for table in (a, b):
+        table.record([key], primary, None, 0.0)
+    ca: list[tuple[int, bool]] = []
+    cb: list[tuple[int, bool]] = []
+    a.record([key], x, ca, 10.0)
+    b.record([key], y, cb, 10.0)
+    assert ca == cb == [(key, False)]
+    if a_first:
+        b.apply_remote(key, ca, x, 10.02)
+        a.apply_remote(key, cb, y, 10.03)
+    else:
+        a.apply_remote(key, cb, y, 10.02)
+        b.apply_remote(key, ca, x, 10.03)
+    winner = x if outranks(key, x, y) else y
+    assert a.owners(key) == b.owners(key) == (primary, winner)
+    later: list[tuple[int, bool]] = []
+    b.record([key], z, later, 30.0)  # z takes the overflow slot on b, 20 s later
+    a.apply_remote(key, later, z, 30.01)
+    assert a.owners(key) == b.owners(key) == (primary, z)
