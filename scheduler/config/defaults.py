@@ -1,16 +1,17 @@
 """The configuration used when none is given: pyepp's best-measured profile (not GIE's default).
 
 Measured with ``epp-bench routing`` (docs/bench.md, README "Routing quality"): GIE's load and cache
-scorers plus the picker's own in-flight count (``active-request-scorer``, exact at dispatch while scraped
-gauges lag a scrape interval), ``no-hit-lru-scorer`` (cold prompts spread over the least recently used
-endpoints) and ``prefix-affinity-scorer`` (prefix ownership that outlives the KV cache, with bounded
-load; a prefix spills to the endpoints with the lightest footprint of placed prefixes;
-docs/scheduler.md, "Prefix affinity"). Its weight (10) lets an owner under its load bound win
-over the load scorers (total weight 5) for a prompt whose owned prefix is most of it; the load bound,
-not the weights, decides when a prefix spills. ``prefix-cache-scorer`` runs with ``autoTune: false``
-(it remembers ``lruCapacityPerServer`` blocks per server instead of the server's KV size): measured
-equal where caches hold the working set and better where they do not (shared prefixes with a working
-set 1.5x the fleet's KV, 24 closed-loop clients: hit rate 0.55 vs 0.47, TTFT p90 2.6 vs 3.3 s).
+scorers plus the picker's own in-flight count (``active-request-scorer``, exact at dispatch while
+scraped gauges lag a scrape interval), ``no-hit-lru-scorer`` (cold prompts spread over the least
+recently used endpoints) and ``prefix-affinity-scorer`` (prefix ownership that outlives the KV cache,
+with bounded load; an owner keeps a prefix through a burst of other prefixes, and a hot prefix spills to
+the endpoints with the lightest footprint of placed prefixes; docs/scheduler.md, "Prefix affinity"). Its
+weight (10) lets an owner under its load bound win over the load scorers (total weight 5) for a prompt
+whose owned prefix is most of it; the load bound, not the weights, decides when a prefix spills.
+``prefix-cache-scorer`` runs with ``autoTune: false`` (it remembers ``lruCapacityPerServer`` blocks per
+server instead of the server's KV size): measured equal where caches hold the working set and better
+where they do not (shared prefixes with a working set 1.5x the fleet's KV, 24 closed-loop clients: hit
+rate 0.55 vs 0.47, TTFT p90 2.6 vs 3.3 s).
 
 GIE's historical default (queue x2, kv-cache x2, prefix x3) ships unchanged as
 ``deploy/configs/gie-default.yaml``; ``deploy/configs/default.yaml`` is this text as a file.

@@ -53,7 +53,7 @@ def test_apply_slo_adds_seeded_headers_in_the_given_proportions() -> None:
         {"tight_ttft_ms": 1, "loose_ttft_ms": 10, "tpot_ms": -1},
     ],
 )
-def test_slo_mix_rejects_bad_values(kw: dict[str, float]) -> None:
+def test_slo_mix_rejects_bad_values(kw: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="SloMix"):
         SloMix(**kw)
 

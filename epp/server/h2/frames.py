@@ -133,7 +133,13 @@ STATUS_415 = b"\x08\x03415"
 
 def trailers(status: int, message: str = "") -> bytes:
     """The header block of gRPC trailers: ``grpc-status`` and, when given, ``grpc-message``."""
+    if status == GRPC_OK and not message:
+        return OK_TRAILERS  # every answered stream: built once
     block = _literal(b"grpc-status", str(status).encode())
     if message:
         block += _literal(b"grpc-message", quote(message, safe=" !#$&'()*+,/:;=?@[]~").encode())
     return block
+
+
+OK_TRAILERS = _literal(b"grpc-status", b"0")
+"""The trailers of a stream that ends OK without a message (what :func:`trailers` returns for it)."""

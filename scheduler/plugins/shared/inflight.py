@@ -108,10 +108,10 @@ class InflightTracker:
         return len(self._entries)
 
     def dispatch(self, request_id: str, addresses: Iterable[str], tokens: int = 0) -> None:
+        now = self._clock()
+        self._expire(now)  # first: an id whose entry has expired counts afresh
         if request_id in self._entries:
             return
-        now = self._clock()
-        self._expire(now)
         targets = list(dict.fromkeys(addresses))
         if not targets:
             return

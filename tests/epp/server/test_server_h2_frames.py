@@ -236,3 +236,24 @@ def test_frames_on_streams_we_closed_are_ignored(sched: FakeScheduler) -> None:
     assert parse(t.data) == [] and not t.closed
     open_stream(conn, 5)
     assert conn.open_streams == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "expected"),
+    [
+        (0, "", [("grpc-status", "0")]),
+        (13, "", [("grpc-status", "13")]),
+        (0, "done", [("grpc-status", "0"), ("grpc-message", "done")]),
+        (8, "too big: 5%", [("grpc-status", "8"), ("grpc-message", "too big: 5%25")]),
+    ],
+)
+def test_trailers_decode_to_the_status_and_message(status: int, message: str, expected: list) -> None:
+    block = f.trailers(status, message)
+    assert [(k.decode(), v.decode()) for k, v in hpack.Decoder().decode(block, raw=True)] == expected
+
+
+def test_ok_trailers_are_built_once() -> None:
+    # every answered stream ends OK without a message: the block is a constant, not rebuilt per stream
+    assert f.trailers(f.GRPC_OK) is f.OK_TRAILERS
+    assert f.trailers(f.GRPC_OK, "") is f.OK_TRAILERS
+    assert f.trailers(f.GRPC_OK, "x") is not f.OK_TRAILERS

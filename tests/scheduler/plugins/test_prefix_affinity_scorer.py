@@ -224,7 +224,10 @@ def test_owner_over_the_bound_spills_to_one_second_owner_not_everywhere() -> Non
 def test_never_scores_an_endpoint_above_the_load_bound(
     loads: list[int], owners: list[int], factor: float, floor: int, imbalance: int, spill: str
 ) -> None:
-    scorer = make(loadFactor=factor, minLoadBound=floor, maxImbalance=imbalance, spillPlacement=spill)
+    # The bound alone (spillShare 0); test_burst_rule_never_passes_the_hard_bound covers the burst rule.
+    scorer = make(
+        loadFactor=factor, minLoadBound=floor, maxImbalance=imbalance, spillPlacement=spill, spillShare=0
+    )
     eps = [Endpoint(f"10.1.0.{i}:8000") for i in range(len(loads))]
     for i, n in enumerate(loads):
         for k in range(n):
@@ -267,3 +270,88 @@ def test_removed_endpoints_lose_their_prefixes() -> None:
     fleet.scorer.on_endpoints_removed(frozenset({owner}))
     assert fleet.scorer.tracker.requests(owner) == 0
     assert fleet.scorer.score(CycleState(), req(group_prompt(5, unique=3), "z"), EPS) == [0.0] * 4
+
+
+# -- spillShare: a burst of other prefixes is waited out, a hot prefix spills ----------------------
+
+
+def _loaded(
+    scorer: PrefixAffinityScorer, eps: list[Endpoint], loads: list[int], mine: list[int], key: int
+) -> None:
+    """Put ``loads[i]`` requests in flight on ``eps[i]``, ``mine[i]`` of them of the prefix ``key``."""
+    for i, n in enumerate(loads):
+        for k in range(n):
+            rid = f"{i}-{k}"
+            scorer.tracker.dispatch(rid, [eps[i].address])
+            scorer.prefix_inflight.dispatch(rid, key if k < mine[i] else -1 - k, eps[i].address)
+
+
+def test_an_owner_busy_with_other_prefixes_keeps_the_prefix_a_hot_prefix_spills() -> None:
+    text = group_prompt(7)
+    for share, mine, stays in ((0.5, 2, True), (0.5, 6, False), (0.0, 2, False)):
+        scorer = make(maxImbalance=8, spillShare=share, maxBurstImbalance=16)
+        hashes = scorer.hashes(None, req(text, "x"))
+        scorer.owners.record(hashes, EPS[0].address)
+        # The owner has 10 in flight (over least + 8 = 9), ``mine`` of them of this group.
+        _loaded(scorer, EPS, [10, 1, 1, 1], [mine, 0, 0, 0], hashes[0])
+        scores = scorer.score(CycleState(), req(group_prompt(7, unique=5), "probe"), EPS)
+        assert (scores[0] > 0) == stays, (share, mine, scores)
+        if not stays:  # the spill goes elsewhere (balanced: every light endpoint under the bound)
+            assert scores[0] == 0 and any(s > 0 for s in scores[1:])
+
+
+def test_a_burst_is_waited_out_only_up_to_max_burst_imbalance() -> None:
+    text = group_prompt(7)
+    scorer = make(maxImbalance=4, spillShare=0.5, maxBurstImbalance=6)
+    hashes = scorer.hashes(None, req(text, "x"))
+    scorer.owners.record(hashes, EPS[0].address)
+    _loaded(scorer, EPS, [7, 0, 1, 1], [0, 0, 0, 0], hashes[0])  # 7 + 1 > 0 + 6: the hard cap
+    assert scorer.score(CycleState(), req(group_prompt(7, unique=5), "probe"), EPS)[0] == 0
+
+
+def test_completions_release_the_prefix_counts() -> None:
+    fleet = Fleet(make(spillShare=0.5))
+    _address, request, _ = fleet.send(group_prompt(3))
+    assert sum(fleet.scorer.prefix_inflight.counts.values()) == 1
+    fleet.complete(request)
+    assert fleet.scorer.prefix_inflight.counts == {} and len(fleet.scorer.prefix_inflight) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    owners=st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=3, unique=True),
+    share=st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+    imbalance=st.integers(min_value=1, max_value=12),
+    burst=st.integers(min_value=1, max_value=24),
+)
+def test_burst_rule_never_passes_the_hard_bound(
+    data: st.DataObject, owners: list[int], share: float, imbalance: int, burst: int
+) -> None:
+    loads = data.draw(st.lists(st.integers(min_value=0, max_value=40), min_size=6, max_size=6))
+    mine = [data.draw(st.integers(min_value=0, max_value=n)) for n in loads]
+    scorer = make(minLoadBound=4, maxImbalance=imbalance, spillShare=share, maxBurstImbalance=burst)
+    eps = [Endpoint(f"10.2.0.{i}:8000") for i in range(6)]
+    text = group_prompt(9)
+    hashes = scorer.hashes(None, req(text, "x"))
+    for o in owners:
+        scorer.owners.record(hashes, eps[o].address)
+    _loaded(scorer, eps, loads, mine, hashes[0])
+    scores = scorer.score(CycleState(), req(text, "probe"), eps)
+    bound = load_bound(sum(loads), 6, 2.0, 4)
+    ceiling = min(bound, min(loads) + imbalance)
+    hard = min(bound, min(loads) + burst)
+    recorded = scorer.owners.lookup(hashes)[1]
+    index = {e.address: i for i, e in enumerate(eps)}
+    eligible = [index[a] for a in recorded if loads[index[a]] + 1 <= ceiling]
+    waiting = [
+        index[a] for a in recorded if loads[index[a]] + 1 <= hard and mine[index[a]] < share * loads[index[a]]
+    ]
+    chosen = [i for i, s in enumerate(scores) if s > 0]
+    if eligible:
+        assert chosen == eligible[:1]
+    elif waiting and share > 0:
+        assert chosen == waiting[:1]  # the owner keeps it: a burst of other prefixes
+    else:  # a spill: only endpoints under the ordinary ceiling
+        assert all(loads[i] + 1 <= ceiling for i in chosen)
+    assert all(loads[i] + 1 <= max(ceiling, hard) for i in chosen)
