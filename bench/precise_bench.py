@@ -22,8 +22,9 @@
   with ``picker-precise`` and ``picker-precise-x2`` (two picker replicas behind one Envoy, ext_proc
   round-robined over both, every server publishing its KV events to both), and ``picker-default`` /
   ``-x2`` beside them, and the ``-hash`` variants of both (``newPrefixPlacement: hash``) with their
-  ``-x2``; prints the target (two replicas' hit rate at most 2 points below one's) and the other
-  profiles' changes. Minutes: eight fresh fleets.
+  ``-x2``, and ``picker-precise-sync-x2`` / ``picker-default-sync-x2`` (two replicas sharing ownership
+  and in-flight counts over ``--replica-sync-port``); prints the targets (two replicas' hit rate at
+  most 2 points below one's) and the other profiles' changes. Minutes: ten fresh fleets.
 
 Figures are medians of ``--repeats`` runs.
 """
@@ -269,7 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         routers = (
             "picker-precise,picker-precise-x2,picker-default,picker-default-x2,"
-            "picker-precise-hash,picker-precise-hash-x2,picker-default-hash,picker-default-hash-x2"
+            "picker-precise-hash,picker-precise-hash-x2,picker-default-hash,picker-default-hash-x2,"
+            "picker-precise-sync-x2,picker-default-sync-x2"
         )
         argv = ["--scenario", ns.active_active, "--quick", "--routers", routers, "--no-progress"]
         return routing.main([*argv, "--out", ns.out] if ns.out else argv)

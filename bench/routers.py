@@ -6,7 +6,8 @@ replaced), ``vllm-router`` with a ``--policy``, or ``picker`` (our EPP behind En
 config) with an ``EndpointPickerConfig`` text (``""`` = the built-in default), ``replicas`` picker
 processes (2: active-active, Envoy's ``endpoint_picker`` cluster round-robins the ext_proc streams over
 both; with KV events each replica binds its own socket and every server publishes to both, as in
-llm-d's central mode with several replicas). :func:`running_router`
+llm-d's central mode with several replicas; with ``sync`` the replicas also share prefix ownership and
+in-flight counts over ``--replica-sync-port``, the ``-sync-x2`` routers). :func:`running_router`
 starts the fleet (:class:`devtools.stack.Stack`, every server a fresh ``epp-sim`` process with cold caches),
 then the router, waits until a request gets through, yields a :class:`RunningRouter` and stops
 everything on exit (also on errors and interrupts).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -183,6 +185,7 @@ class RouterSpec:
     config: str = ""
     extra_args: tuple[str, ...] = ()
     replicas: int = 1  # picker processes behind the one Envoy (active-active; ext_proc load-balanced)
+    sync: bool = False  # with replicas > 1: the pickers share ownership and load (--replica-sync-port)
 
 
 ROUTERS: dict[str, RouterSpec] = {
@@ -211,6 +214,8 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-default-hash-x2", "picker", config=DEFAULT_HASH_CONFIG, replicas=2),
         RouterSpec("picker-precise-hash", "picker", config=PRECISE_HASH_CONFIG),
         RouterSpec("picker-precise-hash-x2", "picker", config=PRECISE_HASH_CONFIG, replicas=2),
+        RouterSpec("picker-default-sync-x2", "picker", replicas=2, sync=True),
+        RouterSpec("picker-precise-sync-x2", "picker", config=PRECISE_CONFIG, replicas=2, sync=True),
     )
 }
 
@@ -266,10 +271,11 @@ def _probe(url: str, model: str) -> Callable[[], bool]:
 
 
 def _start_replicas(
-    stack: Stack, texts: Sequence[str], workdir: Path, timeout_s: float
+    stack: Stack, texts: Sequence[str], workdir: Path, timeout_s: float, sync_ports: Sequence[int] = ()
 ) -> list[tuple[ManagedProcess, int, str]]:
     """Further picker processes (with their gRPC ports and metrics URLs), each with its own ports and
-    ``texts[i]`` as its ``--config-text`` (when the stack's picker has one)."""
+    ``texts[i]`` as its ``--config-text`` (when the stack's picker has one), and ``sync_ports[i]`` as
+    its ``--replica-sync-port`` (when the stack's picker has one)."""
     out: list[tuple[ManagedProcess, int, str]] = []
     for i, text in enumerate(texts, start=2):
         grpc, health, metrics = free_ports(3)
@@ -278,6 +284,7 @@ def _start_replicas(
             ("--grpc-port", grpc),
             ("--grpc-health-port", health),
             ("--metrics-port", metrics),
+            *([("--replica-sync-port", sync_ports[i - 2])] if sync_ports else []),
         ):
             argv[argv.index(flag) + 1] = str(value)
         if "--config-text" in argv:
@@ -336,7 +343,18 @@ def running_router(
         raise ValueError(
             f"router {spec.name!r}: kind must be envoy, vllm-router or picker, got {spec.kind!r}"
         )
-    args = [*picker_args, *spec.extra_args]
+    sync_args: list[str] = []
+    sync_ports: list[int] = []
+    if spec.sync and spec.replicas > 1:  # every replica lists them all; each skips its own address
+        workdir.mkdir(parents=True, exist_ok=True)
+        sync_ports = free_ports(spec.replicas)
+        key_file = workdir / "replica-sync.key"
+        key_file.write_text(secrets.token_hex(32), encoding="utf-8")
+        key_file.chmod(0o600)
+        sync_args = ["--replica-sync-port", str(sync_ports[0]),
+                     "--replica-peers", ",".join(f"127.0.0.1:{p}" for p in sync_ports),
+                     "--replica-sync-key-file", str(key_file)]  # fmt: skip
+    args = [*picker_args, *spec.extra_args, *sync_args]
     if spec.config:
         args += ["--config-text", spec.config]
     stack_spec = StackSpec(
@@ -371,7 +389,7 @@ def running_router(
         stack.spec = dataclasses.replace(
             stack_spec,
             sim_args=(*stack_spec.sim_args, "--kv-events-endpoint", publish_to),
-            picker_args=(*picker_args, *spec.extra_args, "--config-text", texts[0]),
+            picker_args=(*picker_args, *spec.extra_args, *sync_args, "--config-text", texts[0]),
         )
     extra: list[ManagedProcess] = []
     replica_urls: list[str] = []
@@ -403,7 +421,7 @@ def running_router(
             if stack.picker is None:
                 raise StackError("the picker did not start")
             if spec.replicas > 1:
-                replicas = _start_replicas(stack, texts[1:], workdir, ready_timeout_s)
+                replicas = _start_replicas(stack, texts[1:], workdir, ready_timeout_s, sync_ports[1:])
                 extra.extend(proc for proc, _port, _url in replicas)
                 replica_urls.extend(url for _proc, _port, url in replicas)
                 _balance_ext_proc(stack, replicas, workdir)

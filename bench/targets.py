@@ -24,7 +24,9 @@ servers' KV events): its hit rate at least, and its TTFT p90 at most, those of `
 of cache_aware. When ``picker-precise-x2`` ran too (two active-active replicas behind one Envoy): its
 hit rate at most 2 points below one replica's; with ``picker-default-x2`` and ``picker-default``, the
 approximate profile's change with two replicas is printed beside it (an ``INFO`` line, no target), and
-so is each ``-hash`` variant's (``newPrefixPlacement: hash``) with its ``-hash-x2``.
+so is each ``-hash`` variant's (``newPrefixPlacement: hash``) with its ``-hash-x2``. When
+``picker-precise-sync-x2`` or ``picker-default-sync-x2`` ran (two replicas sharing ownership and load
+over ``--replica-sync-port``): its hit rate at most 2 points below the one-replica profile's.
 
 When ``picker-predicted`` ran (the predicted-latency profile, ``deploy/configs/predicted-latency.yaml``;
 issue 18's targets), and likewise for ``picker-predicted-precise`` (the same profile with the model's
@@ -391,6 +393,20 @@ def _active_active(name: str, summaries: Mapping[str, Summary]) -> list[str]:
             f"{d1.hit_rate:.1%} with one, {(d2.hit_rate - d1.hit_rate) * 100:+.1f} points; TTFT p90 "
             f"{_ms(d2.ttft_p90)} vs {_ms(d1.ttft_p90)}"
         )
+    for single in (PRECISE, PICKER):  # replica sync (--replica-sync-port): the target with it
+        one, synced = summaries.get(single), summaries.get(f"{single}-sync-x2")
+        if synced is not None and one is not None:
+            delta = (synced.hit_rate - one.hit_rate) * 100
+            out.append(
+                _line(
+                    synced.hit_rate >= one.hit_rate - ACTIVE_ACTIVE_POINTS,
+                    name,
+                    f"{single}-sync-x2 (two replicas with replica sync) hit rate at most "
+                    f"{ACTIVE_ACTIVE_POINTS * 100:g} points below {single}'s",
+                    f"{synced.hit_rate:.1%} vs {one.hit_rate:.1%}, {delta:+.1f} points; TTFT p90 "
+                    f"{_ms(synced.ttft_p90)} vs {_ms(one.ttft_p90)}",
+                )
+            )
     for single in HASH_VARIANTS:
         h1, h2 = summaries.get(single), summaries.get(f"{single}-x2")
         if h1 is not None and h2 is not None:

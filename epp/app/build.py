@@ -58,10 +58,12 @@ from epp.server.pool_metrics import PoolCollector
 from epp.server.prefix_stats import index_sizes_reader, prefix_hit_recorder
 from epp.server.rewrite_metrics import RewriteMetrics
 from epp.server.server import EppServer
+from epp.sync import ReplicaSyncCollector, ReplicaSyncService, read_key
 from scheduler.config.document import API_VERSION, LEGACY_API_VERSION
 from scheduler.errors import ConfigError
 from scheduler.interfaces import RequestAdmitter, ResponseMetadataProvider
 from scheduler.plugins.request_attributes import AgentIdentity
+from scheduler.replica_sync import ReplicaSynced
 from scheduler.roles import has_role
 from scheduler.types import EndpointView, LLMRequest, SchedulingResult, Usage
 
@@ -225,8 +227,36 @@ async def build_app(options: Options) -> PickerApp:
         flow=flow,
     )
     _log_gates(loaded.feature_gates)
+    replica_sync = _replica_sync(options, plugins, layer)
+    if replica_sync is not None:
+        registry.register(ReplicaSyncCollector(replica_sync))
     return PickerApp(
-        options, config, layer, http, server, built.api_client, objectives, loaded.feature_gates, rewrites
+        options, config, layer, http, server, built.api_client, objectives, loaded.feature_gates, rewrites,
+        replica_sync,
+    )  # fmt: skip
+
+
+def _replica_sync(options: Options, plugins: Sequence[object], layer: DataLayer) -> ReplicaSyncService | None:
+    """The replica-sync endpoint (``--replica-sync-port``), or None when it is off."""
+    if not options.replica_sync_port or options.replica_sync_key_file is None:
+        return None
+    try:
+        key = read_key(options.replica_sync_key_file)
+    except ValueError as exc:
+        raise StartupError(f"--replica-sync-key-file: {exc}") from None
+    synced = [p for p in plugins if isinstance(p, ReplicaSynced)]
+    if not synced:
+        _log.warning(
+            "--replica-sync-port: the configuration has no plugin whose state replicas share "
+            "(prefix-affinity-scorer, active-request-scorer); only the transport runs"
+        )
+    return ReplicaSyncService(
+        port=options.replica_sync_port,
+        peers=options.replica_peers,
+        key=key,
+        plugins=synced,
+        in_pool=lambda address: layer.get(address) is not None,
+        interval=options.replica_sync_interval,
     )
 
 

@@ -12,10 +12,12 @@ import structlog
 from datalayer import DataLayer, HttpClient
 from epp.admission import InMemoryObjectiveStore
 from epp.admission.rewrites import RewriteStore
+from epp.app.errors import StartupError
 from epp.app.readiness import answered, wait_for_an_answer
 from epp.config.feature_gates import HA_POPULATE_NON_LEADER_DATASTORE, FeatureGates
 from epp.config.options import Options
 from epp.server.server import EppServer
+from epp.sync import ReplicaSyncService
 from scheduler.config.resolved import ResolvedConfig
 
 __all__ = ["PickerApp"]
@@ -61,6 +63,7 @@ class PickerApp:
         objectives: InMemoryObjectiveStore | None = None,
         gates: FeatureGates | None = None,
         rewrites: RewriteStore | None = None,
+        replica_sync: ReplicaSyncService | None = None,
     ) -> None:
         self.options = options
         self.rewrites = rewrites
@@ -71,6 +74,7 @@ class PickerApp:
         self._http = http
         self._kube = kube_client
         self.objectives = objectives
+        self.replica_sync = replica_sync
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -81,6 +85,12 @@ class PickerApp:
 
     async def start(self) -> None:
         await self.server.start()
+        if self.replica_sync is not None:
+            try:
+                await self.replica_sync.start()
+            except OSError as exc:
+                await self.server.shutdown()
+                raise StartupError(f"--replica-sync-port {self.options.replica_sync_port}: {exc}") from None
         if not self.leader_only_datalayer:
             await self.layer.start()
         self._tasks.append(asyncio.create_task(self._ready_when_synced(), name="epp-ready"))
@@ -141,6 +151,8 @@ class PickerApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.server.shutdown()
+        if self.replica_sync is not None:
+            await self.replica_sync.stop()
         await self.layer.stop()
         await self._http.aclose()
         if self._kube is not None:

@@ -106,6 +106,10 @@ class Options:
     metrics_bearer_token_file: str | None = None
     metrics_naming: str = "both"  # ours: both | llm-d | inference (see epp.server.metric_catalog)
     ha_enable_leader_election: bool = False
+    replica_sync_port: int = 0  # ours: 0 = replica sync off (epp.sync)
+    replica_peers: tuple[str, ...] = ()
+    replica_sync_key_file: str | None = None
+    replica_sync_interval: float = 0.05
 
     @property
     def discovery_mode(self) -> str:
@@ -205,7 +209,43 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
         metrics_bearer_token_file=ns.metrics_bearer_token_file,
         metrics_naming=ns.metrics_naming,
         ha_enable_leader_election=ns.ha_enable_leader_election,
+        replica_sync_port=ns.replica_sync_port,
+        replica_peers=_replica_peers(ns),
+        replica_sync_key_file=ns.replica_sync_key_file,
+        replica_sync_interval=ns.replica_sync_interval,
     )
+
+
+def _replica_peers(ns: argparse.Namespace) -> tuple[str, ...]:
+    """``--replica-peers`` as a list; only with ``--replica-sync-port`` (checked in _check_replica_sync)."""
+    if ns.replica_peers is None:
+        return ()
+    try:
+        return parse_addresses(ns.replica_peers)
+    except ValueError as exc:
+        raise UsageError(f"--replica-peers: {exc}") from None
+
+
+def _check_replica_sync(ns: argparse.Namespace) -> None:
+    """Replica sync needs its peers and its key file (read at startup: a bad key is a StartupError)."""
+    if not ns.replica_sync_port:
+        for flag, value in (
+            ("--replica-peers", ns.replica_peers),
+            ("--replica-sync-key-file", ns.replica_sync_key_file),
+        ):
+            if value is not None:
+                raise UsageError(f"{flag} applies only with --replica-sync-port (replica sync is off)")
+        return
+    if ns.replica_peers is None:
+        raise UsageError("--replica-sync-port needs --replica-peers (the other replicas' sync addresses)")
+    if ns.replica_sync_key_file is None:
+        raise UsageError(
+            "--replica-sync-port needs --replica-sync-key-file (the shared key authenticating peers)"
+        )
+    if ns.replica_peers is not None and "[" in ns.replica_peers:
+        raise UsageError("--replica-peers: replica sync runs over IPv4; give IPv4 addresses or host names")
+    if not 0.001 <= ns.replica_sync_interval <= 10.0:
+        raise UsageError(f"--replica-sync-interval: expected 1ms to 10s, got {ns.replica_sync_interval}s")
 
 
 def _verbosity(ns: argparse.Namespace) -> int:
@@ -291,6 +331,7 @@ def _check(ns: argparse.Namespace) -> None:
         if not os.path.isfile(ns.grpc_client_ca_file):
             raise UsageError(f"--grpc-client-ca-file: not a readable file: {ns.grpc_client_ca_file}")
     _check_serving(ns)
+    _check_replica_sync(ns)
     if ns.max_body_bytes < 1:
         raise UsageError(f"--max-body-bytes: expected a positive size, got {ns.max_body_bytes}")
     if ns.refresh_metrics_interval <= 0:

@@ -288,6 +288,27 @@ def build_parser() -> argparse.ArgumentParser:
         "as llm-d-router), llm_d_epp_* only, or inference_* only (GIE's names)",
     )  # fmt: skip
     g.add_argument("--ha-enable-leader-election", action=b, help="active-passive HA via a Kubernetes Lease")
+    r = p.add_argument_group(f"replica sync {_OURS}: active-active replicas share prefix ownership and load")
+    r.add_argument(
+        "--replica-sync-port", type=parse_port, default=0,
+        help=f"{_OURS} UDP port on which this replica exchanges prefix-affinity-scorer ownerships and "
+        "in-flight counts with --replica-peers; 0 turns replica sync off (default 0)",
+    )  # fmt: skip
+    r.add_argument(
+        "--replica-peers", default=None, metavar="HOST:PORT,...",
+        help=f"{_OURS} the other replicas' sync addresses; a host name (a headless Service) is re-resolved "
+        "every 5s to all its addresses, this replica's own skipped (default none)",
+    )  # fmt: skip
+    r.add_argument(
+        "--replica-sync-key-file", default=None,
+        help=f"{_OURS} file holding the shared HMAC-SHA256 key (>= 16 bytes) that authenticates every sync "
+        "datagram; required with --replica-sync-port (default none)",
+    )  # fmt: skip
+    r.add_argument(
+        "--replica-sync-interval", type=parse_duration, default=0.05,
+        help=f"{_OURS} how often in-flight counts are sent; a peer's counts expire after 4 intervals "
+        "(default 50ms)",
+    )  # fmt: skip
     return p
 
 

@@ -10,6 +10,7 @@ with a message naming the value.
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 from pathlib import Path
@@ -183,9 +184,80 @@ PRECISE_AFFINITY_CONFIG = PRECISE_CONFIG.replace(
 PRECISE_AFFINITY_HASH_CONFIG = PRECISE_AFFINITY_CONFIG.replace("{}", '{"newPrefixPlacement": "hash"}')
 
 
-def active_active(config: str) -> dict[str, Any]:
-    extension = {"replicas": 2, "activeActive": True, "pluginsConfigFile": "p.yaml"}
+def active_active(config: str, **extension: Any) -> dict[str, Any]:
+    extension = {"replicas": 2, "activeActive": True, "pluginsConfigFile": "p.yaml", **extension}
     return with_pool(inferenceExtension={**extension, "pluginsCustomConfig": {"p.yaml": config}})
+
+
+AFFINITY_CONFIG = """apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: prefix-cache-scorer
+- type: prefix-affinity-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: queue-scorer, weight: 2}
+  - {pluginRef: prefix-cache-scorer, weight: 3}
+  - {pluginRef: prefix-affinity-scorer, weight: 10}
+  - {pluginRef: max-score-picker}
+"""
+
+
+def test_pool_active_active_syncs_the_replicas(render: Renderer, tmp_path: Path) -> None:
+    """With replicaSync (the default under activeActive) an approximate config with a
+    prefix-affinity-scorer (load placement) is accepted: the replicas share its state over UDP."""
+    assert check_plugin_config(AFFINITY_CONFIG, tmp_path / "affinity.yaml") == 0
+    objects = render(POOL, active_active(AFFINITY_CONFIG))
+    epp = container(objects, "epp")
+    name = one(objects, "Deployment")["metadata"]["name"]
+    assert "--replica-sync-port=9005" in epp["args"]
+    assert f"--replica-peers={name}-peers.{NAMESPACE}.svc:9005" in epp["args"]
+    assert "--replica-sync-key-file=/var/run/epp-replica-sync/key" in epp["args"]
+    assert "--replica-sync-interval=50ms" in epp["args"]
+    assert {"name": "replica-sync", "containerPort": 9005, "protocol": "UDP"} in epp["ports"]
+    assert any(e["name"] == "POD_IP" for e in epp["env"])
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    peers = services[f"{name}-peers"]["spec"]
+    assert peers["clusterIP"] == "None" and peers["publishNotReadyAddresses"] is True
+    assert peers["ports"] == [
+        {"name": "replica-sync", "protocol": "UDP", "port": 9005, "targetPort": "replica-sync"}
+    ]
+    secret = one(objects, "Secret")
+    assert secret["metadata"]["name"] == f"{name}-replica-sync"
+    assert len(base64.b64decode(secret["data"]["key"])) >= 16
+    volume = next(v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
+                  if v["name"] == "replica-sync-key")  # fmt: skip
+    assert volume["secret"]["secretName"] == f"{name}-replica-sync"
+    policy = one(objects, "NetworkPolicy")["spec"]["ingress"]
+    assert any(rule["ports"] == [{"port": "replica-sync", "protocol": "UDP"}] for rule in policy)
+    # the flags parse (the key file is the Secret's, mounted at run time)
+    key = tmp_path / "key"
+    key.write_text(base64.b64decode(secret["data"]["key"]).decode())
+    args = [
+        a if not a.startswith("--replica-sync-key-file=") else f"--replica-sync-key-file={key}"
+        for a in epp["args"]
+    ]
+    options = parse_options(args, env={})
+    assert options.replica_sync_port == 9005 and options.replica_sync_interval == 0.05
+    assert options.replica_peers == (f"{name}-peers.{NAMESPACE}.svc:9005",)
+
+
+def test_pool_replica_sync_takes_a_named_secret_and_can_be_off(render: Renderer) -> None:
+    objects = render(
+        POOL, active_active(AFFINITY_CONFIG, replicaSync={"keySecretName": "mine", "port": 7000})
+    )
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    volumes = one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert next(v for v in volumes if v["name"] == "replica-sync-key")["secret"]["secretName"] == "mine"
+    assert "--replica-sync-port=7000" in container(objects, "epp")["args"]
+    objects = render(POOL, active_active(PRECISE_AFFINITY_HASH_CONFIG, replicaSync={"enabled": False}))
+    assert not any(a.startswith("--replica-") for a in container(objects, "epp")["args"])
+    assert not [o for o in objects if o["kind"] == "Secret" or o["metadata"]["name"].endswith("-peers")]
+    objects = render(POOL, with_pool(inferenceExtension={"replicas": 2}))  # active-passive: no sync
+    assert not any(a.startswith("--replica-") for a in container(objects, "epp")["args"])
 
 
 def test_pool_active_active_takes_an_affinity_scorer_with_hash_placement(render: Renderer) -> None:
@@ -398,7 +470,17 @@ BAD_VALUES = [
     (POOL, with_pool(inferenceExtension={"pluginsConfigFile": "x"}), "Extension.pluginsConfigFile: .x."),
     (POOL, with_pool(inferenceExtension={"replicas": 0}), "inferenceExtension.replicas"),
     (POOL, with_pool(inferenceExtension={"replicas": 2, "activeActive": True}), "activeActive: the selected"),
-    (POOL, active_active(PRECISE_AFFINITY_CONFIG), "without newPrefixPlacement: hash"),
+    (
+        POOL,
+        active_active(PRECISE_AFFINITY_CONFIG, replicaSync={"enabled": False}),
+        "without newPrefixPlacement: hash",
+    ),
+    (
+        POOL,
+        active_active(PRECISE_CONFIG.replace("precise-prefix-cache-scorer", "prefix-cache-scorer")),
+        "has neither",
+    ),
+    (POOL, active_active(AFFINITY_CONFIG, replicaSync={"interval": "fast"}), "replicaSync/interval"),
     (POOL, with_pool({"targetPortNumber": 70000}), "/inferencePool/targetPortNumber"),
     (POOL, with_pool(inferenceExtension={"image": {"hub": "r.example"}}), "image.hub/name"),
     (STANDALONE, {}, "inferencePool.modelServers.matchLabels is required"),

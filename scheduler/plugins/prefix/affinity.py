@@ -110,14 +110,23 @@ at most ``PLACEMENT_BYTES`` each), ``blockSizeTokens`` (>= 1, default 16; only
 without a prefix-cache-scorer),
 ``maxPrefixBlocksToMatch`` (>= 1, default 256; idem), ``requestTimeout`` (duration, default
 ``"2m"``: an in-flight count whose completion never came is dropped).
+
+Replica sync (:mod:`scheduler.replica_sync`; the picker's ``--replica-sync-port``): active-active
+replicas send each other every new ownership (a new prefix's primary owner, a new spill owner, with the
+placement recorded for it) and, periodically, their in-flight counts. A peer's ownership is recorded
+with the conflict rule of :mod:`scheduler.plugins.prefix.owners` (the higher rendezvous weight keeps a
+raced new prefix; a placement raced the same way goes to the same endpoint), and ``load(e)`` above is
+this replica's count plus every live peer's latest one, so N replicas bound and place as one would.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Any
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import DURATION_EXPECT, parse_duration
@@ -127,10 +136,11 @@ from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.inflight import PrefixInflight
 from scheduler.plugins.prefix.match import prefix_match
-from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable
+from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable, outranks
 from scheduler.plugins.prefix.rendezvous import PLACEMENT_BYTES, Placements, weight
 from scheduler.plugins.shared.inflight import InflightTracker
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
+from scheduler.replica_sync import OwnershipClaim, PeerLoads, ReplicaSyncSink
 from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
 
 __all__ = [
@@ -206,6 +216,49 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self._pending: dict[str, tuple[tuple[int, ...], bool]] = {}  # request id -> (hashes, new)
         self.prefix_inflight = PrefixInflight(clock, params.request_timeout)
         self._hasher = ChainHasher()
+        self._sync: ReplicaSyncSink | None = None
+        self.peer_loads = PeerLoads(clock)
+
+    # -- replica sync (scheduler.replica_sync.ReplicaSynced) ----------------------------------------
+
+    def attach_replica_sync(self, sink: ReplicaSyncSink) -> None:
+        self._sync = sink
+
+    def replica_loads(self) -> dict[str, int]:
+        return dict(self.tracker.request_counts)
+
+    def apply_remote_ownership(self, claim: OwnershipClaim) -> None:
+        now = self._clock()
+        self.owners.apply_remote(claim.key, claim.anchors, claim.address, now)
+        if claim.placement > 0 and self.params.remembers_placements:
+            placed = self.placements.get(claim.key)
+            if placed == claim.address:
+                self.placements.touch(claim.key, now)
+            elif placed is None or outranks(claim.key, claim.address, placed):
+                self.placements.record(claim.key, claim.address, claim.placement, now)
+
+    def apply_remote_loads(self, peer: int, counts: Mapping[str, int], ttl: float) -> None:
+        self.peer_loads.apply(peer, counts, ttl)
+
+    def dump_state(self) -> dict[str, Any]:
+        """``/debug/plugins/state``: table sizes, the live peers' in-flight counts, and a digest of the
+        ownership table's contents (equal on replicas that agree on every owner; O(entries))."""
+        digest = hashlib.blake2b(digest_size=16)
+        for h, owners in sorted(self.owners.items()):
+            digest.update(f"{h}={','.join(owners)};".encode())
+        self.load_counts()  # expires silent peers
+        return {
+            "ownership_entries": len(self.owners),
+            "owners_digest": digest.hexdigest(),
+            "placements": len(self.placements),
+            "peers": len(self.peer_loads),
+            "peer_in_flight": dict(sorted(self.peer_loads.remote.items())),
+            "in_flight": dict(sorted(self.tracker.request_counts.items())),
+        }
+
+    def load_counts(self) -> Mapping[str, int]:
+        """Requests in flight per endpoint: this replica's, plus every live peer's latest counts."""
+        return self.peer_loads.merged(self.tracker.request_counts)
 
     # -- per cycle ----------------------------------------------------------------------------------
 
@@ -231,26 +284,33 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self._pending[request.request_id] = (hashes, not owners)
         if not hashes:
             return out
+        counts = self.load_counts()
         if owners:
-            chosen = self.choose(owners, endpoints, hashes[0])
+            chosen = self.choose(owners, endpoints, hashes[0], counts)
             if chosen is not None:
                 out[chosen] = depth / len(hashes)
                 return out
         p = self.params
         if p.new_prefix_placement == "hash":
-            placed = self.place(hashes[0], endpoints, new=not owners)
+            placed = self.place(hashes[0], endpoints, new=not owners, counts=counts)
             if placed is not None:
                 out[placed] = depth / len(hashes) if owners else 1.0
         elif (p.spill_placement if owners else p.new_prefix_placement) == "balanced":
-            for i in self.balanced(endpoints):
+            for i in self.balanced(endpoints, counts):
                 out[i] = depth / len(hashes) if owners else 1.0
         return out
 
-    def ceiling(self, endpoints: Sequence[EndpointView], addresses: Sequence[str] | None = None) -> int:
+    def ceiling(
+        self,
+        endpoints: Sequence[EndpointView],
+        addresses: Sequence[str] | None = None,
+        counts: Mapping[str, int] | None = None,
+    ) -> int:
         """The most requests an eligible endpoint may have in flight, this one included (``min(bound,
         least + maxImbalance)`` of the module docstring). ``addresses``: the endpoints' addresses, if
-        the caller has them."""
-        counts = self.tracker.request_counts
+        the caller has them; ``counts``: :meth:`load_counts`, if the caller has them."""
+        if counts is None:
+            counts = self.load_counts()
         p = self.params
         if counts:
             if addresses is None:
@@ -262,11 +322,18 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         bound = load_bound(total, len(endpoints), p.load_factor, p.min_load_bound)
         return min(bound, least + p.max_imbalance)
 
-    def choose(self, owners: Sequence[str], endpoints: Sequence[EndpointView], key: int = 0) -> int | None:
+    def choose(
+        self,
+        owners: Sequence[str],
+        endpoints: Sequence[EndpointView],
+        key: int = 0,
+        counts: Mapping[str, int] | None = None,
+    ) -> int | None:
         """Index in ``endpoints`` of the first eligible owner (module docstring), or None."""
-        counts = self.tracker.request_counts
+        if counts is None:
+            counts = self.load_counts()
         addresses = [e.address for e in endpoints]  # distinct: a snapshot holds an address once
-        ceiling = self.ceiling(endpoints, addresses)
+        ceiling = self.ceiling(endpoints, addresses, counts)
         for owner in owners:
             if owner in addresses and counts.get(owner, 0) + 1 <= ceiling:
                 return addresses.index(owner)
@@ -278,21 +345,25 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         bound = load_bound(sum(loads), len(loads), p.load_factor, p.min_load_bound)
         hard = min(bound, min(loads) + p.max_burst_imbalance)
         mine = self.prefix_inflight.counts
+        own = self.tracker.request_counts  # the prefix's share is estimated on this replica's requests
         for owner in owners:
             if owner in addresses:
                 load = counts.get(owner, 0)
-                if load + 1 <= hard and mine.get((key, owner), 0) < share * load:
+                if load + 1 <= hard and mine.get((key, owner), 0) < share * own.get(owner, 0):
                     return addresses.index(owner)
         return None
 
-    def balanced(self, endpoints: Sequence[EndpointView]) -> list[int]:
+    def balanced(
+        self, endpoints: Sequence[EndpointView], counts: Mapping[str, int] | None = None
+    ) -> list[int]:
         """Indexes in ``endpoints`` where a new prefix may go with ``newPrefixPlacement: balanced``:
         under the load bound and holding at most ``prefixLoadFactor`` times the candidates' mean
         footprint of placed prefixes (module docstring). Empty when none is under the load bound."""
         placements = self.placements
         placements.expire(self._clock())
-        counts = self.tracker.request_counts
-        ceiling = self.ceiling(endpoints)
+        if counts is None:
+            counts = self.load_counts()
+        ceiling = self.ceiling(endpoints, None, counts)
         held = placements.counts
         footprints = [held.get(e.address, 0) for e in endpoints]
         limit = self.params.prefix_load_factor * sum(footprints) / len(endpoints)
@@ -302,12 +373,15 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             if footprints[i] <= limit and counts.get(e.address, 0) + 1 <= ceiling
         ]
 
-    def place(self, key: int, endpoints: Sequence[EndpointView], new: bool) -> int | None:
+    def place(
+        self, key: int, endpoints: Sequence[EndpointView], new: bool, counts: Mapping[str, int] | None = None
+    ) -> int | None:
         """Index in ``endpoints`` of the eligible endpoint of highest rendezvous weight for ``key``
         (``newPrefixPlacement: hash``), or None when none is under the bound. A ``new`` prefix also
         skips endpoints already holding their share of placed prefixes (module docstring)."""
-        counts = self.tracker.request_counts
-        ceiling = self.ceiling(endpoints)
+        if counts is None:
+            counts = self.load_counts()
+        ceiling = self.ceiling(endpoints, None, counts)
         if new:
             self.placements.expire(self._clock())
         held = self.placements.counts if new else {}
@@ -337,16 +411,26 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             hashes, new = pending
         if hashes and result.endpoints:
             address = result.endpoints[0].address
-            self.owners.record(hashes, address)
+            changes: list[tuple[int, bool]] | None = None
+            if self._sync is not None:
+                changes = []
+                self.owners.record(hashes, address, changes, self._clock())
+            else:
+                self.owners.record(hashes, address)
             if self.params.spill_share > 0.0:
                 self.prefix_inflight.dispatch(request.request_id, hashes[0], address)
+            placed = 0
             if self.params.remembers_placements:
                 now = self._clock()
                 if new:
-                    weight = 1 if self.params.new_prefix_placement == "hash" else len(hashes)
-                    self.placements.record(hashes[0], address, weight, now)
+                    placed = 1 if self.params.new_prefix_placement == "hash" else len(hashes)
+                    self.placements.record(hashes[0], address, placed, now)
                 else:
                     self.placements.touch(hashes[0], now)
+            if self._sync is not None and (changes or placed):
+                self._sync.ownership(
+                    self.name, OwnershipClaim(address, hashes[0], tuple(changes or ()), placed)
+                )
 
     def on_response_headers(
         self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
@@ -365,6 +449,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self.prefix_inflight.forget(addresses)
         self.owners.remove(addresses)
         self.placements.remove(addresses)
+        self.peer_loads.forget(addresses)
 
 
 factory = factory_with_params(

@@ -23,6 +23,11 @@ Parameters: ``requestTimeout`` (duration, default ``"2m"``, > 0), ``idleThreshol
 default 0), ``maxBusyScore`` (0 <= x <= 1, default 1.0), ``inFlightLoadProducerName`` (llm-d-router:
 read that ``inflight-load-producer``'s request counts instead of counting here; see
 :mod:`scheduler.plugins.shared.inflight_consumer`).
+
+Replica sync (:mod:`scheduler.replica_sync`; the picker's ``--replica-sync-port``): active-active
+replicas send each other their own in-flight counts periodically, and the counts scored are this
+replica's plus every live peer's latest ones (a peer's expire when it goes silent), so replicas do not
+all send to the endpoint that looks idle to each of them alone. It records no ownership.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from scheduler.plugins.base import PluginBase
 from scheduler.plugins.shared.inflight import InflightTracker
 from scheduler.plugins.shared.inflight_consumer import InflightLoadConsumer, check_own_tracking
 from scheduler.plugins.shared.inflight_hooks import SERVED_ENDPOINT_HEADER, InflightHooks
+from scheduler.replica_sync import OwnershipClaim, PeerLoads, ReplicaSyncSink
 from scheduler.types import EndpointView, LLMRequest
 
 __all__ = ["SERVED_ENDPOINT_HEADER", "ActiveRequestParams", "ActiveRequestScorer", "factory"]
@@ -65,10 +71,33 @@ class ActiveRequestScorer(InflightLoadConsumer, InflightHooks, PluginBase):
         self.inflight_producer_name = params.in_flight_load_producer_name
         self._idle = params.idle_threshold
         self._busy_max = params.max_busy_score
+        self.peer_loads = PeerLoads(clock)
+
+    # -- replica sync (scheduler.replica_sync.ReplicaSynced): in-flight counts only ------------------
+
+    def attach_replica_sync(self, sink: ReplicaSyncSink) -> None:
+        """Nothing to send as it happens: this plugin records no ownership."""
+
+    def replica_loads(self) -> dict[str, int]:
+        return dict(self.tracker.request_counts)
+
+    def apply_remote_ownership(self, claim: OwnershipClaim) -> None:
+        """Ignored: this plugin records no ownership."""
+
+    def apply_remote_loads(self, peer: int, counts: Mapping[str, int], ttl: float) -> None:
+        self.peer_loads.apply(peer, counts, ttl)
+
+    def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
+        super().on_endpoints_removed(addresses)
+        self.peer_loads.forget(addresses)
 
     def score(self, cycle: CycleState, request: LLMRequest, endpoints: Sequence[EndpointView]) -> list[float]:
         producer = self.inflight_producer
-        counts = producer.request_counts if producer is not None else self.tracker.request_counts
+        counts: Mapping[str, int]
+        if producer is not None:
+            counts = producer.request_counts
+        else:
+            counts = self.peer_loads.merged(self.tracker.request_counts)
         if not counts:
             return [1.0] * len(endpoints)
         values = [counts.get(e.address, 0) for e in endpoints]

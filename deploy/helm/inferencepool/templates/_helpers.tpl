@@ -95,6 +95,17 @@ readiness. With inferenceExtension.activeActive (pyepp) every replica serves (no
 {{- if and (gt (int .Values.inferenceExtension.replicas) 1) (not .Values.inferenceExtension.activeActive) }}true{{ end -}}
 {{- end -}}
 
+{{/* (pyepp) "true" when the active-active replicas share prefix ownership and load (replica sync). */}}
+{{- define "inferencepool.replicaSync" -}}
+{{- $ie := .Values.inferenceExtension -}}
+{{- if and $ie.activeActive ($ie.replicaSync | default dict).enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* (pyepp) The Secret holding the replica-sync key (under `key`). */}}
+{{- define "inferencepool.replicaSyncSecretName" -}}
+{{- .Values.inferenceExtension.replicaSync.keySecretName | default (printf "%s-replica-sync" (include "inferencepool.eppName" .)) -}}
+{{- end -}}
+
 {{/* The API group of the InferencePool (for --pool-group and RBAC). */}}
 {{- define "inferencepool.group" -}}
 {{- (split "/" .Values.inferencePool.apiVersion)._0 -}}
@@ -161,13 +172,18 @@ readiness. With inferenceExtension.activeActive (pyepp) every replica serves (no
 {{- if lt (int $ie.replicas) 1 -}}
 {{- fail (printf "inferenceExtension.replicas: expected at least 1, got %v" $ie.replicas) -}}
 {{- end -}}
-{{- if $ie.activeActive -}}
+{{- if and $ie.activeActive (include "inferencepool.replicaSync" .) -}}
+{{- $text := index ($ie.pluginsCustomConfig | default dict) $ie.pluginsConfigFile | default "" -}}
+{{- if not (or (contains "precise-prefix-cache-" (toString $text)) (contains "prefix-affinity-scorer" (toString $text))) -}}
+{{- fail (printf "inferenceExtension.activeActive: the selected EndpointPickerConfig (%s) has neither a prefix-affinity-scorer (whose ownership and load replica sync shares) nor a precise-prefix-cache-scorer or -producer (exact, event-fed prefix state); the replicas' prefix decisions would diverge (docs/deploy.md, \"Active-active replicas\")" $ie.pluginsConfigFile) -}}
+{{- end -}}
+{{- else if $ie.activeActive -}}
 {{- $text := index ($ie.pluginsCustomConfig | default dict) $ie.pluginsConfigFile | default "" -}}
 {{- if not (contains "precise-prefix-cache-" (toString $text)) -}}
-{{- fail (printf "inferenceExtension.activeActive: the selected EndpointPickerConfig (%s) has no precise-prefix-cache-scorer or -producer; without exact, event-fed prefix state the replicas' decisions diverge (use active-passive: activeActive false)" $ie.pluginsConfigFile) -}}
+{{- fail (printf "inferenceExtension.activeActive: the selected EndpointPickerConfig (%s) has no precise-prefix-cache-scorer or -producer; without exact, event-fed prefix state the replicas' decisions diverge (use active-passive: activeActive false, or replicaSync with a prefix-affinity-scorer)" $ie.pluginsConfigFile) -}}
 {{- end -}}
 {{- if and (contains "prefix-affinity-scorer" (toString $text)) (not (regexMatch "newPrefixPlacement[\"']?[ \t]*:[ \t]*[\"']?hash\\b" (toString $text))) -}}
-{{- fail (printf "inferenceExtension.activeActive: the selected EndpointPickerConfig (%s) uses prefix-affinity-scorer without newPrefixPlacement: hash; with load placement each replica gives a new prefix its own owner and the hit rate drops (docs/deploy.md, \"Active-active replicas\")" $ie.pluginsConfigFile) -}}
+{{- fail (printf "inferenceExtension.activeActive: the selected EndpointPickerConfig (%s) uses prefix-affinity-scorer without newPrefixPlacement: hash while replicaSync is off; with load placement each replica gives a new prefix its own owner and the hit rate drops (turn inferenceExtension.replicaSync.enabled on, or see docs/deploy.md, \"Active-active replicas\")" $ie.pluginsConfigFile) -}}
 {{- end -}}
 {{- end -}}
 {{- if not (has (lower .Values.provider.name) (list "none" "istio" "gke")) -}}
