@@ -244,6 +244,13 @@ def _replica_sync(options: Options, plugins: Sequence[object], layer: DataLayer)
         key = read_key(options.replica_sync_key_file)
     except ValueError as exc:
         raise StartupError(f"--replica-sync-key-file: {exc}") from None
+    host = options.host
+    if ":" in host:  # the sync socket is IPv4 (peers too): all interfaces stay all interfaces
+        if host.strip("[]") != "::":
+            raise StartupError(
+                f"--replica-sync-port: replica sync is IPv4 only; --host {host} is an IPv6 address"
+            )
+        host = "0.0.0.0"
     synced = [p for p in plugins if isinstance(p, ReplicaSynced)]
     if not synced:
         _log.warning(
@@ -251,6 +258,7 @@ def _replica_sync(options: Options, plugins: Sequence[object], layer: DataLayer)
             "(prefix-affinity-scorer, active-request-scorer); only the transport runs"
         )
     return ReplicaSyncService(
+        host=host,
         port=options.replica_sync_port,
         peers=options.replica_peers,
         key=key,

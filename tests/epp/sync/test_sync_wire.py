@@ -7,6 +7,8 @@ import socket
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from epp.app import StartupError, build_app
+from epp.app.build import _replica_sync
 from epp.config.options import parse_options
 from epp.config.parser import UsageError
 from epp.sync import ReplicaSyncCollector, ReplicaSyncService, read_key
@@ -320,6 +323,21 @@ async def test_a_short_key_stops_the_start(tmp_path: Path) -> None:
              "--replica-peers", "127.0.0.1:9006", "--replica-sync-key-file", str(key)]  # fmt: skip
     with pytest.raises(StartupError, match=r"--replica-sync-key-file: .*the key has 5 bytes; at least 16"):
         await build_app(parse_options(flags))
+
+
+async def test_the_sync_socket_binds_host_and_refuses_an_ipv6_host(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("k" * 32)
+    flags = ["--endpoints", "127.0.0.1:8000", "--replica-sync-port", "9005",
+             "--replica-peers", "127.0.0.1:9006", "--replica-sync-key-file", str(key)]  # fmt: skip
+    with pytest.raises(StartupError, match=r"replica sync is IPv4 only; --host ::1 is an IPv6 address"):
+        await build_app(parse_options([*flags, "--host", "::1"]))
+    options = parse_options([*flags, "--host", "127.0.0.1"])
+    layer: Any = SimpleNamespace(get=lambda address: None)
+    service = _replica_sync(options, [], layer)
+    assert service is not None and service.host == "127.0.0.1"
+    everywhere = _replica_sync(parse_options([*flags, "--host", "::"]), [], layer)
+    assert everywhere is not None and everywhere.host == "0.0.0.0"
 
 
 def test_load_reports_in_parts_merge_and_an_older_generation_is_dropped() -> None:
