@@ -86,15 +86,24 @@ async def _wait_scraped(metrics_port: int, count: int, timeout: float = 10.0) ->
     raise AssertionError("endpoints never scraped")
 
 
-async def _wait_serving(port: int, timeout: float = 10.0) -> None:
+async def _wait_serving(
+    port: int, timeout: float = 10.0, proc: asyncio.subprocess.Process | None = None
+) -> None:
+    """Until the health port says SERVING; with ``proc``, a picker process that exits first fails the
+    wait at once with its stderr (a start that failed, e.g. a port taken, is then named)."""
     for _ in range(int(timeout / 0.05)):
+        if proc is not None and proc.returncode is not None:
+            assert proc.stderr is not None
+            tail = (await proc.stderr.read())[-2000:].decode(errors="replace")
+            raise AssertionError(f"the picker exited with {proc.returncode} before it was ready:\n{tail}")
         try:
             if await _health_of(port, "") == health_pb2.HealthCheckResponse.SERVING:
                 return
         except grpc.aio.AioRpcError:
             pass
         await asyncio.sleep(0.05)
-    raise AssertionError("picker never became ready")
+    state = "" if proc is None else f" (process {'running' if proc.returncode is None else 'exited'})"
+    raise AssertionError(f"picker never became ready in {timeout:g} s{state}")
 
 
 async def test_in_process_picker_routes_by_load(model_servers: list[str]) -> None:
@@ -185,7 +194,7 @@ async def test_sigterm_drains_in_flight_streams_then_exits(model_servers: list[s
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     try:
-        await _wait_serving(health_port, timeout=20)
+        await _wait_serving(health_port, timeout=20, proc=proc)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
             call = stub(ch).Process()
             await call.write(request_headers({"x-request-id": "in-flight"}))
