@@ -311,16 +311,20 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         the caller has them; ``counts``: :meth:`load_counts`, if the caller has them."""
         if counts is None:
             counts = self.load_counts()
+        if addresses is None:
+            addresses = [e.address for e in endpoints]
+        bound, least = self._bound_and_least(addresses, counts)
+        return min(bound, least + self.params.max_imbalance)
+
+    def _bound_and_least(self, addresses: Sequence[str], counts: Mapping[str, int]) -> tuple[int, int]:
+        """The ``loadFactor`` bound over ``addresses`` and their least in-flight count."""
         p = self.params
         if counts:
-            if addresses is None:
-                addresses = [e.address for e in endpoints]
             loads = list(map(counts.get, addresses, repeat(0)))
             total, least = sum(loads), min(loads)
         else:
             total = least = 0
-        bound = load_bound(total, len(endpoints), p.load_factor, p.min_load_bound)
-        return min(bound, least + p.max_imbalance)
+        return load_bound(total, len(addresses), p.load_factor, p.min_load_bound), least
 
     def choose(
         self,
@@ -340,10 +344,8 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         share = self.params.spill_share
         if share <= 0.0 or not owners:
             return None
-        p = self.params
-        loads = list(map(counts.get, addresses, repeat(0)))
-        bound = load_bound(sum(loads), len(loads), p.load_factor, p.min_load_bound)
-        hard = min(bound, min(loads) + p.max_burst_imbalance)
+        bound, least = self._bound_and_least(addresses, counts)
+        hard = min(bound, least + self.params.max_burst_imbalance)
         mine = self.prefix_inflight.counts
         own = self.tracker.request_counts  # the prefix's share is estimated on this replica's requests
         for owner in owners:
