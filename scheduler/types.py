@@ -308,6 +308,7 @@ class Completion:
     served_endpoint: str | None = None  # ip:port reported by the proxy, when it reports one
     usage: Usage = field(default_factory=Usage)
     output_chunks: int = 0
+    decode_seconds: float = 0.0  # from the first to the last response body chunk (0: one chunk, or unknown)
 
 
 ScoreVector = Sequence[float]

@@ -21,6 +21,7 @@ Per chunk the work is: appending a reference to a bounded container, and an opti
 from __future__ import annotations
 
 from collections import deque
+from time import perf_counter
 
 import orjson
 
@@ -48,6 +49,7 @@ class ResponseState:
         "_recent",
         "capture_limit",
         "chunks",
+        "first_at",
         "size",
         "status",
         "streaming",
@@ -73,6 +75,7 @@ class ResponseState:
         self.streaming = streaming
         self.capture_limit = capture_limit if 200 <= status < 300 else 0
         self.chunks = 0
+        self.first_at = 0.0  # perf_counter() at the first body chunk of a streamed response
         self.size = 0  # body bytes received from the model server
         self._old_model = b""
         self._new_model = b""
@@ -101,6 +104,8 @@ class ResponseState:
         """Account for one body chunk; return the bytes to forward now (None while holding the body)."""
         self.chunks += 1
         self.size += len(data)
+        if self.chunks == 1 and self.streaming:
+            self.first_at = perf_counter()
         if self._held is not None:
             self._held.append(data)
             return None
@@ -131,6 +136,14 @@ class ResponseState:
             doc["model"] = orjson.loads(self._new_model)
             return orjson.dumps(doc)
         return body
+
+    def decode_seconds(self) -> float:
+        """Seconds from the first body chunk of a streamed response until now (0.0 when not streamed
+        or fewer than two chunks came): at the end of the response, the time its tokens after the
+        first took (``Completion.decode_seconds``)."""
+        if self.chunks < 2 or not self.first_at:
+            return 0.0
+        return perf_counter() - self.first_at
 
     def usage(self) -> Usage:
         """The usage reported by the model server (zeros when it reported none)."""

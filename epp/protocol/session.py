@@ -463,6 +463,7 @@ class Session:
             served_endpoint=self._served,
             usage=resp.usage() if resp is not None and outcome is _OK else Usage(),
             output_chunks=resp.chunks if resp is not None else 0,
+            decode_seconds=resp.decode_seconds() if resp is not None and outcome is _OK else 0.0,
         )
         self.state = _COMPLETE
         return [Completed(self._request, self._result, completion)]

@@ -88,13 +88,34 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
   ``cache_aware``'s; few-prefixes unchanged (its three groups are hot by this rule). ``0`` turns the
   rule off. Limit: behind a preamble common to every prompt (longer than a block) all prompts share
   the key, every prefix looks hot, and spills follow the bound alone, as with ``0``;
+* a *slow* endpoint is held to its capacity share (``slowSpeedRatio``, ours). Each endpoint's decode
+  time per token is learnt from the picker's streamed responses (:mod:`scheduler.plugins.prefix.speed`:
+  the median of its last ``speedSamples``); its relative speed ``w(e)`` is the fastest endpoint's
+  median over its own, and with ``share(e)`` its share of this picker's dispatches, exponentially
+  decayed with half-life ``shareHalfLife``::
+
+      slow(e)        ⇔  w(e) <= slowSpeedRatio
+      capped(e)      ⇔  slow(e)  and  share(e) >= w(e) / Σ_candidates w        (its capacity share)
+
+  A capped endpoint takes no new prefix (with ``load`` placement, a new prefix then scores 1 on every
+  eligible endpoint that is not capped) and no spill, and sheds its prefixes *one at a time*: the first
+  prefix requested while it is capped is kept off it (*diverted*: it spills, as above, and its later
+  requests go to the spill owner while the endpoint stays capped); one more is diverted only once the
+  endpoint has stayed capped for a whole ``shareHalfLife`` since the last. Below its share a capped
+  endpoint's prefixes come back to it, so a diverted group ends split between the slow owner and a fast
+  one, holding the slow one at its capacity share at the cost of one cold prefill per diverted group.
+  Owners are placed in a run's first second, before any speed is known, so this corrects placement
+  after the fact. On equal servers decode speed differs only with the batch (0.73-1.0 of the fastest
+  in the benchmark's scenarios over any window), so nothing is slow at the default 0.65 and nothing
+  changes; ``0`` turns it off. Measured: docs/bench.md, "Slower servers";
 * ``d / t`` makes a long shared prefix decisive and a short shared preamble (a common first block)
   nearly neutral.
 
 Hashes: the cycle's prefix match (``prefix-cache-scorer``, same block size and chain) when one is
 configured, else computed here with ``blockSizeTokens`` x 4 characters per block. Lifecycle:
 ``on_dispatched`` records the primary endpoint as owner of every anchor and counts the request in
-flight; ``on_completed`` uncounts it; ``on_response_headers`` follows a fallback that served;
+flight (and in the dispatch shares); ``on_completed`` uncounts it (and samples the serving endpoint's
+decode time per token from a streamed response); ``on_response_headers`` follows a fallback that served;
 ``on_endpoints_removed`` forgets the endpoint's ownerships and counts.
 
 Parameters: ``loadFactor`` (c >= 1, default 2.0), ``minLoadBound`` (requests >= 1, default 16),
@@ -102,7 +123,9 @@ Parameters: ``loadFactor`` (c >= 1, default 2.0), ``minLoadBound`` (requests >= 
 ``newPrefixPlacement`` (``load`` | ``balanced`` | ``hash``, default ``load``), ``spillPlacement``
 (``balanced`` | ``load``, default ``balanced``; not with ``hash``, whose spills follow the ranking),
 ``prefixLoadFactor`` (>= 1, default 1.0; the light bound, and ``hash``'s share), ``spillShare``
-(0..1, default 0.75; 0 = off), ``maxBurstImbalance`` (requests >= 1, default 16), ``placementWindow``
+(0..1, default 0.75; 0 = off), ``maxBurstImbalance`` (requests >= 1, default 16), ``slowSpeedRatio``
+(0 <= r < 1, default 0.65; 0 = off), ``speedSamples`` (4..4096, default 32; an endpoint needs a quarter
+of them to be judged), ``shareHalfLife`` (duration, default ``"5s"``), ``placementWindow``
 (duration, default ``"10m"``: a placement unused this long stops counting toward its endpoint's
 footprint or share), ``maxIndexBytes`` (ownership memory, >= 64 KiB, default 32 MiB = ~200,000 anchors;
 when placements are remembered, i.e. unless both placements are ``load``, an eighth of it holds them,
@@ -138,6 +161,7 @@ from scheduler.plugins.prefix.inflight import PrefixInflight
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable, outranks
 from scheduler.plugins.prefix.rendezvous import PLACEMENT_BYTES, Placements, weight
+from scheduler.plugins.prefix.speed import DispatchShares, EndpointSpeeds, decode_seconds_per_token
 from scheduler.plugins.shared.inflight import InflightTracker
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.replica_sync import OwnershipClaim, PeerLoads, ReplicaSyncSink
@@ -156,6 +180,8 @@ PLACEMENTS = ("load", "balanced", "hash")  # newPrefixPlacement: who places a pr
 SPILL_PLACEMENTS = ("balanced", "load")  # spillPlacement: where a prefix goes when every owner is over
 
 _PENDING_LIMIT = 1024  # hash chains kept from score to on_dispatched (bounded)
+_NONE: frozenset[str] = frozenset()
+_MAX_DIVERTED = 64  # prefixes kept off one slow endpoint (bounded; the oldest is dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +200,9 @@ class PrefixAffinityParams:
     placement_window: float = param(600.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
     spill_share: float = param(0.75, ge=0.0, le=1.0)
     max_burst_imbalance: int = param(16, ge=1)
+    slow_speed_ratio: float = param(0.65, ge=0.0, lt=1.0)
+    speed_samples: int = param(32, ge=4, le=4096)
+    share_half_life: float = param(5.0, gt=0, convert=parse_duration, expect=DURATION_EXPECT + " > 0")
 
     @property
     def remembers_placements(self) -> bool:
@@ -218,6 +247,12 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self._hasher = ChainHasher()
         self._sync: ReplicaSyncSink | None = None
         self.peer_loads = PeerLoads(clock)
+        self.speeds = EndpointSpeeds(params.slow_speed_ratio, params.speed_samples)
+        self.shares = DispatchShares(params.share_half_life)
+        self._learns_speed = params.slow_speed_ratio > 0.0
+        # slow endpoint -> (first-block keys kept off it while capped, when the last one was added)
+        self._diverted: dict[str, tuple[dict[int, None], float]] = {}
+        self._uncapped_at: dict[str, float] = {}  # slow endpoint -> when it was last below its share
 
     # -- replica sync (scheduler.replica_sync.ReplicaSynced) ----------------------------------------
 
@@ -254,6 +289,9 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             "peers": len(self.peer_loads),
             "peer_in_flight": dict(sorted(self.peer_loads.remote.items())),
             "in_flight": dict(sorted(self.tracker.request_counts.items())),
+            "speeds": self.speeds.dump(),
+            "dispatch_share": {a: round(v, 4) for a, v in sorted(self.shares.shares().items())},
+            "diverted": {a: len(keys) for a, (keys, _) in sorted(self._diverted.items())},
         }
 
     def load_counts(self) -> Mapping[str, int]:
@@ -285,20 +323,47 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         if not hashes:
             return out
         counts = self.load_counts()
+        capped = self.capped(endpoints) if self.speeds.slow else _NONE
         if owners:
-            chosen = self.choose(owners, endpoints, hashes[0], counts)
+            chosen = self.choose(owners, endpoints, hashes[0], counts, capped)
             if chosen is not None:
                 out[chosen] = depth / len(hashes)
                 return out
         p = self.params
         if p.new_prefix_placement == "hash":
-            placed = self.place(hashes[0], endpoints, new=not owners, counts=counts)
+            placed = self.place(hashes[0], endpoints, new=not owners, counts=counts, capped=capped)
             if placed is not None:
                 out[placed] = depth / len(hashes) if owners else 1.0
         elif (p.spill_placement if owners else p.new_prefix_placement) == "balanced":
-            for i in self.balanced(endpoints, counts):
+            for i in self.balanced(endpoints, counts, capped):
                 out[i] = depth / len(hashes) if owners else 1.0
+        elif capped:  # a new prefix placed by load: not on a slow endpoint at its capacity share
+            ceiling = self.ceiling(endpoints, None, counts)
+            for i, e in enumerate(endpoints):
+                if e.address not in capped and counts.get(e.address, 0) + 1 <= ceiling:
+                    out[i] = 1.0
         return out
+
+    def capped(self, endpoints: Sequence[EndpointView]) -> frozenset[str]:
+        """The slow endpoints (:class:`~scheduler.plugins.prefix.speed.EndpointSpeeds`) whose share of
+        recent dispatches is at least their capacity share among ``endpoints`` (module docstring)."""
+        slow = self.speeds.slow
+        if len(self._diverted) > len(slow) or len(self._uncapped_at) > len(slow):
+            for address in [a for a in self._diverted if a not in slow]:
+                del self._diverted[address]
+            for address in [a for a in self._uncapped_at if a not in slow]:
+                del self._uncapped_at[address]
+        if not slow:
+            return _NONE
+        speeds = self.speeds.speeds
+        total = sum(speeds.get(e.address, 1.0) for e in endpoints)
+        share = self.shares.share
+        capped = frozenset(a for a in slow if share(a) >= speeds[a] / total)
+        if len(capped) < len(slow):
+            now = self._clock()
+            for address in slow - capped:
+                self._uncapped_at[address] = now
+        return capped
 
     def ceiling(
         self,
@@ -332,12 +397,16 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         endpoints: Sequence[EndpointView],
         key: int = 0,
         counts: Mapping[str, int] | None = None,
+        capped: frozenset[str] = _NONE,
     ) -> int | None:
-        """Index in ``endpoints`` of the first eligible owner (module docstring), or None."""
+        """Index in ``endpoints`` of the first eligible owner (module docstring), or None. Owners in
+        ``capped`` (slow endpoints at their capacity share) are not eligible."""
         if counts is None:
             counts = self.load_counts()
         addresses = [e.address for e in endpoints]  # distinct: a snapshot holds an address once
         ceiling = self.ceiling(endpoints, addresses, counts)
+        if capped:
+            owners = [o for o in owners if o not in capped or not self._diverts(o, key)]
         for owner in owners:
             if owner in addresses and counts.get(owner, 0) + 1 <= ceiling:
                 return addresses.index(owner)
@@ -355,8 +424,30 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
                     return addresses.index(owner)
         return None
 
+    def _diverts(self, owner: str, key: int) -> bool:
+        """Whether the prefix of first block ``key`` is kept off ``owner``, a capped slow endpoint: the
+        prefixes already kept off it are, and one more once it has stayed capped for ``shareHalfLife``
+        since the last one was added (module docstring)."""
+        keys, added = self._diverted.get(owner, (None, 0.0))
+        if keys is not None and key in keys:
+            return True
+        now = self._clock()
+        if keys is None:
+            self._diverted[owner] = ({key: None}, now)
+            return True
+        if now - max(added, self._uncapped_at.get(owner, 0.0)) < self.params.share_half_life:
+            return False  # one more only after a half-life at or above its share throughout
+        if len(keys) >= _MAX_DIVERTED:
+            del keys[next(iter(keys))]
+        keys[key] = None
+        self._diverted[owner] = (keys, now)
+        return True
+
     def balanced(
-        self, endpoints: Sequence[EndpointView], counts: Mapping[str, int] | None = None
+        self,
+        endpoints: Sequence[EndpointView],
+        counts: Mapping[str, int] | None = None,
+        capped: frozenset[str] = _NONE,
     ) -> list[int]:
         """Indexes in ``endpoints`` where a new prefix may go with ``newPrefixPlacement: balanced``:
         under the load bound and holding at most ``prefixLoadFactor`` times the candidates' mean
@@ -372,11 +463,16 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         return [
             i
             for i, e in enumerate(endpoints)
-            if footprints[i] <= limit and counts.get(e.address, 0) + 1 <= ceiling
+            if footprints[i] <= limit and counts.get(e.address, 0) + 1 <= ceiling and e.address not in capped
         ]
 
     def place(
-        self, key: int, endpoints: Sequence[EndpointView], new: bool, counts: Mapping[str, int] | None = None
+        self,
+        key: int,
+        endpoints: Sequence[EndpointView],
+        new: bool,
+        counts: Mapping[str, int] | None = None,
+        capped: frozenset[str] = _NONE,
     ) -> int | None:
         """Index in ``endpoints`` of the eligible endpoint of highest rendezvous weight for ``key``
         (``newPrefixPlacement: hash``), or None when none is under the bound. A ``new`` prefix also
@@ -392,7 +488,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             before = self.placements.get(key)
         best, best_weight, spare, spare_weight = None, -1, None, -1
         for i, e in enumerate(endpoints):
-            if counts.get(e.address, 0) + 1 <= ceiling:
+            if counts.get(e.address, 0) + 1 <= ceiling and e.address not in capped:
                 w = weight(key, e.address)
                 if held and held.get(e.address, 0) >= share and e.address != before:
                     if w > spare_weight:
@@ -411,6 +507,8 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             new = not self.owners.lookup(hashes)[1] if hashes else False
         else:
             hashes, new = pending
+        if self._learns_speed and result.endpoints:
+            self.shares.dispatch(result.endpoints[0].address, self._clock())
         if hashes and result.endpoints:
             address = result.endpoints[0].address
             changes: list[tuple[int, bool]] | None = None
@@ -445,6 +543,13 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
     def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
         super().on_completed(request, result, completion)
         self.prefix_inflight.complete(request.request_id)
+        if self._learns_speed:
+            per_token = decode_seconds_per_token(completion)
+            if per_token is not None:
+                primary = result.endpoints[0].address if result.endpoints else ""
+                served = completion.served_endpoint or primary
+                if served:
+                    self.speeds.sample(served, per_token)
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         super().on_endpoints_removed(addresses)
@@ -452,6 +557,8 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self.owners.remove(addresses)
         self.placements.remove(addresses)
         self.peer_loads.forget(addresses)
+        self.speeds.forget(addresses)
+        self.shares.forget(addresses)
 
 
 factory = factory_with_params(

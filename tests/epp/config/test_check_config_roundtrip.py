@@ -94,6 +94,7 @@ EXAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("prefix-affinity-scorer", {"newPrefixPlacement": "load", "placementWindow": "90s"}),
     ("prefix-affinity-scorer", {"spillPlacement": "load"}),
     ("prefix-affinity-scorer", {"spillShare": 0.5, "maxBurstImbalance": 12}),
+    ("prefix-affinity-scorer", {"slowSpeedRatio": 0.5, "speedSamples": 64, "shareHalfLife": "10s"}),
     ("ready-filter", {"metricsStalenessThreshold": "500ms"}),
     ("utilization-detector", {"metricsStalenessThreshold": "1s"}),
     ("concurrency-detector", {"requestTimeout": "90s"}),

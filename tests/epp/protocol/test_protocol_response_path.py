@@ -89,7 +89,40 @@ def test_streaming_chunks_are_forwarded_at_once_and_usage_read_from_sse() -> Non
     assert done.outcome is Outcome.OK and done.status_code == 200
     assert done.usage == Usage(11, 7, 18, 4)
     assert done.output_chunks == 5
+    assert done.decode_seconds > 0.0  # first to last chunk of a streamed response
     assert s.abort(Outcome.CLIENT_CANCEL) == []
+
+
+def test_decode_seconds_is_measured_between_the_first_and_last_streamed_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import epp.protocol.response as response_module
+
+    now = [100.0]
+    monkeypatch.setattr(response_module, "perf_counter", lambda: now[0])
+    s = dispatched()
+    s.receive(response_headers(200, SSE))
+    now[0] = 100.5
+    s.receive(response_body(sse_event(CHUNK)))  # the first chunk: decoding starts
+    now[0] = 100.75
+    s.receive(response_body(sse_event(CHUNK)))
+    now[0] = 101.25
+    (done,) = completions(s.receive(response_body(b"data: [DONE]\n\n", eos=True)))
+    assert done.decode_seconds == pytest.approx(0.75)
+    one = dispatched()
+    one.receive(response_headers(200, SSE))
+    (single,) = completions(one.receive(response_body(sse_event(CHUNK), eos=True)))
+    assert single.decode_seconds == 0.0  # one chunk: nothing to time
+    plain = dispatched()
+    plain.receive(response_headers(200, content_length="80"))
+    plain.receive(response_body(b'{"id": "x",'))
+    (unstreamed,) = completions(plain.receive(response_body(b' "choices": []}', eos=True)))
+    assert unstreamed.decode_seconds == 0.0  # not streamed: the chunks say nothing of tokens
+    failed = dispatched()
+    failed.receive(response_headers(500, SSE))
+    failed.receive(response_body(b"data: x\n\n"))
+    (error,) = completions(failed.receive(response_body(b"data: y\n\n", eos=True)))
+    assert error.outcome is Outcome.UPSTREAM_ERROR and error.decode_seconds == 0.0
 
 
 def test_sse_without_include_usage_reports_zero_usage() -> None:

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from plugin_builders import DONE, endpoints, routed
+from plugin_builders import DONE, FakeClock, endpoints, routed
 
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
-from scheduler.plugins.prefix.affinity import PrefixAffinityScorer, factory, load_bound
+from scheduler.plugins.prefix.affinity import PrefixAffinityParams, PrefixAffinityScorer, factory, load_bound
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable, anchor_depths
 from scheduler.plugins.prefix.scorer import factory as prefix_factory
-from scheduler.types import Endpoint, LLMRequest
+from scheduler.types import Completion, Endpoint, LLMRequest, Outcome, Usage
 
 EPS = endpoints(4)
 BLOCK = 64  # characters per block at the default blockSizeTokens (16 x 4)
@@ -355,3 +355,81 @@ def test_burst_rule_never_passes_the_hard_bound(
     else:  # a spill: only endpoints under the ordinary ceiling
         assert all(loads[i] + 1 <= ceiling for i in chosen)
     assert all(loads[i] + 1 <= max(ceiling, hard) for i in chosen)
+
+
+# -- slower servers: capacity share (slowSpeedRatio) --------------------------------------------------
+
+
+def _fleet_with_a_slow_server(**parameters: Any) -> tuple[PrefixAffinityScorer, FakeClock, list[str]]:
+    """A scorer on EPS whose endpoint 0 decodes at half the others' speed, and the first-block hashes'
+    texts of groups 1 and 2, both owned by endpoint 0, which holds half the recent dispatches."""
+    clock = FakeClock(100.0)
+    scorer = PrefixAffinityScorer("affinity", clock, _params(**{"speedSamples": 8, **parameters}))
+    texts = [group_prompt(g) for g in (1, 2)]
+    for i, text in enumerate(texts):  # endpoint 0 owns both groups
+        scorer.on_dispatched(req(text, f"own{i}"), routed(EPS[0]))
+        scorer.on_completed(req(text, f"own{i}"), routed(EPS[0]), DONE)
+    for n in range(8):  # half of the dispatches go to endpoint 0; every endpoint reports its speed
+        for i, ep in enumerate(EPS):
+            if i == 0 or n % 3 == i - 1:
+                r = req(f"unique {n} {i}", f"u{n}-{i}")
+                scorer.on_dispatched(r, routed(ep))
+                per_token = 0.024 if i == 0 else 0.012
+                scorer.on_completed(r, routed(ep), _streamed(per_token * 15))
+    return scorer, clock, texts
+
+
+def _params(**parameters: Any) -> PrefixAffinityParams:
+    handle = PluginHandle()
+    plugin = factory("affinity", parameters, handle)
+    assert isinstance(plugin, PrefixAffinityScorer)
+    return plugin.params
+
+
+def _streamed(decode: float) -> Completion:
+    return Completion(Outcome.OK, 200, usage=Usage(completion_tokens=16), decode_seconds=decode)
+
+
+def test_a_slow_server_over_its_capacity_share_sheds_one_prefix_at_a_time() -> None:
+    scorer, clock, (a, b) = _fleet_with_a_slow_server(shareHalfLife="5s")
+    slow = EPS[0].address
+    assert scorer.speeds.slow == {slow}
+    assert scorer.shares.share(slow) >= 0.5 / 3.5  # over its capacity share: capped
+    assert scorer.capped(EPS) == {slow}
+    first = scorer.score(CycleState(), req(a, "a1"), EPS)
+    assert first[0] == 0.0 and max(first[1:]) > 0.0  # group a spills off the slow server
+    second = scorer.score(CycleState(), req(b, "b1"), EPS)
+    assert second[0] > 0.0  # group b stays: one prefix per half-life
+    clock.now += 5.0  # capped throughout a half-life: one more prefix leaves
+    assert scorer.score(CycleState(), req(b, "b2"), EPS)[0] == 0.0
+    new = scorer.score(CycleState(), req(group_prompt(7), "new"), EPS)
+    assert new[0] == 0.0 and new[1:] == [1.0, 1.0, 1.0]  # no new prefix on a capped slow server
+    assert scorer.dump_state()["diverted"] == {slow: 2}
+
+
+def test_a_slow_server_below_its_share_keeps_its_prefixes_and_diverts_no_more() -> None:
+    scorer, clock, (a, b) = _fleet_with_a_slow_server(shareHalfLife="5s")
+    slow = EPS[0].address
+    assert scorer.score(CycleState(), req(a, "a1"), EPS)[0] == 0.0  # a diverted
+    for n in range(80):  # the other endpoints take the traffic: endpoint 0 falls below its share
+        r = req(f"later {n}", f"l{n}")
+        scorer.on_dispatched(r, routed(EPS[1 + n % 3]))
+    assert scorer.capped(EPS) == frozenset()
+    assert scorer.score(CycleState(), req(a, "a2"), EPS)[0] > 0.0  # back on its owner
+    for n in range(40):
+        scorer.on_dispatched(req(f"again {n}", f"g{n}"), routed(EPS[0]))
+    clock.now += 4.0  # capped again, but it was below its share 4 s ago: b is not diverted yet
+    assert scorer.capped(EPS) == {slow}
+    assert scorer.score(CycleState(), req(b, "b1"), EPS)[0] > 0.0
+    assert scorer.score(CycleState(), req(a, "a3"), EPS)[0] == 0.0  # a, already diverted, still is
+
+
+def test_equal_servers_or_ratio_zero_cap_nothing() -> None:
+    off, _, (a, _) = _fleet_with_a_slow_server(slowSpeedRatio=0.0)
+    assert off.speeds.slow == frozenset() and off.capped(EPS) == frozenset()
+    assert off.score(CycleState(), req(a, "a1"), EPS)[0] > 0.0
+    lenient, _, (a, _) = _fleet_with_a_slow_server(slowSpeedRatio=0.4)  # 0.5 is not slow enough
+    assert lenient.speeds.slow == frozenset()
+    assert lenient.score(CycleState(), req(a, "a1"), EPS)[0] > 0.0
+    lenient.on_endpoints_removed(frozenset({EPS[0].address}))
+    assert lenient.shares.share(EPS[0].address) == 0.0 and EPS[0].address not in lenient.speeds.speeds

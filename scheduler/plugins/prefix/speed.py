@@ -1,0 +1,149 @@
+"""Which endpoints are slower than the fleet, and how much of the traffic each one gets.
+
+``prefix-affinity-scorer`` keeps a prefix on its owner; on a fleet of unequal servers (a slower GPU
+generation beside faster ones) the owners are chosen before anyone knows which server is slow, so a
+slow server may own as many prefixes as a fast one and serve them at half the speed. These two
+measurements let the scorer hold a slow server to its capacity share (see the scorer's docstring):
+
+* :class:`EndpointSpeeds`: each endpoint's *decode time per token*, from the picker's own streamed
+  responses (``Completion.decode_seconds`` over the tokens after the first), the median of its last
+  ``window`` samples. An endpoint's relative speed is the fastest endpoint's median over its own
+  (1.0 for the fastest); it is *slow* when that is at most ``slow_ratio``. Decode time per token
+  depends on the server's engine and, far less, on its batch: on the benchmark's fleets equal servers
+  measured 0.73-1.0 of the fastest over any 32-sample window, half-speed servers 0.42-0.51
+  (docs/scheduler.md, "Slower servers").
+* :class:`DispatchShares`: each endpoint's share of this picker's recent dispatches, exponentially
+  decayed with half-life ``half_life`` seconds (O(1) per dispatch and per query).
+
+Both are bounded: one deque of ``window`` floats and one float per endpoint; ``forget`` drops
+endpoints that left the pool. Not thread-safe (the lifecycle hooks' event-loop thread).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from statistics import median
+
+from scheduler.types import Completion, Outcome
+
+__all__ = ["DispatchShares", "EndpointSpeeds", "decode_seconds_per_token"]
+
+
+def decode_seconds_per_token(completion: Completion) -> float | None:
+    """Seconds per output token after the first, from a successful streamed response; None when the
+    completion cannot tell (not streamed, one token, an error)."""
+    span = completion.decode_seconds
+    if span <= 0.0 or completion.outcome is not Outcome.OK:
+        return None
+    tokens = completion.usage.completion_tokens or completion.output_chunks
+    if tokens < 2:
+        return None
+    return span / (tokens - 1)
+
+
+class EndpointSpeeds:
+    """Per-endpoint decode time per token (median of the last ``window`` samples) and the slow set."""
+
+    __slots__ = ("_medians", "_min_samples", "_samples", "_window", "slow", "slow_ratio", "speeds")
+
+    def __init__(self, slow_ratio: float, window: int = 32) -> None:
+        if not 0.0 <= slow_ratio < 1.0:
+            raise ValueError(f"slow_ratio must be in [0, 1), got {slow_ratio}")
+        if window < 4:
+            raise ValueError(f"window must be >= 4, got {window}")
+        self.slow_ratio = slow_ratio
+        self._window = window
+        self._min_samples = max(2, window // 4)
+        self._samples: dict[str, deque[float]] = {}
+        self._medians: dict[str, float] = {}
+        self.speeds: dict[str, float] = {}
+        """Relative speed of every endpoint with enough samples (the fastest's median over its own)."""
+        self.slow: frozenset[str] = frozenset()
+        """Endpoints whose relative speed is at most ``slow_ratio`` (empty until two have samples)."""
+
+    def sample(self, address: str, seconds_per_token: float) -> None:
+        """Record one response's decode time per token at ``address``."""
+        if not seconds_per_token > 0.0 or math.isinf(seconds_per_token):
+            return
+        window = self._samples.get(address)
+        if window is None:
+            window = self._samples[address] = deque(maxlen=self._window)
+        window.append(seconds_per_token)
+        if len(window) >= self._min_samples:
+            self._medians[address] = median(window)
+            self._update()
+
+    def forget(self, addresses: Iterable[str]) -> None:
+        for address in addresses:
+            self._samples.pop(address, None)
+            self._medians.pop(address, None)
+        self._update()
+
+    def _update(self) -> None:
+        medians = self._medians
+        if len(medians) < 2:
+            self.speeds = {a: 1.0 for a in medians}
+            self.slow = frozenset()
+            return
+        fastest = min(medians.values())
+        self.speeds = speeds = {a: fastest / m for a, m in medians.items()}
+        ratio = self.slow_ratio
+        self.slow = frozenset(a for a, s in speeds.items() if s <= ratio)
+
+    def dump(self) -> dict[str, object]:
+        return {
+            "decode_ms_per_token": {a: round(m * 1000, 3) for a, m in sorted(self._medians.items())},
+            "relative_speed": {a: round(s, 3) for a, s in sorted(self.speeds.items())},
+            "slow": sorted(self.slow),
+        }
+
+
+class DispatchShares:
+    """Each endpoint's exponentially decayed share of recent dispatches.
+
+    A dispatch at time ``t`` adds ``2^((t - t0) / half_life)`` to its endpoint's weight (``t0`` a
+    reference time), so every weight decays at the same rate and shares are plain ratios; the
+    weights are rescaled when the exponent grows large. O(1) per dispatch and per share.
+    """
+
+    __slots__ = ("_half_life", "_t0", "_total", "_weights")
+
+    _RESCALE_AFTER = 64.0  # half-lives: 2^64 is far from float overflow
+
+    def __init__(self, half_life: float) -> None:
+        if not half_life > 0.0:
+            raise ValueError(f"half_life must be > 0 seconds, got {half_life}")
+        self._half_life = half_life
+        self._t0: float | None = None
+        self._weights: dict[str, float] = {}
+        self._total = 0.0
+
+    def dispatch(self, address: str, now: float) -> None:
+        if self._t0 is None:
+            self._t0 = now
+        exponent = (now - self._t0) / self._half_life
+        if exponent > self._RESCALE_AFTER:
+            scale = 2.0**-exponent
+            self._weights = {a: w * scale for a, w in self._weights.items() if w * scale > 1e-12}
+            self._total = sum(self._weights.values())
+            self._t0, exponent = now, 0.0
+        add = 2.0**exponent
+        self._weights[address] = self._weights.get(address, 0.0) + add
+        self._total += add
+
+    def share(self, address: str) -> float:
+        """``address``'s share of the decayed dispatches (0.0 before any)."""
+        total = self._total
+        return self._weights.get(address, 0.0) / total if total > 0.0 else 0.0
+
+    def shares(self) -> Mapping[str, float]:
+        total = self._total
+        return {a: w / total for a, w in self._weights.items()} if total > 0.0 else {}
+
+    def forget(self, addresses: Iterable[str]) -> None:
+        for address in addresses:
+            self._total -= self._weights.pop(address, 0.0)
+        if not self._weights:
+            self._total = 0.0
