@@ -27,9 +27,10 @@ import datetime
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -108,24 +109,45 @@ async def _measure(
             run.picker_cpu_s = proc_cpu_seconds(running.picker_pid) - cpu_before
             text = (await client.get(running.picker_metrics_url + "/metrics")).text
             run.decision_buckets = bucket_delta(hist_before, histogram_buckets(text))
-            await _read_model_error(client, running.picker_metrics_url, run)
+            await _read_plugin_state(client, running.picker_metrics_url, run)
         return run
 
 
-async def _read_model_error(client: httpx.AsyncClient, metrics_url: str, run: RouterRun) -> None:
-    """The latency model's recent TTFT median absolute percentage error, when the picker has one."""
+async def _read_plugin_state(client: httpx.AsyncClient, metrics_url: str, run: RouterRun) -> None:
+    """From ``/debug/plugins/state``: the latency model's recent TTFT median absolute percentage error,
+    when the picker has one, and a note naming the endpoints ``prefix-affinity-scorer`` judged slow and
+    the prefixes it kept off them (docs/scheduler.md, "Slower servers"), when it judged any."""
     try:
         state = (await client.get(metrics_url + "/debug/plugins/state")).json()
     except (httpx.HTTPError, ValueError) as exc:
         run.notes.append(f"/debug/plugins/state unreadable: {exc}")
         return
-    for plugin in state.values() if isinstance(state, dict) else ():
-        model = plugin.get("model") if isinstance(plugin, dict) else None
+    for name, plugin in state.items() if isinstance(state, dict) else ():
+        if not isinstance(plugin, dict):
+            continue
+        model = plugin.get("model")
         if isinstance(model, dict) and "ttftMedianAbsPctError" in model:
             mape = model["ttftMedianAbsPctError"]
             run.ttft_mape = math.nan if mape is None else float(mape)
             run.ttft_mape_samples = int(model.get("ttftErrorSamples") or 0)
-            return
+        note = _slow_note(name, plugin)
+        if note:
+            run.notes.append(note)
+
+
+def _slow_note(name: str, plugin: Mapping[str, Any]) -> str:
+    """``prefix-affinity-scorer``'s slow endpoints (relative speed) and diverted prefixes, or ''."""
+    speeds, diverted = plugin.get("speeds"), plugin.get("diverted")
+    if not isinstance(speeds, dict) or not isinstance(diverted, dict):
+        return ""
+    slow = speeds.get("slow") or []
+    relative = speeds.get("relative_speed") or {}
+    total = plugin.get("diversions") or 0
+    if not slow and not diverted and not total:
+        return ""
+    judged = ", ".join(f"{a} at {relative.get(a, math.nan):.2f} of the fastest" for a in slow) or "none now"
+    kept = ", ".join(f"{n} off {a}" for a, n in diverted.items()) or "none now"
+    return f"{name}: slow endpoints: {judged}; prefixes diverted: {kept} ({total} in all)"
 
 
 def run_router(

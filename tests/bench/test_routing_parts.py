@@ -190,3 +190,27 @@ def test_active_active_prints_each_hash_variants_change() -> None:
     ]
     lines = [ln for ln in check(SCENARIOS["working-set"], {s.router: s for s in runs}) if "-x2" in ln]
     assert _kinds(lines) == ["INFO"] and "picker-default-hash-x2" in lines[0] and "-3.0 points" in lines[0]
+
+
+def test_the_slow_note_names_slow_endpoints_and_diverted_prefixes() -> None:
+    from bench.routing import _slow_note
+
+    state = {
+        "speeds": {
+            "slow": ["10.0.0.1:8000"],
+            "relative_speed": {"10.0.0.1:8000": 0.48, "10.0.0.2:8000": 1.0},
+        },
+        "diverted": {"10.0.0.1:8000": 2},
+        "diversions": 3,
+    }
+    assert _slow_note("affinity", state) == (
+        "affinity: slow endpoints: 10.0.0.1:8000 at 0.48 of the fastest; "
+        "prefixes diverted: 2 off 10.0.0.1:8000 (3 in all)"
+    )
+    recovered = {"speeds": {"slow": [], "relative_speed": {}}, "diverted": {}, "diversions": 1}
+    assert _slow_note("affinity", recovered).endswith(
+        "slow endpoints: none now; prefixes diverted: none now (1 in all)"
+    )
+    quiet = {"speeds": {"slow": [], "relative_speed": {"10.0.0.2:8000": 1.0}}, "diverted": {}}
+    assert _slow_note("affinity", quiet) == ""  # an equal fleet: no note
+    assert _slow_note("latency", {"model": {}}) == ""  # another plugin's state

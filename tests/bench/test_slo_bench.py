@@ -15,7 +15,7 @@ from aiohttp import web
 
 from bench.report import RouterRun, Summary, summarize, write_report
 from bench.routers import ROUTERS
-from bench.routing import _read_model_error, _scenarios, _workload
+from bench.routing import _read_plugin_state, _scenarios, _workload
 from bench.scenarios import SCENARIOS
 from bench.slo import OBJECTIVE_HEADER, TPOT_HEADER, TTFT_HEADER, SloMix, apply_slo, attainment, slo_targets
 from bench.targets import check, check_predicted_overall
@@ -180,7 +180,7 @@ def test_model_error_is_read_from_the_plugin_state() -> None:
     async def read(h: Any) -> RouterRun:
         run = RouterRun("picker-predicted", "s", [], 1.0)
         async with httpx.AsyncClient(transport=httpx.MockTransport(h)) as client:
-            await _read_model_error(client, "http://picker", run)
+            await _read_plugin_state(client, "http://picker", run)
         return run
 
     run = asyncio.run(read(handler))

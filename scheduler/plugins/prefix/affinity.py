@@ -253,6 +253,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         # slow endpoint -> (first-block keys kept off it while capped, when the last one was added)
         self._diverted: dict[str, tuple[dict[int, None], float]] = {}
         self._uncapped_at: dict[str, float] = {}  # slow endpoint -> when it was last below its share
+        self.diversions = 0  # prefixes ever kept off a slow endpoint (dump_state)
 
     # -- replica sync (scheduler.replica_sync.ReplicaSynced) ----------------------------------------
 
@@ -292,6 +293,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             "speeds": self.speeds.dump(),
             "dispatch_share": {a: round(v, 4) for a, v in sorted(self.shares.shares().items())},
             "diverted": {a: len(keys) for a, (keys, _) in sorted(self._diverted.items())},
+            "diversions": self.diversions,
         }
 
     def load_counts(self) -> Mapping[str, int]:
@@ -434,6 +436,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         now = self._clock()
         if keys is None:
             self._diverted[owner] = ({key: None}, now)
+            self.diversions += 1
             return True
         if now - max(added, self._uncapped_at.get(owner, 0.0)) < self.params.share_half_life:
             return False  # one more only after a half-life at or above its share throughout
@@ -441,6 +444,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             del keys[next(iter(keys))]
         keys[key] = None
         self._diverted[owner] = (keys, now)
+        self.diversions += 1
         return True
 
     def balanced(

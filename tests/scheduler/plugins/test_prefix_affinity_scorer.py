@@ -404,7 +404,7 @@ def test_a_slow_server_over_its_capacity_share_sheds_one_prefix_at_a_time() -> N
     assert scorer.score(CycleState(), req(b, "b2"), EPS)[0] == 0.0
     new = scorer.score(CycleState(), req(group_prompt(7), "new"), EPS)
     assert new[0] == 0.0 and new[1:] == [1.0, 1.0, 1.0]  # no new prefix on a capped slow server
-    assert scorer.dump_state()["diverted"] == {slow: 2}
+    assert scorer.dump_state()["diverted"] == {slow: 2} and scorer.diversions == 2
 
 
 def test_a_slow_server_below_its_share_keeps_its_prefixes_and_diverts_no_more() -> None:
