@@ -98,12 +98,17 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
       capped(e)      ⇔  slow(e)  and  share(e) >= w(e) / Σ_candidates w        (its capacity share)
 
   A capped endpoint takes no new prefix (with ``load`` placement, a new prefix then scores 1 on every
-  eligible endpoint that is not capped) and no spill, and sheds its prefixes *one at a time*: the first
-  prefix requested while it is capped is kept off it (*diverted*: it spills, as above, and its later
-  requests go to the spill owner while the endpoint stays capped); one more is diverted only once the
-  endpoint has stayed capped for a whole ``shareHalfLife`` since the last. Below its share a capped
-  endpoint's prefixes come back to it, so a diverted group ends split between the slow owner and a fast
-  one, holding the slow one at its capacity share at the cost of one cold prefill per diverted group.
+  eligible endpoint that is not capped) and no spill, and sheds just enough of its prefixes: with
+  ``share(k, e)`` the decayed share of the dispatches of prefix ``k`` (first block) to ``e`` and ``D(e)``
+  the prefixes already kept off ``e`` (*diverted*), a prefix of a capped owner is diverted when::
+
+      share(e) - Σ_{k in D(e)} share(k, e)  >=  w(e) / Σ_candidates w
+
+  i.e. while the owner would stay at or above its capacity share even without the prefixes already
+  diverted. A diverted prefix spills (as above) and its requests go to the spill owner while the
+  endpoint stays capped; below its share the endpoint's prefixes come back to it, so a diverted group
+  ends split between the slow owner and a fast one, holding the slow one at its capacity share at the
+  cost of one cold prefill per diverted group.
   Owners are placed in a run's first second, before any speed is known, so this corrects placement
   after the fact. On equal servers decode speed differs only with the batch (0.73-1.0 of the fastest
   in the benchmark's scenarios over any window), so nothing is slow at the default 0.65 and nothing
@@ -125,7 +130,8 @@ Parameters: ``loadFactor`` (c >= 1, default 2.0), ``minLoadBound`` (requests >= 
 ``prefixLoadFactor`` (>= 1, default 1.0; the light bound, and ``hash``'s share), ``spillShare``
 (0..1, default 0.75; 0 = off), ``maxBurstImbalance`` (requests >= 1, default 16), ``slowSpeedRatio``
 (0 <= r < 1, default 0.65; 0 = off), ``speedSamples`` (4..4096, default 32; an endpoint needs a quarter
-of them to be judged), ``shareHalfLife`` (duration, default ``"5s"``), ``placementWindow``
+of them to be judged), ``shareHalfLife`` (duration, default ``"5s"``: the dispatch shares' half-life),
+``placementWindow``
 (duration, default ``"10m"``: a placement unused this long stops counting toward its endpoint's
 footprint or share), ``maxIndexBytes`` (ownership memory, >= 64 KiB, default 32 MiB = ~200,000 anchors;
 when placements are remembered, i.e. unless both placements are ``load``, an eighth of it holds them,
@@ -250,9 +256,8 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self.speeds = EndpointSpeeds(params.slow_speed_ratio, params.speed_samples)
         self.shares = DispatchShares(params.share_half_life)
         self._learns_speed = params.slow_speed_ratio > 0.0
-        # slow endpoint -> (first-block keys kept off it while capped, when the last one was added)
-        self._diverted: dict[str, tuple[dict[int, None], float]] = {}
-        self._uncapped_at: dict[str, float] = {}  # slow endpoint -> when it was last below its share
+        self._diverted: dict[str, dict[int, None]] = {}  # slow endpoint -> first-block keys kept off it
+        self._capacity: dict[str, float] = {}  # slow endpoint -> its capacity share (last computed)
         self.diversions = 0  # prefixes ever kept off a slow endpoint (dump_state)
 
     # -- replica sync (scheduler.replica_sync.ReplicaSynced) ----------------------------------------
@@ -292,7 +297,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             "in_flight": dict(sorted(self.tracker.request_counts.items())),
             "speeds": self.speeds.dump(),
             "dispatch_share": {a: round(v, 4) for a, v in sorted(self.shares.shares().items())},
-            "diverted": {a: len(keys) for a, (keys, _) in sorted(self._diverted.items())},
+            "diverted": {a: len(keys) for a, keys in sorted(self._diverted.items()) if keys},
             "diversions": self.diversions,
         }
 
@@ -350,22 +355,19 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         """The slow endpoints (:class:`~scheduler.plugins.prefix.speed.EndpointSpeeds`) whose share of
         recent dispatches is at least their capacity share among ``endpoints`` (module docstring)."""
         slow = self.speeds.slow
-        if len(self._diverted) > len(slow) or len(self._uncapped_at) > len(slow):
+        if len(self._diverted) > len(slow):
             for address in [a for a in self._diverted if a not in slow]:
                 del self._diverted[address]
-            for address in [a for a in self._uncapped_at if a not in slow]:
-                del self._uncapped_at[address]
         if not slow:
             return _NONE
         speeds = self.speeds.speeds
         total = sum(speeds.get(e.address, 1.0) for e in endpoints)
         share = self.shares.share
-        capped = frozenset(a for a in slow if share(a) >= speeds[a] / total)
-        if len(capped) < len(slow):
-            now = self._clock()
-            for address in slow - capped:
-                self._uncapped_at[address] = now
-        return capped
+        capacity = self._capacity
+        capacity.clear()
+        for address in slow:
+            capacity[address] = speeds[address] / total
+        return frozenset(a for a in slow if share(a) >= capacity[a])
 
     def ceiling(
         self,
@@ -428,22 +430,20 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
 
     def _diverts(self, owner: str, key: int) -> bool:
         """Whether the prefix of first block ``key`` is kept off ``owner``, a capped slow endpoint: the
-        prefixes already kept off it are, and one more once it has stayed capped for ``shareHalfLife``
-        since the last one was added (module docstring)."""
-        keys, added = self._diverted.get(owner, (None, 0.0))
-        if keys is not None and key in keys:
-            return True
-        now = self._clock()
+        prefixes already kept off it are, and this one is too when the owner's share without theirs is
+        still at least its capacity share (module docstring)."""
+        keys = self._diverted.get(owner)
         if keys is None:
-            self._diverted[owner] = ({key: None}, now)
-            self.diversions += 1
+            keys = self._diverted[owner] = {}
+        elif key in keys:
             return True
-        if now - max(added, self._uncapped_at.get(owner, 0.0)) < self.params.share_half_life:
-            return False  # one more only after a half-life at or above its share throughout
+        key_share = self.shares.key_share
+        rest = self.shares.share(owner) - sum(key_share(k, owner) for k in keys)
+        if rest < self._capacity.get(owner, 0.0):
+            return False  # the prefixes already diverted make up the excess
         if len(keys) >= _MAX_DIVERTED:
             del keys[next(iter(keys))]
         keys[key] = None
-        self._diverted[owner] = (keys, now)
         self.diversions += 1
         return True
 
@@ -512,7 +512,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         else:
             hashes, new = pending
         if self._learns_speed and result.endpoints:
-            self.shares.dispatch(result.endpoints[0].address, self._clock())
+            self.shares.dispatch(result.endpoints[0].address, self._clock(), hashes[0] if hashes else None)
         if hashes and result.endpoints:
             address = result.endpoints[0].address
             changes: list[tuple[int, bool]] | None = None

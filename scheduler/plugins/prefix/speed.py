@@ -13,10 +13,12 @@ measurements let the scorer hold a slow server to its capacity share (see the sc
   measured 0.73-1.0 of the fastest over any 32-sample window, half-speed servers 0.42-0.51
   (docs/scheduler.md, "Slower servers").
 * :class:`DispatchShares`: each endpoint's share of this picker's recent dispatches, exponentially
-  decayed with half-life ``half_life`` seconds (O(1) per dispatch and per query).
+  decayed with half-life ``half_life`` seconds (O(1) per dispatch and per query), and, for the
+  dispatches the caller tags with a prefix key (those to slow endpoints), each (key, endpoint)'s share.
 
-Both are bounded: one deque of ``window`` floats and one float per endpoint; ``forget`` drops
-endpoints that left the pool. Not thread-safe (the lifecycle hooks' event-loop thread).
+Both are bounded: one deque of ``window`` floats and one float per endpoint, and at most ``max_keys``
+(key, endpoint) weights (the oldest dropped first); ``forget`` drops endpoints that left the pool.
+Not thread-safe (the lifecycle hooks' event-loop thread).
 """
 
 from __future__ import annotations
@@ -108,42 +110,60 @@ class DispatchShares:
     weights are rescaled when the exponent grows large. O(1) per dispatch and per share.
     """
 
-    __slots__ = ("_half_life", "_t0", "_total", "_weights")
+    __slots__ = ("_half_life", "_keys", "_max_keys", "_t0", "_total", "_weights")
 
     _RESCALE_AFTER = 64.0  # half-lives: 2^64 is far from float overflow
 
-    def __init__(self, half_life: float) -> None:
+    def __init__(self, half_life: float, max_keys: int = 4096) -> None:
         if not half_life > 0.0:
             raise ValueError(f"half_life must be > 0 seconds, got {half_life}")
         self._half_life = half_life
+        self._max_keys = max(1, max_keys)
         self._t0: float | None = None
         self._weights: dict[str, float] = {}
+        self._keys: dict[tuple[int, str], float] = {}
         self._total = 0.0
 
-    def dispatch(self, address: str, now: float) -> None:
+    def dispatch(self, address: str, now: float, key: int | None = None) -> None:
+        """Count one dispatch to ``address`` at ``now``; with ``key``, for that prefix there too."""
         if self._t0 is None:
             self._t0 = now
         exponent = (now - self._t0) / self._half_life
         if exponent > self._RESCALE_AFTER:
             scale = 2.0**-exponent
             self._weights = {a: w * scale for a, w in self._weights.items() if w * scale > 1e-12}
+            self._keys = {k: w * scale for k, w in self._keys.items() if w * scale > 1e-12}
             self._total = sum(self._weights.values())
             self._t0, exponent = now, 0.0
         add = 2.0**exponent
         self._weights[address] = self._weights.get(address, 0.0) + add
         self._total += add
+        if key is not None:
+            slot = (key, address)
+            weight = self._keys.pop(slot, 0.0) + add  # re-inserted: the dict stays in last-use order
+            if len(self._keys) >= self._max_keys:
+                del self._keys[next(iter(self._keys))]
+            self._keys[slot] = weight
 
     def share(self, address: str) -> float:
         """``address``'s share of the decayed dispatches (0.0 before any)."""
         total = self._total
         return self._weights.get(address, 0.0) / total if total > 0.0 else 0.0
 
+    def key_share(self, key: int, address: str) -> float:
+        """The share of the decayed dispatches that went to ``address`` tagged with ``key``."""
+        total = self._total
+        return self._keys.get((key, address), 0.0) / total if total > 0.0 else 0.0
+
     def shares(self) -> Mapping[str, float]:
         total = self._total
         return {a: w / total for a, w in self._weights.items()} if total > 0.0 else {}
 
     def forget(self, addresses: Iterable[str]) -> None:
-        for address in addresses:
+        gone = set(addresses)
+        for address in gone:
             self._total -= self._weights.pop(address, 0.0)
+        if gone & {a for _, a in self._keys}:
+            self._keys = {k: w for k, w in self._keys.items() if k[1] not in gone}
         if not self._weights:
             self._total = 0.0

@@ -360,28 +360,34 @@ def test_burst_rule_never_passes_the_hard_bound(
 # -- slower servers: capacity share (slowSpeedRatio) --------------------------------------------------
 
 
-def _fleet_with_a_slow_server(**parameters: Any) -> tuple[PrefixAffinityScorer, FakeClock, list[str]]:
-    """A scorer on EPS whose endpoint 0 decodes at half the others' speed, and the first-block hashes'
-    texts of groups 1 and 2, both owned by endpoint 0, which holds half the recent dispatches."""
+def _slow_fleet(
+    per_group: list[int], others: int, **parameters: Any
+) -> tuple[PrefixAffinityScorer, FakeClock, list[str]]:
+    """A scorer on EPS whose endpoint 0 decodes at half the others' speed and owns one group per entry
+    of ``per_group``, each dispatched that many times there; ``others`` unique prompts go to the other
+    three endpoints. Every dispatch completes with its endpoint's decode time (all at one instant)."""
     clock = FakeClock(100.0)
     scorer = PrefixAffinityScorer("affinity", clock, _params(**{"speedSamples": 8, **parameters}))
-    texts = [group_prompt(g) for g in (1, 2)]
-    for i, text in enumerate(texts):  # endpoint 0 owns both groups
-        scorer.on_dispatched(req(text, f"own{i}"), routed(EPS[0]))
-        scorer.on_completed(req(text, f"own{i}"), routed(EPS[0]), DONE)
-    for n in range(8):  # half of the dispatches go to endpoint 0; every endpoint reports its speed
-        for i, ep in enumerate(EPS):
-            if i == 0 or n % 3 == i - 1:
-                r = req(f"unique {n} {i}", f"u{n}-{i}")
-                scorer.on_dispatched(r, routed(ep))
-                per_token = 0.024 if i == 0 else 0.012
-                scorer.on_completed(r, routed(ep), _streamed(per_token * 15))
+    texts = [group_prompt(g) for g in range(len(per_group))]
+    n = 0
+
+    def send(text: str, ep: Endpoint, per_token: float) -> None:
+        nonlocal n
+        n += 1
+        r = req(text, f"d{n}")
+        scorer.on_dispatched(r, routed(ep))
+        scorer.on_completed(r, routed(ep), _streamed(per_token * 15))
+
+    for text, count in zip(texts, per_group, strict=True):
+        for i in range(count):
+            send(text if i == 0 else text + f" again {i}", EPS[0], 0.024)
+    for i in range(others):
+        send(f"unique prompt {i}", EPS[1 + i % 3], 0.012)
     return scorer, clock, texts
 
 
 def _params(**parameters: Any) -> PrefixAffinityParams:
-    handle = PluginHandle()
-    plugin = factory("affinity", parameters, handle)
+    plugin = factory("affinity", parameters, PluginHandle())
     assert isinstance(plugin, PrefixAffinityScorer)
     return plugin.params
 
@@ -390,45 +396,40 @@ def _streamed(decode: float) -> Completion:
     return Completion(Outcome.OK, 200, usage=Usage(completion_tokens=16), decode_seconds=decode)
 
 
-def test_a_slow_server_over_its_capacity_share_sheds_one_prefix_at_a_time() -> None:
-    scorer, clock, (a, b) = _fleet_with_a_slow_server(shareHalfLife="5s")
+def test_a_slow_server_sheds_the_prefixes_that_make_its_excess_share() -> None:
+    # endpoint 0 holds 14 of 42 dispatches (a third) against a capacity share of 0.5 / 3.5 = 1/7:
+    # groups 0 and 1 (6 each, 1/7 each) must go; group 2 (2 of 42) can stay
+    scorer, _, (a, b, c) = _slow_fleet([6, 6, 2], others=28)
     slow = EPS[0].address
     assert scorer.speeds.slow == {slow}
-    assert scorer.shares.share(slow) >= 0.5 / 3.5  # over its capacity share: capped
+    assert scorer.speeds.speeds[slow] == pytest.approx(0.5)
     assert scorer.capped(EPS) == {slow}
     first = scorer.score(CycleState(), req(a, "a1"), EPS)
-    assert first[0] == 0.0 and max(first[1:]) > 0.0  # group a spills off the slow server
-    second = scorer.score(CycleState(), req(b, "b1"), EPS)
-    assert second[0] > 0.0  # group b stays: one prefix per half-life
-    clock.now += 5.0  # capped throughout a half-life: one more prefix leaves
-    assert scorer.score(CycleState(), req(b, "b2"), EPS)[0] == 0.0
+    assert first[0] == 0.0 and max(first[1:]) > 0.0  # group 0 spills off the slow server
+    assert scorer.score(CycleState(), req(b, "b1"), EPS)[0] == 0.0  # without group 0: 8/42 >= 1/7
+    assert scorer.score(CycleState(), req(c, "c1"), EPS)[0] > 0.0  # without both: 2/42 < 1/7, it stays
     new = scorer.score(CycleState(), req(group_prompt(7), "new"), EPS)
     assert new[0] == 0.0 and new[1:] == [1.0, 1.0, 1.0]  # no new prefix on a capped slow server
     assert scorer.dump_state()["diverted"] == {slow: 2} and scorer.diversions == 2
 
 
-def test_a_slow_server_below_its_share_keeps_its_prefixes_and_diverts_no_more() -> None:
-    scorer, clock, (a, b) = _fleet_with_a_slow_server(shareHalfLife="5s")
+def test_one_diverted_prefix_is_enough_and_comes_back_below_the_share() -> None:
+    scorer, _, (a, b) = _slow_fleet([4, 4], others=32)  # 8 of 40 = 0.2 against 1/7
     slow = EPS[0].address
-    assert scorer.score(CycleState(), req(a, "a1"), EPS)[0] == 0.0  # a diverted
-    for n in range(80):  # the other endpoints take the traffic: endpoint 0 falls below its share
-        r = req(f"later {n}", f"l{n}")
-        scorer.on_dispatched(r, routed(EPS[1 + n % 3]))
+    assert scorer.score(CycleState(), req(a, "a1"), EPS)[0] == 0.0  # group 0 diverted
+    assert scorer.score(CycleState(), req(b, "b1"), EPS)[0] > 0.0  # 4/40 < 1/7 without it: b stays
+    for n in range(40):  # the others take the traffic: endpoint 0 falls below its share
+        scorer.on_dispatched(req(f"later {n}", f"l{n}"), routed(EPS[1 + n % 3]))
     assert scorer.capped(EPS) == frozenset()
     assert scorer.score(CycleState(), req(a, "a2"), EPS)[0] > 0.0  # back on its owner
-    for n in range(40):
-        scorer.on_dispatched(req(f"again {n}", f"g{n}"), routed(EPS[0]))
-    clock.now += 4.0  # capped again, but it was below its share 4 s ago: b is not diverted yet
-    assert scorer.capped(EPS) == {slow}
-    assert scorer.score(CycleState(), req(b, "b1"), EPS)[0] > 0.0
-    assert scorer.score(CycleState(), req(a, "a3"), EPS)[0] == 0.0  # a, already diverted, still is
+    assert scorer.diversions == 1 and scorer.dump_state()["diverted"] == {slow: 1}
 
 
 def test_equal_servers_or_ratio_zero_cap_nothing() -> None:
-    off, _, (a, _) = _fleet_with_a_slow_server(slowSpeedRatio=0.0)
+    off, _, (a, _) = _slow_fleet([6, 6], others=20, slowSpeedRatio=0.0)
     assert off.speeds.slow == frozenset() and off.capped(EPS) == frozenset()
     assert off.score(CycleState(), req(a, "a1"), EPS)[0] > 0.0
-    lenient, _, (a, _) = _fleet_with_a_slow_server(slowSpeedRatio=0.4)  # 0.5 is not slow enough
+    lenient, _, (a, _) = _slow_fleet([6, 6], others=20, slowSpeedRatio=0.4)  # 0.5 is not slow enough
     assert lenient.speeds.slow == frozenset()
     assert lenient.score(CycleState(), req(a, "a1"), EPS)[0] > 0.0
     lenient.on_endpoints_removed(frozenset({EPS[0].address}))

@@ -69,11 +69,17 @@ def test_nonsense_samples_are_ignored_and_bad_parameters_refused() -> None:
         DispatchShares(0.0)
 
 
-def test_memory_is_one_window_per_endpoint() -> None:
+def test_memory_is_one_window_per_endpoint_and_bounded_keys() -> None:
     speeds = EndpointSpeeds(0.65, window=16)
     for i in range(10_000):
         speeds.sample("a", 0.01 + i * 1e-6)
     assert len(speeds._samples["a"]) == 16
+    shares = DispatchShares(5.0, max_keys=64)
+    for i in range(10_000):
+        shares.dispatch("a", float(i) / 100, key=i % 500)
+        if i % 7 == 0:
+            shares.dispatch("a", float(i) / 100, key=-1)  # used often: never the oldest
+    assert len(shares._keys) == 64 and shares.key_share(-1, "a") > 0.0
 
 
 def test_dispatch_shares_decay_with_the_half_life() -> None:
@@ -82,8 +88,11 @@ def test_dispatch_shares_decay_with_the_half_life() -> None:
     shares.dispatch("a", 10.0)
     shares.dispatch("b", 12.0)  # a's dispatch is one half-life old: weight 1 against 2
     assert shares.share("a") == pytest.approx(1 / 3) and shares.share("b") == pytest.approx(2 / 3)
+    shares.dispatch("a", 12.0, key=7)
+    shares.dispatch("b", 12.0, key=7)
+    assert shares.key_share(7, "a") == pytest.approx(2 / 7) and shares.key_share(8, "a") == 0.0
     shares.forget(["b"])
-    assert shares.shares() == {"a": pytest.approx(1.0)}
+    assert shares.shares() == {"a": pytest.approx(1.0)} and shares.key_share(7, "b") == 0.0
     shares.forget(["a"])
     assert shares.share("a") == 0.0
 
@@ -91,21 +100,29 @@ def test_dispatch_shares_decay_with_the_half_life() -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from("abcd"), st.floats(min_value=0.0, max_value=400.0)),
+        st.tuples(
+            st.sampled_from("abcd"), st.floats(min_value=0.0, max_value=400.0), st.sampled_from([None, 1, 2])
+        ),
         min_size=1,
         max_size=60,
     )
 )
-def test_dispatch_shares_match_the_decayed_sum(events: list[tuple[str, float]]) -> None:
+def test_dispatch_shares_match_the_decayed_sum(events: list[tuple[str, float, int | None]]) -> None:
     half_life = 3.0
     shares = DispatchShares(half_life)
     now = 0.0
-    log: list[tuple[str, float]] = []
-    for address, gap in events:  # up to 133 half-lives between two dispatches: rescaling included
+    log: list[tuple[str, float, int | None]] = []
+    for address, gap, key in events:  # up to 133 half-lives between two dispatches: rescaling included
         now += gap
-        shares.dispatch(address, now)
-        log.append((address, now))
-    weights = {a: sum(2.0 ** ((t - now) / half_life) for b, t in log if b == a) for a in "abcd"}
-    total = sum(weights.values())
+        shares.dispatch(address, now, key)
+        log.append((address, now, key))
+
+    def decayed(match: object) -> float:
+        return sum(2.0 ** ((t - now) / half_life) for a, t, k in log if match == a or match == (k, a))
+
+    total = sum(decayed(a) for a in "abcd")
     for address in "abcd":
-        assert shares.share(address) == pytest.approx(weights[address] / total, rel=1e-6, abs=1e-9)
+        assert shares.share(address) == pytest.approx(decayed(address) / total, rel=1e-6, abs=1e-9)
+        for key in (1, 2):
+            want = decayed((key, address)) / total
+            assert shares.key_share(key, address) == pytest.approx(want, rel=1e-6, abs=1e-9)
