@@ -14,16 +14,18 @@ stripped). What flows (:mod:`scheduler.replica_sync`, :mod:`epp.sync.wire`):
 
 Defences (an attacker can reach the port but does not hold the key): a datagram is dropped unless it
 comes from a peer's address (``source``), is at most :data:`~epp.sync.wire.MAX_DATAGRAM` bytes
-(``size``), fits the receive budget of ``max_rate`` datagrams per second (a token bucket checked
-before any cryptography: ``rate``), carries a valid HMAC-SHA256 (``auth``), is within 5 s of this
-replica's clock (``stale``), was not accepted before (``replay``), comes from one of at most 64 live
-senders (``peers``) and decodes exactly (``format``); its claims and counts naming an endpoint that is
-not in the current pool, or a plugin this replica does not run, are ignored. Memory is bounded: the
+(``size``), fits its source's share of the receive budget of ``max_rate`` datagrams per second (a
+token bucket per peer address, ``max_rate / peers`` each, checked before any cryptography:
+``rate``), carries a valid HMAC-SHA256 (``auth``), is within 5 s of this replica's clock (``stale``),
+was not accepted before (``replay``), comes from one of at most 64 live senders (``peers``) and
+decodes exactly (``format``); its claims and counts naming an endpoint that is not in the current
+pool, or a plugin this replica does not run, are ignored. Memory is bounded: the
 replay window per sender, the pending claims (``MAX_PENDING``; beyond, claims are dropped and
 counted), the partial LOADS per (sender, plugin), the send buffer (beyond ``MAX_SEND_BUFFER`` bytes
 queued in the transport, datagrams are dropped). Nothing in a datagram can raise out of the
-receive path. Flooding the port can spend the receive budget and so delay the replicas' sharing;
-routing itself never waits on sync (each replica falls back to its own view).
+receive path. Flooding the port from one peer's address (spoofed) spends that address's share of the
+receive budget and so delays what that peer shares, not what the others share; routing itself never
+waits on sync (each replica falls back to its own view).
 
 Metrics (ours, at scrape time): ``pyepp_replica_sync_datagrams_sent_total``,
 ``pyepp_replica_sync_datagrams_received_total`` (accepted), ``pyepp_replica_sync_datagrams_rejected_total
@@ -139,8 +141,7 @@ class ReplicaSyncService(asyncio.DatagramProtocol):
         self._pending_count = 0
         self._flush_handle: asyncio.TimerHandle | None = None
         self._load_parts: dict[tuple[int, str], tuple[int, dict[str, int]]] = {}
-        self._tokens = max_rate
-        self._refilled = time.monotonic()
+        self._buckets: dict[tuple[str, int], list[float]] = {}  # peer address -> [tokens, refilled at]
         self._transport: asyncio.DatagramTransport | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.sent = 0
@@ -210,6 +211,7 @@ class ReplicaSyncService(asyncio.DatagramProtocol):
         if out != self.destinations:
             self.destinations = out
             self._allowed = set(out)
+            self._buckets = {a: b for a, b in self._buckets.items() if a in self._allowed}
 
     async def _resolve_loop(self) -> None:
         while True:
@@ -284,16 +286,22 @@ class ReplicaSyncService(asyncio.DatagramProtocol):
             _log.exception("replica sync: a datagram could not be handled")
 
     def _receive(self, data: bytes, addr: tuple[str | Any, int]) -> None:
-        if (addr[0], addr[1]) not in self._allowed:
+        source = (addr[0], addr[1])
+        if source not in self._allowed:
             raise WireError("source", f"{addr[0]}:{addr[1]} is not a peer")
         if len(data) > MAX_DATAGRAM:
             raise WireError("size", f"{len(data)} bytes")
         now = time.monotonic()
-        self._tokens = min(self.max_rate, self._tokens + (now - self._refilled) * self.max_rate)
-        self._refilled = now
-        if self._tokens < 1.0:
-            raise WireError("rate", "over the receive budget")
-        self._tokens -= 1.0
+        rate = self.max_rate / len(self._allowed)  # each peer address its share: one cannot starve another
+        bucket = self._buckets.get(source)
+        if bucket is None:
+            bucket = self._buckets[source] = [rate, now]
+        tokens = min(rate, bucket[0] + (now - bucket[1]) * rate)
+        bucket[1] = now
+        if tokens < 1.0:
+            bucket[0] = tokens
+            raise WireError("rate", "over the peer's share of the receive budget")
+        bucket[0] = tokens - 1.0
         verify(self._key, data)
         message = decode(data)
         if message.sender == self.sender:

@@ -288,6 +288,42 @@ async def test_the_service_rejects_what_an_attacker_sends() -> None:
         await service.stop()
 
 
+async def test_a_flood_from_one_peer_address_does_not_starve_another() -> None:
+    """Spoofing peer A's address spends A's share of the receive budget; peer B's datagrams still pass."""
+    a, b = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+    for sock in (a, b):
+        sock.bind(("127.0.0.1", 0))
+    fake = FakePlugin()
+    (port,) = free_udp_ports(1)
+    peers = [f"127.0.0.1:{sock.getsockname()[1]}" for sock in (a, b)]
+    service = ReplicaSyncService(port=port, peers=peers, key=KEY, plugins=[fake], in_pool=POOL.__contains__,
+                                 host="127.0.0.1", max_rate=200)  # fmt: skip
+    await service.start()
+    try:
+        target = ("127.0.0.1", service.port)
+        wall = int(time.time() * 1000)
+        junk = owners_datagram([CLAIM], key=b"w" * 32, time_ms=wall)  # no key: any bytes will do
+        for _ in range(20):  # 1,000 datagrams from A's address: its 100/s share is spent at once
+            for _ in range(50):
+                a.sendto(junk, target)
+            await asyncio.sleep(0.001)
+        await until(lambda: service.rejected["rate"] > 500)
+        for seq in range(1, 41):  # B sends 40 at once: within its own share (100)
+            b.sendto(seal(KEY, KIND_OWNERS, 11, seq, wall, _owners_payload([CLAIM])), target)
+        await until(lambda: len(fake.claims) >= 40)
+        assert fake.claims == [CLAIM] * 40
+    finally:
+        a.close()
+        b.close()
+        await service.stop()
+
+
+def _owners_payload(claims: list[OwnershipClaim]) -> bytes:
+    encoded = [c for c in (claim_bytes(claim) for claim in claims) if c is not None]
+    (payload,) = list(encode_owners("affinity", encoded))
+    return payload
+
+
 # -- flags and startup ----------------------------------------------------------------------------------
 
 
