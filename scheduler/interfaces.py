@@ -202,6 +202,11 @@ class ResponseHeadersHook(Plugin, Protocol):
 
 @runtime_checkable
 class ResponseChunkHook(Plugin, Protocol):
+    """A plugin that sees response body chunks. One that needs only the first chunk of a response
+    (the first token's time) sets the class attribute ``first_chunk_only = True``: when every chunk
+    hook of the scheduler says so, the server calls the hooks for a response's first chunk only
+    (otherwise for every chunk, so such a plugin must still ignore the later ones)."""
+
     def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
         """One response body chunk passed through. Hot path: keep it O(1) and allocation-free."""
         ...

@@ -146,6 +146,12 @@ class Scheduler:
         return bool(self._chunks_t)
 
     @property
+    def first_chunk_only(self) -> bool:
+        """True when every chunk hook needs only a response's first chunk (``first_chunk_only`` class
+        attribute): the caller may call :meth:`response_chunk` for the first chunk alone."""
+        return all(getattr(plugin, "first_chunk_only", False) for plugin, _ in self._chunks_t)
+
+    @property
     def has_completion_hooks(self) -> bool:
         return bool(self._completed_t)
 

@@ -196,6 +196,7 @@ async def build_app(options: Options) -> PickerApp:
         priority_of=priorities,
         max_body_bytes=options.max_body_bytes,
         response_chunks=scheduler.has_chunk_hooks,
+        first_chunk_only=scheduler.first_chunk_only,
         response_header_map=scheduler.has_response_header_hooks,
         response_headers=(
             scheduler.added_response_headers if scheduler.has_response_header_providers else None

@@ -47,7 +47,8 @@ class SessionConfig:
     ``max_body_bytes`` is the request body limit (413 beyond). ``chunk_size`` bounds each
     StreamedBodyResponse body. ``request_id_factory`` makes ids for requests without ``x-request-id``.
     ``response_chunks`` makes the session emit a :class:`~epp.protocol.actions.ResponseChunk` per
-    response body chunk (only needed when a plugin implements ``on_response_chunk``).
+    response body chunk (only needed when a plugin implements ``on_response_chunk``), or with
+    ``first_chunk_only`` for the first chunk of each response alone (every such plugin needs only that).
     ``response_header_map`` passes every response header to
     :class:`~epp.protocol.actions.ResponseStarted` (for ``on_response_headers`` hooks); without it the
     session reads only the ones it needs itself (``:status``, ``content-type``, ``content-length``).
@@ -78,6 +79,7 @@ class SessionConfig:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     request_id_factory: Callable[[], str] = _new_request_id
     response_chunks: bool = False
+    first_chunk_only: bool = False
     response_header_map: bool = True
     usage_capture_bytes: int = 4 * 1024 * 1024
     response_headers: ResponseHeadersFn | None = None

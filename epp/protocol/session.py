@@ -407,9 +407,9 @@ class Session:
         data = body.body
         eos = body.end_of_stream
         out: list[Action] = []
-        if self._config.response_chunks:
-            out.append(ResponseChunk(self._request, self._result, data))
         forward = resp.chunk(data)
+        if self._config.response_chunks and (resp.chunks == 1 or not self._config.first_chunk_only):
+            out.append(ResponseChunk(self._request, self._result, data))
         completed: list[Action] = []
         if eos:
             if resp.holds_body:

@@ -343,6 +343,8 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         if ctx is not None:
             ctx.status = status
 
+    first_chunk_only = True  # the first token's time is all it reads (ResponseChunkHook)
+
     def on_response_chunk(self, request: LLMRequest, result: SchedulingResult, chunk: bytes) -> None:
         ctx = self._contexts.get(request.request_id)
         if ctx is None or ctx.first_chunk_at is not None:

@@ -334,6 +334,19 @@ def test_response_chunk_actions_when_enabled() -> None:
     assert [type(a) for a in out] == [ResponseChunk, Send]
     assert out[0].chunk == b"data: {}\n\n"  # type: ignore[union-attr]
     assert not any(isinstance(a, ResponseChunk) for a in dispatched().receive(response_headers(200)))
+    out = s.receive(response_body(b"data: {}\n\n"))
+    assert [type(a) for a in out] == [ResponseChunk, Send]  # every chunk
+
+
+def test_first_chunk_only_emits_one_response_chunk_action_per_response() -> None:
+    s = dispatched(response_chunks=True, first_chunk_only=True)
+    s.receive(response_headers(200, SSE))
+    kinds = [[type(a) for a in s.receive(response_body(sse_event(CHUNK)))] for _ in range(3)]
+    assert kinds == [[ResponseChunk, Send], [Send], [Send]]
+    last = s.receive(response_body(b"data: [DONE]\n\n", eos=True))
+    assert not any(isinstance(a, ResponseChunk) for a in last)
+    (done,) = completions(last)
+    assert done.output_chunks == 4  # the chunks are still counted
 
 
 def test_buffered_response_mode_with_rewrite_replaces_body_and_length() -> None:
