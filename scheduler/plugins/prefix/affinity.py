@@ -130,18 +130,16 @@ from typing import Any
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import DURATION_EXPECT, parse_duration
-from scheduler.headers import SERVED_ENDPOINT_HEADER
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.prefix.hashing import ChainHasher
-from scheduler.plugins.prefix.inflight import PrefixInflight
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable, outranks
 from scheduler.plugins.prefix.rendezvous import PLACEMENT_BYTES, Placements, weight
-from scheduler.plugins.shared.inflight import InflightTracker
+from scheduler.plugins.shared.inflight import InflightTracker, dispatch_targets
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.replica_sync import OwnershipClaim, PeerLoads, ReplicaSyncSink
-from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
+from scheduler.types import EndpointView, LLMRequest, SchedulingResult
 
 __all__ = [
     "PLACEMENTS",
@@ -214,7 +212,6 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self.placements = Placements(params.max_placements, params.placement_window)
         self._clock = clock
         self._pending: dict[str, tuple[tuple[int, ...], bool]] = {}  # request id -> (hashes, new)
-        self.prefix_inflight = PrefixInflight(clock, params.request_timeout)
         self._hasher = ChainHasher()
         self._sync: ReplicaSyncSink | None = None
         self.peer_loads = PeerLoads(clock)
@@ -337,16 +334,16 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         if counts is None:
             counts = self.load_counts()
         addresses = [e.address for e in endpoints]  # distinct: a snapshot holds an address once
-        ceiling = self.ceiling(endpoints, addresses, counts)
+        bound, least = self._bound_and_least(addresses, counts)  # one computation for both rules
+        ceiling = min(bound, least + self.params.max_imbalance)  # as ``ceiling``
         for owner in owners:
             if owner in addresses and counts.get(owner, 0) + 1 <= ceiling:
                 return addresses.index(owner)
         share = self.params.spill_share
         if share <= 0.0 or not owners:
             return None
-        bound, least = self._bound_and_least(addresses, counts)
         hard = min(bound, least + self.params.max_burst_imbalance)
-        mine = self.prefix_inflight.counts
+        mine = self.tracker.key_counts
         own = self.tracker.request_counts  # the prefix's share is estimated on this replica's requests
         for owner in owners:
             if owner in addresses:
@@ -404,13 +401,16 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
-        super().on_dispatched(request, result)
         pending = self._pending.pop(request.request_id, None)
         if pending is None:
             hashes = self.hashes(None, request)
             new = not self.owners.lookup(hashes)[1] if hashes else False
         else:
             hashes, new = pending
+        # the in-flight count, keyed by the prefix (its first block) for the burst rule of ``choose``
+        key = hashes[0] if hashes and self.params.spill_share > 0.0 else None
+        targets = dispatch_targets(result, every_profile=self.count_every_profile)
+        self.tracker.dispatch(request.request_id, targets, key=key)
         if hashes and result.endpoints:
             address = result.endpoints[0].address
             changes: list[tuple[int, bool]] | None = None
@@ -419,8 +419,6 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
                 self.owners.record(hashes, address, changes, self._clock())
             else:
                 self.owners.record(hashes, address)
-            if self.params.spill_share > 0.0:
-                self.prefix_inflight.dispatch(request.request_id, hashes[0], address)
             placed = 0
             if self.params.remembers_placements:
                 now = self._clock()
@@ -434,21 +432,8 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
                     self.name, OwnershipClaim(address, hashes[0], tuple(changes or ()), placed)
                 )
 
-    def on_response_headers(
-        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
-    ) -> None:
-        super().on_response_headers(request, result, status, headers)
-        served = headers.get(SERVED_ENDPOINT_HEADER)
-        if served:
-            self.prefix_inflight.move(request.request_id, served)
-
-    def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
-        super().on_completed(request, result, completion)
-        self.prefix_inflight.complete(request.request_id)
-
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         super().on_endpoints_removed(addresses)
-        self.prefix_inflight.forget(addresses)
         self.owners.remove(addresses)
         self.placements.remove(addresses)
         self.peer_loads.forget(addresses)
