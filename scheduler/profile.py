@@ -18,8 +18,7 @@ ProfileDecision)``; the result is None exactly when ``decision.failure`` is set.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from itertools import repeat
-from operator import add, mul
+from operator import add
 from time import perf_counter
 from types import MappingProxyType
 
@@ -32,6 +31,7 @@ from scheduler.types import (
     LLMRequest,
     ProfileDecision,
     ProfileResult,
+    ScoredCandidates,
     ScoredEndpoint,
 )
 
@@ -146,15 +146,15 @@ class SchedulerProfile:
                 else:
                     clamped = _clamped(raw)
                 scores[scorer.name] = clamped
-                # totals[i] += weight * clamped[i], in C (equal lengths were just checked); a weight of
-                # 1.0 skips the product, the same float (1.0 * x == x exactly: no NaN after clamping)
+                # totals[i] += clamped[i] * weight (equal lengths were just checked); a weight of 1.0
+                # skips the product, the same float (x * 1.0 == x exactly: no NaN after clamping)
                 if weight == 1.0:
                     totals = list(map(add, totals, clamped))
                 else:
-                    totals = list(map(add, totals, map(mul, clamped, repeat(weight, n))))
+                    totals = [t + c * weight for t, c in zip(totals, clamped, strict=True)]
             current = "pick"
             picker = plugin = self.picker
-            scored = list(map(ScoredEndpoint, candidates, totals))  # equal lengths: checked per scorer
+            scored = ScoredCandidates(tuple(candidates), tuple(totals))  # built as the picker reads them
             t0 = perf_counter()
             picked = tuple(picker.pick(cycle, request, scored))
             pick_timer[1](perf_counter() - t0)
@@ -166,8 +166,8 @@ class SchedulerProfile:
             reason = f'profile "{self.name}": {current} plugin {where} failed: {exc}'
             return None, self._failed(steps, reason)
         addresses = tuple([e.address for e in candidates])
-        decision = self._decision(steps, addresses, scores, tuple(totals), picked)
-        return ProfileResult(self.name, picked, self.shadow, tuple(scored)), decision
+        decision = self._decision(steps, addresses, scores, scored.totals, picked)
+        return ProfileResult(self.name, picked, self.shadow, scored), decision
 
     @staticmethod
     def _removed(
