@@ -30,8 +30,9 @@ class MaxScorePicker(SeededPicker):
             # the totals, as the framework passes them (only the picked endpoint's object is built)
             totals = scored.totals if isinstance(scored, ScoredCandidates) else list(map(_score, scored))
             best = max(totals)
-            top = [i for i, total in enumerate(totals) if total == best]
-            return [scored[top[0] if len(top) == 1 else self._rng.choice(top)]]
+            if totals.count(best) == 1:
+                return [scored[totals.index(best)]]
+            return [scored[self._rng.choice([i for i, total in enumerate(totals) if total == best])]]
         items = list(scored)
         self._rng.shuffle(items)
         items.sort(key=_score, reverse=True)
