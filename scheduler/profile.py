@@ -17,8 +17,9 @@ ProfileDecision)``; the result is None exactly when ``decision.failure`` is set.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from operator import add
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import repeat
+from operator import add, mul
 from time import perf_counter
 from types import MappingProxyType
 
@@ -132,8 +133,10 @@ class SchedulerProfile:
                 return None, self._failed(steps, f'profile "{self.name}": no endpoints')
             current = "score"
             n = len(candidates)
-            totals: list[float] = [0.0] * n
-            for (scorer, weight), (_, record) in zip(self.scorers, score_timers, strict=True):
+            # totals[i] = sum of clamped[i] * weight over the scorers, added in scorer order; chained
+            # lazily and computed in one pass (materialised every 32 scorers to bound the nesting)
+            totals: Iterator[float] = repeat(0.0, n)
+            for k, ((scorer, weight), (_, record)) in enumerate(zip(self.scorers, score_timers, strict=True)):
                 plugin = scorer
                 t0 = perf_counter()
                 raw = scorer.score(cycle, request, candidates)
@@ -153,12 +156,14 @@ class SchedulerProfile:
                 else:
                     clamped = _clamped(raw)
                 scores[scorer.name] = clamped
-                # totals[i] += clamped[i] * weight (equal lengths were just checked); a weight of 1.0
-                # skips the product, the same float (x * 1.0 == x exactly: no NaN after clamping)
+                # equal lengths were just checked; a weight of 1.0 skips the product, the same float
+                # (x * 1.0 == x exactly: no NaN after clamping)
                 if weight == 1.0:
-                    totals = list(map(add, totals, clamped))
+                    totals = map(add, totals, clamped)
                 else:
-                    totals = [t + c * weight for t, c in zip(totals, clamped, strict=True)]
+                    totals = map(add, totals, map(mul, clamped, repeat(weight)))
+                if k % 32 == 31:
+                    totals = iter(tuple(totals))
             current = "pick"
             picker = plugin = self.picker
             scored = ScoredCandidates(tuple(candidates), tuple(totals))  # built as the picker reads them
