@@ -81,6 +81,35 @@ def test_scores_are_clamped_weighted_and_summed() -> None:
     assert [t.score for t in result.profile_results["default"].targets] == [3.0, 1.0, 0.5]
 
 
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.floats(-0.5, 1.5) | st.just(float("nan")), min_size=3, max_size=3),
+            st.sampled_from([1.0, 0.5, 2.0, 3.0, 10.0, -1.0, 0.1]),
+        ),
+        min_size=1,
+        max_size=70,  # past the lazily chained sums' materialisation every 32 scorers
+    )
+)
+def test_totals_are_the_weighted_clamped_scores_added_in_scorer_order(
+    table: list[tuple[list[float], float]],
+) -> None:
+    scorers = [
+        (FixedScorer(f"s{i}", dict(zip((A.address, B.address, C.address), raw, strict=True))), weight)
+        for i, (raw, weight) in enumerate(table)
+    ]
+    profile = SchedulerProfile("default", [], scorers, max_picker(3))
+    result = one_profile(profile).schedule(request(), EPS)
+    assert result.decision is not None
+    expected = [0.0, 0.0, 0.0]
+    for raw, weight in table:
+        for i, value in enumerate(raw):
+            clamped = 0.0 if value != value or value < 0.0 else min(value, 1.0)
+            expected[i] = expected[i] + clamped * weight
+    assert result.decision.profiles[0].totals == tuple(expected)
+
+
 def test_shadow_profiles_run_but_are_never_routed() -> None:
     main = SchedulerProfile("main", [], [(FixedScorer("s", {A.address: 1.0}), 1.0)], max_picker())
     shadow = SchedulerProfile(
