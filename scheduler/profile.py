@@ -177,8 +177,7 @@ class SchedulerProfile:
             observer.plugin_error(current, ptype, pname, exc)
             reason = f'profile "{self.name}": {current} plugin {where} failed: {exc}'
             return None, self._failed(steps, reason)
-        addresses = tuple([e.address for e in candidates])
-        decision = self._decision(steps, addresses, scores, scored.totals, picked)
+        decision = self._decision(steps, cycle.addresses(candidates), scores, scored.totals, picked)
         return ProfileResult(self.name, picked, self.shadow, scored), decision
 
     @staticmethod

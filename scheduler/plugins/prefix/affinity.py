@@ -283,7 +283,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             return out
         counts = self.load_counts()
         if owners:
-            chosen = self.choose(owners, endpoints, hashes[0], counts)
+            chosen = self.choose(owners, endpoints, hashes[0], counts, cycle.addresses(endpoints))
             if chosen is not None:
                 out[chosen] = depth / len(hashes)
                 return out
@@ -329,11 +329,14 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         endpoints: Sequence[EndpointView],
         key: int = 0,
         counts: Mapping[str, int] | None = None,
+        addresses: Sequence[str] | None = None,
     ) -> int | None:
-        """Index in ``endpoints`` of the first eligible owner (module docstring), or None."""
+        """Index in ``endpoints`` of the first eligible owner (module docstring), or None.
+        ``addresses``: the endpoints' addresses, if the caller has them."""
         if counts is None:
             counts = self.load_counts()
-        addresses = [e.address for e in endpoints]  # distinct: a snapshot holds an address once
+        if addresses is None:
+            addresses = [e.address for e in endpoints]  # distinct: a snapshot holds an address once
         bound, least = self._bound_and_least(addresses, counts)  # one computation for both rules
         ceiling = min(bound, least + self.params.max_imbalance)  # as ``ceiling``
         for owner in owners:
