@@ -19,6 +19,7 @@ from sched_fakes import (
     request,
 )
 
+from scheduler.cycle_state import CycleState
 from scheduler.errors import NoEndpointError, SchedulingError
 from scheduler.handle import PluginHandle
 from scheduler.plugins.handlers.single_profile import SingleProfileHandler
@@ -285,3 +286,12 @@ def test_handler_result_without_endpoints_is_an_error() -> None:
     handler = Empty("empty")
     with pytest.raises(SchedulingError, match='empty" returned a result without endpoints'):
         Scheduler({"default": profile}, handler, [handler]).schedule(request(), EPS)
+
+
+def test_cycle_addresses_are_read_once_per_sequence() -> None:
+    cycle = CycleState()
+    first = cycle.addresses(EPS)
+    assert first == (A.address, B.address, C.address) and cycle.addresses(EPS) is first
+    others = [C, A]
+    assert cycle.addresses(others) == (C.address, A.address)  # another sequence: read afresh
+    assert cycle.addresses(EPS) == first
