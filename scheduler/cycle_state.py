@@ -8,12 +8,17 @@ Keys are :class:`StateKey` objects carrying the value type, so reads are typed w
 
 A CycleState is created by the scheduler for each request and discarded after it. It is not
 thread-safe (a cycle runs on one thread). ``now`` is the monotonic time at the start of the cycle,
-so every plugin of the cycle judges staleness against the same instant.
+so every plugin of the cycle judges staleness against the same instant. :meth:`CycleState.addresses`
+gives the addresses of the candidates the plugins are called with, computed once for the cycle.
 """
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+if TYPE_CHECKING:
+    from scheduler.types import EndpointView
 
 __all__ = ["CycleState", "StateKey"]
 
@@ -33,11 +38,22 @@ class StateKey(Generic[T]):
 
 
 class CycleState:
-    __slots__ = ("_data", "now")
+    __slots__ = ("_addresses", "_data", "now")
 
     def __init__(self, now: float = 0.0) -> None:
         self.now = now
         self._data: dict[StateKey[Any], Any] = {}
+        self._addresses: tuple[Sequence[EndpointView], tuple[str, ...]] | None = None
+
+    def addresses(self, endpoints: Sequence[EndpointView]) -> tuple[str, ...]:
+        """The addresses of ``endpoints``, in order; the scorers of a profile run get the same sequence,
+        so they are read once per cycle (the last sequence asked about is remembered)."""
+        memo = self._addresses
+        if memo is not None and memo[0] is endpoints:
+            return memo[1]
+        addresses = tuple([e.address for e in endpoints])
+        self._addresses = (endpoints, addresses)
+        return addresses
 
     def write(self, key: StateKey[T], value: T) -> None:
         self._data[key] = value

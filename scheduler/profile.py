@@ -17,7 +17,7 @@ ProfileDecision)``; the result is None exactly when ``decision.failure`` is set.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import repeat
 from operator import add, mul
 from time import perf_counter
@@ -32,6 +32,7 @@ from scheduler.types import (
     LLMRequest,
     ProfileDecision,
     ProfileResult,
+    ScoredCandidates,
     ScoredEndpoint,
 )
 
@@ -132,29 +133,40 @@ class SchedulerProfile:
                 return None, self._failed(steps, f'profile "{self.name}": no endpoints')
             current = "score"
             n = len(candidates)
-            totals: list[float] = [0.0] * n
-            for (scorer, weight), (_, record) in zip(self.scorers, score_timers, strict=True):
+            # totals[i] = sum of clamped[i] * weight over the scorers, added in scorer order; chained
+            # lazily and computed in one pass (materialised every 32 scorers to bound the nesting)
+            totals: Iterator[float] = repeat(0.0, n)
+            for k, ((scorer, weight), (_, record)) in enumerate(zip(self.scorers, score_timers, strict=True)):
                 plugin = scorer
                 t0 = perf_counter()
                 raw = scorer.score(cycle, request, candidates)
                 record(perf_counter() - t0)
                 if len(raw) != n:
                     raise PluginContractError(f"returned {len(raw)} scores for {n} endpoints")
-                # _clamped(raw), its common all-in-range case inline (one call less per scorer)
-                if raw and min(raw) >= 0.0 and max(raw) <= 1.0 and (total := sum(raw)) == total:
+                # _clamped(raw), its common all-in-range case inline (one call less per scorer); the
+                # bounds from sorted(), which compares floats as doubles (about twice as fast as min()
+                # and max() on 16 scores); a NaN anywhere makes the sum NaN (then clamped)
+                if (
+                    raw
+                    and (ordered := sorted(raw))[0] >= 0.0
+                    and ordered[-1] <= 1.0
+                    and (total := sum(raw)) == total
+                ):
                     clamped = tuple(raw)
                 else:
                     clamped = _clamped(raw)
                 scores[scorer.name] = clamped
-                # totals[i] += weight * clamped[i], in C (equal lengths were just checked); a weight of
-                # 1.0 skips the product, the same float (1.0 * x == x exactly: no NaN after clamping)
+                # equal lengths were just checked; a weight of 1.0 skips the product, the same float
+                # (x * 1.0 == x exactly: no NaN after clamping)
                 if weight == 1.0:
-                    totals = list(map(add, totals, clamped))
+                    totals = map(add, totals, clamped)
                 else:
-                    totals = list(map(add, totals, map(mul, clamped, repeat(weight, n))))
+                    totals = map(add, totals, map(mul, clamped, repeat(weight)))
+                if k % 32 == 31:
+                    totals = iter(tuple(totals))
             current = "pick"
             picker = plugin = self.picker
-            scored = list(map(ScoredEndpoint, candidates, totals))  # equal lengths: checked per scorer
+            scored = ScoredCandidates(tuple(candidates), tuple(totals))  # built as the picker reads them
             t0 = perf_counter()
             picked = tuple(picker.pick(cycle, request, scored))
             pick_timer[1](perf_counter() - t0)
@@ -165,9 +177,8 @@ class SchedulerProfile:
             observer.plugin_error(current, ptype, pname, exc)
             reason = f'profile "{self.name}": {current} plugin {where} failed: {exc}'
             return None, self._failed(steps, reason)
-        addresses = tuple([e.address for e in candidates])
-        decision = self._decision(steps, addresses, scores, tuple(totals), picked)
-        return ProfileResult(self.name, picked, self.shadow, tuple(scored)), decision
+        decision = self._decision(steps, cycle.addresses(candidates), scores, scored.totals, picked)
+        return ProfileResult(self.name, picked, self.shadow, scored), decision
 
     @staticmethod
     def _removed(

@@ -210,7 +210,7 @@ class Scheduler:
         if not outcome.endpoints:
             label = f'{handler.plugin_type} "{handler.name}"'
             raise SchedulingError(f"profile handler {label} returned a result without endpoints")
-        shadow_run = tuple(n for n in results if n in shadow)
+        shadow_run = tuple([n for n in results if n in shadow]) if shadow else ()
         profile_results: Mapping[str, ProfileResult] = outcome.profile_results
         if shadow_run:
             merged = dict(profile_results)

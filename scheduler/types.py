@@ -10,10 +10,10 @@ produces such objects; tests and benchmarks use :class:`Endpoint` and :class:`Me
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import field
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 
 from scheduler.values import value_type
 
@@ -33,6 +33,7 @@ __all__ = [
     "ProfileDecision",
     "ProfileResult",
     "SchedulingResult",
+    "ScoredCandidates",
     "ScoredEndpoint",
     "Usage",
 ]
@@ -179,6 +180,62 @@ class ScoredEndpoint:
     score: float
 
 
+class ScoredCandidates(Sequence[ScoredEndpoint]):
+    """The candidates of one profile run with their totals: a read-only sequence of
+    :class:`ScoredEndpoint`, each built on first access (and the same object afterwards).
+
+    ``endpoints`` and ``totals`` are aligned tuples. A picker may read ``totals`` directly and index
+    only the endpoints it returns, so the objects of the candidates it does not pick are never built.
+    Equal to a tuple (and hashed like one) holding the same scored endpoints.
+    """
+
+    __slots__ = ("_items", "endpoints", "totals")
+
+    def __init__(self, endpoints: tuple[EndpointView, ...], totals: tuple[float, ...]) -> None:
+        if len(endpoints) != len(totals):
+            raise ValueError(f"{len(endpoints)} endpoints but {len(totals)} totals")
+        self.endpoints = endpoints
+        self.totals = totals
+        self._items: list[ScoredEndpoint | None] = [None] * len(endpoints)
+
+    def __len__(self) -> int:
+        return len(self.endpoints)
+
+    @overload
+    def __getitem__(self, index: int) -> ScoredEndpoint: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[ScoredEndpoint, ...]: ...
+    def __getitem__(self, index: int | slice) -> ScoredEndpoint | tuple[ScoredEndpoint, ...]:
+        if isinstance(index, slice):
+            return self._all()[index]
+        item = self._items[index]
+        if item is None:
+            item = self._items[index] = ScoredEndpoint(self.endpoints[index], self.totals[index])
+        return item
+
+    def __iter__(self) -> Iterator[ScoredEndpoint]:
+        return iter(self._all())
+
+    def _all(self) -> tuple[ScoredEndpoint, ...]:
+        items = self._items
+        if None in items:
+            for i, item in enumerate(items):
+                if item is None:
+                    items[i] = ScoredEndpoint(self.endpoints[i], self.totals[i])
+        return tuple(items)  # type: ignore[arg-type]  # every slot is filled
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ScoredCandidates):
+            other = other._all()
+        return isinstance(other, tuple) and self._all() == other
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
 @value_type
 class FilterStep:
     """What one filter did in a profile run: the endpoints it removed, each with a reason."""
@@ -251,7 +308,7 @@ class ProfileResult:
     profile: str
     targets: tuple[ScoredEndpoint, ...]
     shadow: bool = False
-    candidates: tuple[ScoredEndpoint, ...] = ()  # every endpoint the picker chose from, with its total
+    candidates: Sequence[ScoredEndpoint] = ()  # every endpoint the picker chose from, with its total
 
 
 @value_type

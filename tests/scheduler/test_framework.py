@@ -19,6 +19,7 @@ from sched_fakes import (
     request,
 )
 
+from scheduler.cycle_state import CycleState
 from scheduler.errors import NoEndpointError, SchedulingError
 from scheduler.handle import PluginHandle
 from scheduler.plugins.handlers.single_profile import SingleProfileHandler
@@ -79,6 +80,35 @@ def test_scores_are_clamped_weighted_and_summed() -> None:
     assert decision.totals == (1.0, 3.0, 0.5)  # weights not renormalised
     assert result.addresses == (B.address, A.address, C.address)
     assert [t.score for t in result.profile_results["default"].targets] == [3.0, 1.0, 0.5]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.floats(-0.5, 1.5) | st.just(float("nan")), min_size=3, max_size=3),
+            st.sampled_from([1.0, 0.5, 2.0, 3.0, 10.0, -1.0, 0.1]),
+        ),
+        min_size=1,
+        max_size=70,  # past the lazily chained sums' materialisation every 32 scorers
+    )
+)
+def test_totals_are_the_weighted_clamped_scores_added_in_scorer_order(
+    table: list[tuple[list[float], float]],
+) -> None:
+    scorers = [
+        (FixedScorer(f"s{i}", dict(zip((A.address, B.address, C.address), raw, strict=True))), weight)
+        for i, (raw, weight) in enumerate(table)
+    ]
+    profile = SchedulerProfile("default", [], scorers, max_picker(3))
+    result = one_profile(profile).schedule(request(), EPS)
+    assert result.decision is not None
+    expected = [0.0, 0.0, 0.0]
+    for raw, weight in table:
+        for i, value in enumerate(raw):
+            clamped = 0.0 if value != value or value < 0.0 else min(value, 1.0)
+            expected[i] = expected[i] + clamped * weight
+    assert result.decision.profiles[0].totals == tuple(expected)
 
 
 def test_shadow_profiles_run_but_are_never_routed() -> None:
@@ -256,3 +286,12 @@ def test_handler_result_without_endpoints_is_an_error() -> None:
     handler = Empty("empty")
     with pytest.raises(SchedulingError, match='empty" returned a result without endpoints'):
         Scheduler({"default": profile}, handler, [handler]).schedule(request(), EPS)
+
+
+def test_cycle_addresses_are_read_once_per_sequence() -> None:
+    cycle = CycleState()
+    first = cycle.addresses(EPS)
+    assert first == (A.address, B.address, C.address) and cycle.addresses(EPS) is first
+    others = [C, A]
+    assert cycle.addresses(others) == (C.address, A.address)  # another sequence: read afresh
+    assert cycle.addresses(EPS) == first

@@ -44,7 +44,7 @@ class SingleProfileHandler(PluginBase):
             raise NoEndpointError(f'profile "{name}" found no endpoint')
         return SchedulingResult(
             primary_profile=name,
-            endpoints=tuple(t.endpoint for t in result.targets),
+            endpoints=tuple([t.endpoint for t in result.targets]),
             profile_results={name: result},
         )
 

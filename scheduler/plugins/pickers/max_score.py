@@ -8,16 +8,16 @@ random order, and the same seed gives the same decision.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from scheduler.cycle_state import CycleState
 from scheduler.plugins.pickers.common import SeededPicker, picker_factory
-from scheduler.types import LLMRequest, ScoredEndpoint
+from scheduler.types import LLMRequest, ScoredCandidates, ScoredEndpoint
 
 __all__ = ["MaxScorePicker", "factory"]
 
 
-def _score(item: ScoredEndpoint) -> float:
-    return item.score
+_score = attrgetter("score")
 
 
 class MaxScorePicker(SeededPicker):
@@ -27,9 +27,12 @@ class MaxScorePicker(SeededPicker):
         self, cycle: CycleState, request: LLMRequest, scored: Sequence[ScoredEndpoint]
     ) -> Sequence[ScoredEndpoint]:
         if self._limit == 1:
-            best = max(item.score for item in scored)
-            top = [item for item in scored if item.score == best]
-            return [top[0] if len(top) == 1 else self._rng.choice(top)]
+            # the totals, as the framework passes them (only the picked endpoint's object is built)
+            totals = scored.totals if isinstance(scored, ScoredCandidates) else list(map(_score, scored))
+            best = max(totals)
+            if totals.count(best) == 1:
+                return [scored[totals.index(best)]]
+            return [scored[self._rng.choice([i for i, total in enumerate(totals) if total == best])]]
         items = list(scored)
         self._rng.shuffle(items)
         items.sort(key=_score, reverse=True)

@@ -159,16 +159,14 @@ from typing import Any
 
 from scheduler.cycle_state import CycleState
 from scheduler.duration import DURATION_EXPECT, parse_duration
-from scheduler.headers import SERVED_ENDPOINT_HEADER
 from scheduler.params import param
 from scheduler.plugins.base import PluginBase, factory_with_params
 from scheduler.plugins.prefix.hashing import ChainHasher
-from scheduler.plugins.prefix.inflight import PrefixInflight
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable, outranks
 from scheduler.plugins.prefix.rendezvous import PLACEMENT_BYTES, Placements, weight
 from scheduler.plugins.prefix.speed import DispatchShares, EndpointSpeeds, decode_seconds_per_token
-from scheduler.plugins.shared.inflight import InflightTracker
+from scheduler.plugins.shared.inflight import InflightTracker, dispatch_targets
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.replica_sync import OwnershipClaim, PeerLoads, ReplicaSyncSink
 from scheduler.types import Completion, EndpointView, LLMRequest, SchedulingResult
@@ -249,7 +247,6 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self.placements = Placements(params.max_placements, params.placement_window)
         self._clock = clock
         self._pending: dict[str, tuple[tuple[int, ...], bool]] = {}  # request id -> (hashes, new)
-        self.prefix_inflight = PrefixInflight(clock, params.request_timeout)
         self._hasher = ChainHasher()
         self._sync: ReplicaSyncSink | None = None
         self.peer_loads = PeerLoads(clock)
@@ -332,7 +329,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         counts = self.load_counts()
         capped = self.capped(endpoints) if self.speeds.slow else _NONE
         if owners:
-            chosen = self.choose(owners, endpoints, hashes[0], counts, capped)
+            chosen = self.choose(owners, endpoints, hashes[0], counts, cycle.addresses(endpoints), capped)
             if chosen is not None:
                 out[chosen] = depth / len(hashes)
                 return out
@@ -401,14 +398,18 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         endpoints: Sequence[EndpointView],
         key: int = 0,
         counts: Mapping[str, int] | None = None,
+        addresses: Sequence[str] | None = None,
         capped: frozenset[str] = _NONE,
     ) -> int | None:
-        """Index in ``endpoints`` of the first eligible owner (module docstring), or None. Owners in
-        ``capped`` (slow endpoints at their capacity share) are not eligible."""
+        """Index in ``endpoints`` of the first eligible owner (module docstring), or None.
+        ``addresses``: the endpoints' addresses, if the caller has them. Owners in ``capped`` (slow
+        endpoints at their capacity share) are not eligible for the prefixes they divert."""
         if counts is None:
             counts = self.load_counts()
-        addresses = [e.address for e in endpoints]  # distinct: a snapshot holds an address once
-        ceiling = self.ceiling(endpoints, addresses, counts)
+        if addresses is None:
+            addresses = [e.address for e in endpoints]  # distinct: a snapshot holds an address once
+        bound, least = self._bound_and_least(addresses, counts)  # one computation for both rules
+        ceiling = min(bound, least + self.params.max_imbalance)  # as ``ceiling``
         if capped:
             owners = [o for o in owners if o not in capped or not self._diverts(o, key)]
         for owner in owners:
@@ -417,9 +418,8 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         share = self.params.spill_share
         if share <= 0.0 or not owners:
             return None
-        bound, least = self._bound_and_least(addresses, counts)
         hard = min(bound, least + self.params.max_burst_imbalance)
-        mine = self.prefix_inflight.counts
+        mine = self.tracker.key_counts
         own = self.tracker.request_counts  # the prefix's share is estimated on this replica's requests
         for owner in owners:
             if owner in addresses:
@@ -504,13 +504,16 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def on_dispatched(self, request: LLMRequest, result: SchedulingResult) -> None:
-        super().on_dispatched(request, result)
         pending = self._pending.pop(request.request_id, None)
         if pending is None:
             hashes = self.hashes(None, request)
             new = not self.owners.lookup(hashes)[1] if hashes else False
         else:
             hashes, new = pending
+        # the in-flight count, keyed by the prefix (its first block) for the burst rule of ``choose``
+        key = hashes[0] if hashes and self.params.spill_share > 0.0 else None
+        targets = dispatch_targets(result, every_profile=self.count_every_profile)
+        self.tracker.dispatch(request.request_id, targets, key=key)
         if self._learns_speed and result.endpoints:
             self.shares.dispatch(result.endpoints[0].address, self._clock(), hashes[0] if hashes else None)
         if hashes and result.endpoints:
@@ -521,8 +524,6 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
                 self.owners.record(hashes, address, changes, self._clock())
             else:
                 self.owners.record(hashes, address)
-            if self.params.spill_share > 0.0:
-                self.prefix_inflight.dispatch(request.request_id, hashes[0], address)
             placed = 0
             if self.params.remembers_placements:
                 now = self._clock()
@@ -536,17 +537,8 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
                     self.name, OwnershipClaim(address, hashes[0], tuple(changes or ()), placed)
                 )
 
-    def on_response_headers(
-        self, request: LLMRequest, result: SchedulingResult, status: int, headers: Mapping[str, str]
-    ) -> None:
-        super().on_response_headers(request, result, status, headers)
-        served = headers.get(SERVED_ENDPOINT_HEADER)
-        if served:
-            self.prefix_inflight.move(request.request_id, served)
-
     def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
         super().on_completed(request, result, completion)
-        self.prefix_inflight.complete(request.request_id)
         if self._learns_speed:
             per_token = decode_seconds_per_token(completion)
             if per_token is not None:
@@ -557,7 +549,6 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         super().on_endpoints_removed(addresses)
-        self.prefix_inflight.forget(addresses)
         self.owners.remove(addresses)
         self.placements.remove(addresses)
         self.peer_loads.forget(addresses)

@@ -10,7 +10,10 @@ For an endpoint e among the n endpoints the index currently holds::
 
 so the whole index stays within ``maxIndexBytes`` however many endpoints join (each endpoint can
 still hold one full prompt), and capacities grow back when endpoints leave. Capacities are
-recomputed only when the set of endpoints changes or an endpoint's own capacity changes.
+recomputed only when the set of endpoints changes or an endpoint's own capacity changes: after every
+call, each endpoint the index holds has ``capacity(e)`` (the index's endpoints change only through
+:meth:`CapacityPlanner.admit` and :meth:`CapacityPlanner.removed`, or all at once when it is cleared),
+so admitting a held endpoint with no new own capacity, the per-dispatch case, changes nothing.
 """
 
 from __future__ import annotations
@@ -43,9 +46,11 @@ class CapacityPlanner:
 
     def admit(self, address: str, own: int | None = None) -> None:
         """Call before inserting for ``address``; ``own`` is its autotuned capacity, if known."""
+        index = self._index
+        if own is None and address in index:
+            return  # its capacity is already capacity(address) (module docstring)
         if own is not None:
             self._own[address] = max(1, min(own, self._max_own))
-        index = self._index
         if address not in index:
             index.set_capacity(address, self._default)  # creates the slot
             self._rebalance()

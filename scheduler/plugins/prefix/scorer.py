@@ -133,7 +133,7 @@ class PrefixCacheScorer(PrefixMatcher):
         get = found.matched.get
         weight = self.scoring.match_length_weight
         if weight <= 0.0:
-            return [get(e.address, 0) / total for e in endpoints]
+            return [get(address, 0) / total for address in cycle.addresses(endpoints)]
         scale = self.scoring.match_length_scale_tokens
         block = found.block_size_tokens
         out = []

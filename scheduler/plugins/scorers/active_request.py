@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from scheduler.cycle_state import CycleState
@@ -100,7 +101,7 @@ class ActiveRequestScorer(InflightLoadConsumer, InflightHooks, PluginBase):
             counts = self.peer_loads.merged(self.tracker.request_counts)
         if not counts:
             return [1.0] * len(endpoints)
-        values = [counts.get(e.address, 0) for e in endpoints]
+        values = list(map(counts.get, cycle.addresses(endpoints), repeat(0)))
         hi = max(values, default=0)
         idle = self._idle
         if hi <= idle:

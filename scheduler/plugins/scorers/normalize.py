@@ -5,7 +5,8 @@ scores 1.0 and the highest 0.0::
 
     score(v) = (hi - v) / (hi - lo)        # all values equal -> 1.0 for every endpoint
 
-Pure; one pass for the bounds and one for the scores.
+Pure; one sort for the bounds (16 values sort faster than min() and max() scan them) and one pass
+for the scores.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ def lower_is_better(values: Sequence[float]) -> list[float]:
     """Scores in [0, 1] aligned with ``values`` (an empty input gives an empty list)."""
     if not values:
         return []
-    lo, hi = min(values), max(values)
+    ordered = sorted(values)  # both bounds at once: sorted() compares ints / floats natively
+    lo, hi = ordered[0], ordered[-1]
     if hi == lo:
         return [1.0] * len(values)
     span = float(hi - lo)

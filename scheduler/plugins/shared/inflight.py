@@ -16,6 +16,9 @@ Contract:
 * Entries older than ``timeout`` seconds (a completion that never came) are dropped lazily on the
   next ``dispatch``: requests are kept in dispatch order, so expiry pops from the front, O(1)
   amortised.
+* A request may carry a *key* (``prefix-affinity-scorer`` gives the hash of the prompt's first block):
+  ``key_counts[(key, address)]`` counts the keyed requests in flight per primary endpoint, and follows
+  ``move``, ``complete``, expiry and ``forget`` with the primary count (one per-request map for both).
 * Every operation is O(1) in the number of in-flight requests (``add_tokens`` is the per-chunk
   path). Not thread-safe: hooks run on the caller's event-loop thread.
 """
@@ -32,12 +35,13 @@ __all__ = ["InflightTracker", "add_load", "dispatch_targets"]
 class _Entry:
     """Mutable bookkeeping for one in-flight request (internal)."""
 
-    __slots__ = ("addresses", "deadline", "tokens")
+    __slots__ = ("addresses", "deadline", "key", "tokens")
 
-    def __init__(self, addresses: list[str], tokens: int, deadline: float) -> None:
+    def __init__(self, addresses: list[str], tokens: int, deadline: float, key: int | None) -> None:
         self.addresses = addresses
         self.tokens = tokens
         self.deadline = deadline
+        self.key = key  # counted in key_counts against addresses[0] (None: not keyed)
 
 
 def dispatch_targets(result: SchedulingResult, *, every_profile: bool) -> list[str]:
@@ -69,13 +73,14 @@ def add_load(
         token_counts.pop(address, None)
         return
     request_counts[address] = count
-    token_counts[address] = max(0, token_counts.get(address, 0) + tokens)
+    held = token_counts.get(address, 0) + tokens
+    token_counts[address] = held if held > 0 else 0  # max(0, held), without the builtin's call cost
 
 
 class InflightTracker:
-    """Requests and tokens in flight per endpoint address."""
+    """Requests and tokens in flight per endpoint address (and keyed requests per (key, address))."""
 
-    __slots__ = ("_clock", "_entries", "_requests", "_timeout", "_tokens")
+    __slots__ = ("_clock", "_entries", "_requests", "_timeout", "_tokens", "key_counts")
 
     def __init__(self, clock: Callable[[], float], timeout: float) -> None:
         if timeout <= 0:
@@ -85,6 +90,8 @@ class InflightTracker:
         self._entries: dict[str, _Entry] = {}
         self._requests: dict[str, int] = {}
         self._tokens: dict[str, int] = {}
+        self.key_counts: dict[tuple[int, str], int] = {}
+        """(key, primary address) -> keyed requests in flight (live; read-only by convention)."""
 
     def requests(self, address: str) -> int:
         """Requests currently counted against ``address``."""
@@ -107,18 +114,26 @@ class InflightTracker:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def dispatch(self, request_id: str, addresses: Iterable[str], tokens: int = 0) -> None:
+    def dispatch(
+        self, request_id: str, addresses: Iterable[str], tokens: int = 0, key: int | None = None
+    ) -> None:
+        """Count the request against ``addresses`` (the first is its primary endpoint) and, with a
+        ``key``, against ``(key, primary)`` in :attr:`key_counts`."""
         now = self._clock()
         self._expire(now)  # first: an id whose entry has expired counts afresh
-        if request_id in self._entries:
+        entries = self._entries
+        if request_id in entries:
             return
         targets = list(dict.fromkeys(addresses))
         if not targets:
             return
-        tokens = max(0, tokens)
+        if tokens < 0:
+            tokens = 0
         for address in targets:
-            self._add(address, 1, tokens)
-        self._entries[request_id] = _Entry(targets, tokens, now + self._timeout)
+            add_load(self._requests, self._tokens, address, 1, tokens)
+        if key is not None:
+            self._count_key((key, targets[0]), 1)
+        entries[request_id] = _Entry(targets, tokens, now + self._timeout, key)
 
     def add_tokens(self, request_id: str, n: int) -> None:
         """Add ``n`` observed tokens (e.g. output) to an in-flight request; unknown ids are ignored."""
@@ -135,10 +150,14 @@ class InflightTracker:
         entry = self._entries.get(request_id)
         if entry is None or not served or not entry.addresses or entry.addresses[0] == served:
             return
+        primary = entry.addresses[0]
+        if entry.key is not None:
+            self._count_key((entry.key, primary), -1)
+            self._count_key((entry.key, served), 1)
         if served in entry.addresses:  # already counted there (e.g. P/D): just drop the primary
             self._add(entry.addresses.pop(0), -1, -entry.tokens)
             return
-        self._add(entry.addresses[0], -1, -entry.tokens)
+        self._add(primary, -1, -entry.tokens)
         entry.addresses[0] = served
         self._add(served, 1, entry.tokens)
 
@@ -147,8 +166,11 @@ class InflightTracker:
         entry = self._entries.pop(request_id, None)
         if entry is None:
             return False
+        requests, tokens = self._requests, self._tokens
         for address in entry.addresses:
-            self._add(address, -1, -entry.tokens)
+            add_load(requests, tokens, address, -1, -entry.tokens)
+        if entry.key is not None and entry.addresses:
+            self._count_key((entry.key, entry.addresses[0]), -1)
         return True
 
     def forget(self, addresses: Iterable[str]) -> None:
@@ -159,10 +181,20 @@ class InflightTracker:
             self._tokens.pop(address, None)
         for entry in self._entries.values():
             if gone.intersection(entry.addresses):
+                if entry.key is not None and entry.addresses[0] in gone:
+                    self.key_counts.pop((entry.key, entry.addresses[0]), None)
+                    entry.key = None  # its primary left: the key no longer counts anywhere
                 entry.addresses = [a for a in entry.addresses if a not in gone]
 
     def _add(self, address: str, requests: int, tokens: int) -> None:
         add_load(self._requests, self._tokens, address, requests, tokens)
+
+    def _count_key(self, slot: tuple[int, str], n: int) -> None:
+        count = self.key_counts.get(slot, 0) + n
+        if count <= 0:
+            self.key_counts.pop(slot, None)
+        else:
+            self.key_counts[slot] = count
 
     def _expire(self, now: float) -> None:
         entries = self._entries

@@ -282,8 +282,7 @@ def _loaded(
     for i, n in enumerate(loads):
         for k in range(n):
             rid = f"{i}-{k}"
-            scorer.tracker.dispatch(rid, [eps[i].address])
-            scorer.prefix_inflight.dispatch(rid, key if k < mine[i] else -1 - k, eps[i].address)
+            scorer.tracker.dispatch(rid, [eps[i].address], key=key if k < mine[i] else -1 - k)
 
 
 def test_an_owner_busy_with_other_prefixes_keeps_the_prefix_a_hot_prefix_spills() -> None:
@@ -312,9 +311,9 @@ def test_a_burst_is_waited_out_only_up_to_max_burst_imbalance() -> None:
 def test_completions_release_the_prefix_counts() -> None:
     fleet = Fleet(make(spillShare=0.5))
     _address, request, _ = fleet.send(group_prompt(3))
-    assert sum(fleet.scorer.prefix_inflight.counts.values()) == 1
+    assert sum(fleet.scorer.tracker.key_counts.values()) == 1
     fleet.complete(request)
-    assert fleet.scorer.prefix_inflight.counts == {} and len(fleet.scorer.prefix_inflight) == 0
+    assert fleet.scorer.tracker.key_counts == {} and len(fleet.scorer.tracker) == 0
 
 
 @settings(max_examples=200, deadline=None)
