@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from scheduler.config import load_config_text
 from scheduler.plugins.latency.producer import PredictedLatencyProducer
 from scheduler.plugins.scorers.token_load import TokenLoadScorer
 from scheduler.scheduler import Scheduler
 
-PREDICTED = """
-apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: predicted-latency-producer
-  parameters: {streamingMode: true}
-- type: latency-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: latency-scorer
-  - pluginRef: max-score-picker
-"""
+PREDICTED = (
+    Path(__file__).resolve().parents[2] / "deploy" / "configs" / "predicted-latency.yaml"
+).read_text()
 
 
 def _scheduler(text: str) -> Scheduler:
