@@ -88,31 +88,11 @@ candidates ``E`` (after filters), ``load(e)`` = requests this picker has in flig
   ``cache_aware``'s; few-prefixes unchanged (its three groups are hot by this rule). ``0`` turns the
   rule off. Limit: behind a preamble common to every prompt (longer than a block) all prompts share
   the key, every prefix looks hot, and spills follow the bound alone, as with ``0``;
-* a *slow* endpoint is held to its capacity share (``slowSpeedRatio``, ours). Each endpoint's decode
-  time per token is learnt from the picker's streamed responses (:mod:`scheduler.plugins.prefix.speed`:
-  the median of its last ``speedSamples``); its relative speed ``w(e)`` is the fastest endpoint's
-  median over its own, and with ``share(e)`` its share of this picker's dispatches, exponentially
-  decayed with half-life ``shareHalfLife``::
-
-      slow(e)        ⇔  w(e) <= slowSpeedRatio
-      capped(e)      ⇔  slow(e)  and  share(e) >= w(e) / Σ_candidates w        (its capacity share)
-
-  A capped endpoint takes no new prefix (with ``load`` placement, a new prefix then scores 1 on every
-  eligible endpoint that is not capped) and no spill, and sheds just enough of its prefixes: with
-  ``share(k, e)`` the decayed share of the dispatches of prefix ``k`` (first block) to ``e`` and ``D(e)``
-  the prefixes already kept off ``e`` (*diverted*), a prefix of a capped owner is diverted when::
-
-      share(e) - Σ_{k in D(e)} share(k, e)  >=  w(e) / Σ_candidates w
-
-  i.e. while the owner would stay at or above its capacity share even without the prefixes already
-  diverted. A diverted prefix spills (as above) and its requests go to the spill owner while the
-  endpoint stays capped; below its share the endpoint's prefixes come back to it, so a diverted group
-  ends split between the slow owner and a fast one, holding the slow one at its capacity share at the
-  cost of one cold prefill per diverted group.
-  Owners are placed in a run's first second, before any speed is known, so this corrects placement
-  after the fact. On equal servers decode speed differs only with the batch (0.73-1.0 of the fastest
-  in the benchmark's scenarios over any window), so nothing is slow at the default 0.65 and nothing
-  changes; ``0`` turns it off. Measured: docs/bench.md, "Slower servers";
+* a *slow* endpoint is held to its capacity share (``slowSpeedRatio``, ours): an endpoint whose
+  decode speed, learnt from the picker's streamed responses, is at most ``slowSpeedRatio`` of the
+  fastest's, and whose decayed share of dispatches is at least its capacity share, takes no new prefix
+  and no spill and sheds just enough of its prefixes (they spill as above). The formulas are in
+  :mod:`scheduler.plugins.prefix.speed`; measured: docs/bench.md, "Slower servers";
 * ``d / t`` makes a long shared prefix decisive and a short shared preamble (a common first block)
   nearly neutral.
 
@@ -165,7 +145,7 @@ from scheduler.plugins.prefix.hashing import ChainHasher
 from scheduler.plugins.prefix.match import prefix_match
 from scheduler.plugins.prefix.owners import ENTRY_BYTES, OwnerTable, outranks
 from scheduler.plugins.prefix.rendezvous import PLACEMENT_BYTES, Placements, weight
-from scheduler.plugins.prefix.speed import DispatchShares, EndpointSpeeds, decode_seconds_per_token
+from scheduler.plugins.prefix.speed import SlowEndpoints
 from scheduler.plugins.shared.inflight import InflightTracker, dispatch_targets
 from scheduler.plugins.shared.inflight_hooks import InflightHooks
 from scheduler.replica_sync import OwnershipClaim, PeerLoads, ReplicaSyncSink
@@ -185,7 +165,6 @@ SPILL_PLACEMENTS = ("balanced", "load")  # spillPlacement: where a prefix goes w
 
 _PENDING_LIMIT = 1024  # hash chains kept from score to on_dispatched (bounded)
 _NONE: frozenset[str] = frozenset()
-_MAX_DIVERTED = 64  # prefixes kept off one slow endpoint (bounded; the oldest is dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,12 +229,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         self._hasher = ChainHasher()
         self._sync: ReplicaSyncSink | None = None
         self.peer_loads = PeerLoads(clock)
-        self.speeds = EndpointSpeeds(params.slow_speed_ratio, params.speed_samples)
-        self.shares = DispatchShares(params.share_half_life)
-        self._learns_speed = params.slow_speed_ratio > 0.0
-        self._diverted: dict[str, dict[int, None]] = {}  # slow endpoint -> first-block keys kept off it
-        self._capacity: dict[str, float] = {}  # slow endpoint -> its capacity share (last computed)
-        self.diversions = 0  # prefixes ever kept off a slow endpoint (dump_state)
+        self.slow = SlowEndpoints(params.slow_speed_ratio, params.speed_samples, params.share_half_life)
 
     # -- replica sync (scheduler.replica_sync.ReplicaSynced) ----------------------------------------
 
@@ -292,10 +266,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
             "peers": len(self.peer_loads),
             "peer_in_flight": dict(sorted(self.peer_loads.remote.items())),
             "in_flight": dict(sorted(self.tracker.request_counts.items())),
-            "speeds": self.speeds.dump(),
-            "dispatch_share": {a: round(v, 4) for a, v in sorted(self.shares.shares().items())},
-            "diverted": {a: len(keys) for a, keys in sorted(self._diverted.items()) if keys},
-            "diversions": self.diversions,
+            **self.slow.dump(),
         }
 
     def load_counts(self) -> Mapping[str, int]:
@@ -327,7 +298,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         if not hashes:
             return out
         counts = self.load_counts()
-        capped = self.capped(endpoints) if self.speeds.slow else _NONE
+        capped = self.capped(endpoints) if self.slow.speeds.slow else _NONE
         if owners:
             chosen = self.choose(owners, endpoints, hashes[0], counts, cycle.addresses(endpoints), capped)
             if chosen is not None:
@@ -349,22 +320,9 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         return out
 
     def capped(self, endpoints: Sequence[EndpointView]) -> frozenset[str]:
-        """The slow endpoints (:class:`~scheduler.plugins.prefix.speed.EndpointSpeeds`) whose share of
-        recent dispatches is at least their capacity share among ``endpoints`` (module docstring)."""
-        slow = self.speeds.slow
-        if len(self._diverted) > len(slow):
-            for address in [a for a in self._diverted if a not in slow]:
-                del self._diverted[address]
-        if not slow:
-            return _NONE
-        speeds = self.speeds.speeds
-        total = sum(speeds.get(e.address, 1.0) for e in endpoints)
-        share = self.shares.share
-        capacity = self._capacity
-        capacity.clear()
-        for address in slow:
-            capacity[address] = speeds[address] / total
-        return frozenset(a for a in slow if share(a) >= capacity[a])
+        """The slow endpoints whose share of recent dispatches is at least their capacity share among
+        ``endpoints`` (module docstring; :class:`~scheduler.plugins.prefix.speed.SlowEndpoints`)."""
+        return self.slow.capped([e.address for e in endpoints])
 
     def ceiling(
         self,
@@ -411,7 +369,7 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         bound, least = self._bound_and_least(addresses, counts)  # one computation for both rules
         ceiling = min(bound, least + self.params.max_imbalance)  # as ``ceiling``
         if capped:
-            owners = [o for o in owners if o not in capped or not self._diverts(o, key)]
+            owners = [o for o in owners if o not in capped or not self.slow.diverts(o, key)]
         for owner in owners:
             if owner in addresses and counts.get(owner, 0) + 1 <= ceiling:
                 return addresses.index(owner)
@@ -427,25 +385,6 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
                 if load + 1 <= hard and mine.get((key, owner), 0) < share * own.get(owner, 0):
                     return addresses.index(owner)
         return None
-
-    def _diverts(self, owner: str, key: int) -> bool:
-        """Whether the prefix of first block ``key`` is kept off ``owner``, a capped slow endpoint: the
-        prefixes already kept off it are, and this one is too when the owner's share without theirs is
-        still at least its capacity share (module docstring)."""
-        keys = self._diverted.get(owner)
-        if keys is None:
-            keys = self._diverted[owner] = {}
-        elif key in keys:
-            return True
-        key_share = self.shares.key_share
-        rest = self.shares.share(owner) - sum(key_share(k, owner) for k in keys)
-        if rest < self._capacity.get(owner, 0.0):
-            return False  # the prefixes already diverted make up the excess
-        if len(keys) >= _MAX_DIVERTED:
-            del keys[next(iter(keys))]
-        keys[key] = None
-        self.diversions += 1
-        return True
 
     def balanced(
         self,
@@ -514,8 +453,8 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
         key = hashes[0] if hashes and self.params.spill_share > 0.0 else None
         targets = dispatch_targets(result, every_profile=self.count_every_profile)
         self.tracker.dispatch(request.request_id, targets, key=key)
-        if self._learns_speed and result.endpoints:
-            self.shares.dispatch(result.endpoints[0].address, self._clock(), hashes[0] if hashes else None)
+        if result.endpoints:
+            self.slow.dispatched(result.endpoints[0].address, self._clock(), hashes[0] if hashes else None)
         if hashes and result.endpoints:
             address = result.endpoints[0].address
             changes: list[tuple[int, bool]] | None = None
@@ -539,21 +478,15 @@ class PrefixAffinityScorer(InflightHooks, PluginBase):
 
     def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
         super().on_completed(request, result, completion)
-        if self._learns_speed:
-            per_token = decode_seconds_per_token(completion)
-            if per_token is not None:
-                primary = result.endpoints[0].address if result.endpoints else ""
-                served = completion.served_endpoint or primary
-                if served:
-                    self.speeds.sample(served, per_token)
+        primary = result.endpoints[0].address if result.endpoints else ""
+        self.slow.completed(completion.served_endpoint or primary, completion)
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         super().on_endpoints_removed(addresses)
         self.owners.remove(addresses)
         self.placements.remove(addresses)
         self.peer_loads.forget(addresses)
-        self.speeds.forget(addresses)
-        self.shares.forget(addresses)
+        self.slow.forget(addresses)
 
 
 factory = factory_with_params(

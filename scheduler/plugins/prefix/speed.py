@@ -2,7 +2,7 @@
 
 ``prefix-affinity-scorer`` keeps a prefix on its owner; on a fleet of unequal servers (a slower GPU
 generation beside faster ones) the owners are chosen before anyone knows which server is slow, so a
-slow server may own as many prefixes as a fast one and serve them at half the speed. These two
+slow server may own as many prefixes as a fast one and serve them at half the speed. These
 measurements let the scorer hold a slow server to its capacity share (see the scorer's docstring):
 
 * :class:`EndpointSpeeds`: each endpoint's *decode time per token*, from the picker's own streamed
@@ -12,12 +12,38 @@ measurements let the scorer hold a slow server to its capacity share (see the sc
   depends on the server's engine and, far less, on its batch: on the benchmark's fleets equal servers
   measured 0.73-1.0 of the fastest over any 32-sample window, half-speed servers 0.42-0.51
   (docs/scheduler.md, "Slower servers").
+* :class:`SlowEndpoints` holds a *slow* endpoint to its capacity share (``prefix-affinity-scorer``'s
+  ``slowSpeedRatio``, ours). With each endpoint's decode time per token (the median of its last
+  ``speedSamples``), its relative speed ``w(e)`` is the fastest endpoint's
+  median over its own, and with ``share(e)`` its share of this picker's dispatches, exponentially
+  decayed with half-life ``shareHalfLife``::
+
+      slow(e)        ⇔  w(e) <= slowSpeedRatio
+      capped(e)      ⇔  slow(e)  and  share(e) >= w(e) / Σ_candidates w        (its capacity share)
+
+  A capped endpoint takes no new prefix (with ``load`` placement, a new prefix then scores 1 on every
+  eligible endpoint that is not capped) and no spill, and sheds just enough of its prefixes: with
+  ``share(k, e)`` the decayed share of the dispatches of prefix ``k`` (first block) to ``e`` and ``D(e)``
+  the prefixes already kept off ``e`` (*diverted*), a prefix of a capped owner is diverted when::
+
+      share(e) - Σ_{k in D(e)} share(k, e)  >=  w(e) / Σ_candidates w
+
+  i.e. while the owner would stay at or above its capacity share even without the prefixes already
+  diverted. A diverted prefix spills (the scorer's spill rule) and its requests go to the spill owner
+  while the endpoint stays capped; below its share the endpoint's prefixes come back to it, so a
+  diverted group ends split between the slow owner and a fast one, holding the slow one at its
+  capacity share at the cost of one cold prefill per diverted group.
+  Owners are placed in a run's first second, before any speed is known, so this corrects placement
+  after the fact. On equal servers decode speed differs only with the batch (0.73-1.0 of the fastest
+  in the benchmark's scenarios over any window), so nothing is slow at the default 0.65 and nothing
+  changes; ``0`` turns it off. Measured: docs/bench.md, "Slower servers".
 * :class:`DispatchShares`: each endpoint's share of this picker's recent dispatches, exponentially
   decayed with half-life ``half_life`` seconds (O(1) per dispatch and per query), and, for the
-  dispatches the caller tags with a prefix key (those to slow endpoints), each (key, endpoint)'s share.
+  dispatches the caller tags with a prefix key (the scorer tags every one), each (key, endpoint)'s share.
 
-Both are bounded: one deque of ``window`` floats and one float per endpoint, and at most ``max_keys``
-(key, endpoint) weights (the oldest dropped first); ``forget`` drops endpoints that left the pool.
+All are bounded: one deque of ``window`` floats and one float per endpoint, and at most ``max_keys``
+(key, endpoint) weights (the oldest dropped first), at most ``MAX_DIVERTED`` diverted prefixes per
+endpoint; ``forget`` drops endpoints that left the pool.
 Not thread-safe (the lifecycle hooks' event-loop thread).
 """
 
@@ -30,7 +56,10 @@ from statistics import median
 
 from scheduler.types import Completion, Outcome
 
-__all__ = ["DispatchShares", "EndpointSpeeds", "decode_seconds_per_token"]
+__all__ = ["DispatchShares", "EndpointSpeeds", "SlowEndpoints", "decode_seconds_per_token"]
+
+_NONE: frozenset[str] = frozenset()
+MAX_DIVERTED = 64  # prefixes kept off one slow endpoint (bounded; the oldest is dropped)
 
 
 def decode_seconds_per_token(completion: Completion) -> float | None:
@@ -167,3 +196,81 @@ class DispatchShares:
             self._keys = {k: w for k, w in self._keys.items() if k[1] not in gone}
         if not self._weights:
             self._total = 0.0
+
+
+class SlowEndpoints:
+    """The slow-server rule of ``prefix-affinity-scorer``: learn speeds and dispatch shares from its
+    lifecycle hooks, tell which slow endpoints are capped and which prefixes they divert."""
+
+    __slots__ = ("_capacity", "_diverted", "diversions", "learns", "shares", "speeds")
+
+    def __init__(self, slow_ratio: float, window: int, half_life: float) -> None:
+        self.speeds = EndpointSpeeds(slow_ratio, window)
+        self.shares = DispatchShares(half_life)
+        self.learns = slow_ratio > 0.0  # 0 turns the rule off: nothing is learnt, nothing is slow
+        self._diverted: dict[str, dict[int, None]] = {}  # slow endpoint -> first-block keys kept off it
+        self._capacity: dict[str, float] = {}  # slow endpoint -> its capacity share (last computed)
+        self.diversions = 0  # prefixes ever kept off a slow endpoint
+
+    def dispatched(self, address: str, now: float, key: int | None) -> None:
+        if self.learns:
+            self.shares.dispatch(address, now, key)
+
+    def completed(self, address: str, completion: Completion) -> None:
+        """Sample ``address``'s decode time per token from a completed streamed response."""
+        if self.learns and address:
+            per_token = decode_seconds_per_token(completion)
+            if per_token is not None:
+                self.speeds.sample(address, per_token)
+
+    def capped(self, addresses: Iterable[str]) -> frozenset[str]:
+        """The slow endpoints whose share of recent dispatches is at least their capacity share among
+        the candidates ``addresses``."""
+        slow = self.speeds.slow
+        if len(self._diverted) > len(slow):
+            for address in [a for a in self._diverted if a not in slow]:
+                del self._diverted[address]
+        if not slow:
+            return _NONE
+        speeds = self.speeds.speeds
+        total = sum(speeds.get(a, 1.0) for a in addresses)
+        share = self.shares.share
+        capacity = self._capacity
+        capacity.clear()
+        for address in slow:
+            capacity[address] = speeds[address] / total
+        return frozenset(a for a in slow if share(a) >= capacity[a])
+
+    def diverts(self, owner: str, key: int) -> bool:
+        """Whether the prefix of first block ``key`` is kept off ``owner``, a capped slow endpoint: the
+        prefixes already kept off it are, and this one is too when the owner's share without theirs is
+        still at least its capacity share (as last computed by :meth:`capped`)."""
+        keys = self._diverted.get(owner)
+        if keys is None:
+            keys = self._diverted[owner] = {}
+        elif key in keys:
+            return True
+        key_share = self.shares.key_share
+        rest = self.shares.share(owner) - sum(key_share(k, owner) for k in keys)
+        if rest < self._capacity.get(owner, 0.0):
+            return False  # the prefixes already diverted make up the excess
+        if len(keys) >= MAX_DIVERTED:
+            del keys[next(iter(keys))]
+        keys[key] = None
+        self.diversions += 1
+        return True
+
+    def forget(self, addresses: Iterable[str]) -> None:
+        gone = set(addresses)
+        self.speeds.forget(gone)
+        self.shares.forget(gone)
+        for address in gone:
+            self._diverted.pop(address, None)
+
+    def dump(self) -> dict[str, object]:
+        return {
+            "speeds": self.speeds.dump(),
+            "dispatch_share": {a: round(v, 4) for a, v in sorted(self.shares.shares().items())},
+            "diverted": {a: len(keys) for a, keys in sorted(self._diverted.items()) if keys},
+            "diversions": self.diversions,
+        }

@@ -400,8 +400,8 @@ def test_a_slow_server_sheds_the_prefixes_that_make_its_excess_share() -> None:
     # groups 0 and 1 (6 each, 1/7 each) must go; group 2 (2 of 42) can stay
     scorer, _, (a, b, c) = _slow_fleet([6, 6, 2], others=28)
     slow = EPS[0].address
-    assert scorer.speeds.slow == {slow}
-    assert scorer.speeds.speeds[slow] == pytest.approx(0.5)
+    assert scorer.slow.speeds.slow == {slow}
+    assert scorer.slow.speeds.speeds[slow] == pytest.approx(0.5)
     assert scorer.capped(EPS) == {slow}
     first = scorer.score(CycleState(), req(a, "a1"), EPS)
     assert first[0] == 0.0 and max(first[1:]) > 0.0  # group 0 spills off the slow server
@@ -409,7 +409,7 @@ def test_a_slow_server_sheds_the_prefixes_that_make_its_excess_share() -> None:
     assert scorer.score(CycleState(), req(c, "c1"), EPS)[0] > 0.0  # without both: 2/42 < 1/7, it stays
     new = scorer.score(CycleState(), req(group_prompt(7), "new"), EPS)
     assert new[0] == 0.0 and new[1:] == [1.0, 1.0, 1.0]  # no new prefix on a capped slow server
-    assert scorer.dump_state()["diverted"] == {slow: 2} and scorer.diversions == 2
+    assert scorer.dump_state()["diverted"] == {slow: 2} and scorer.slow.diversions == 2
 
 
 def test_one_diverted_prefix_is_enough_and_comes_back_below_the_share() -> None:
@@ -421,15 +421,17 @@ def test_one_diverted_prefix_is_enough_and_comes_back_below_the_share() -> None:
         scorer.on_dispatched(req(f"later {n}", f"l{n}"), routed(EPS[1 + n % 3]))
     assert scorer.capped(EPS) == frozenset()
     assert scorer.score(CycleState(), req(a, "a2"), EPS)[0] > 0.0  # back on its owner
-    assert scorer.diversions == 1 and scorer.dump_state()["diverted"] == {slow: 1}
+    assert scorer.slow.diversions == 1 and scorer.dump_state()["diverted"] == {slow: 1}
 
 
 def test_equal_servers_or_ratio_zero_cap_nothing() -> None:
     off, _, (a, _) = _slow_fleet([6, 6], others=20, slowSpeedRatio=0.0)
-    assert off.speeds.slow == frozenset() and off.capped(EPS) == frozenset()
+    assert off.slow.speeds.slow == frozenset() and off.capped(EPS) == frozenset()
     assert off.score(CycleState(), req(a, "a1"), EPS)[0] > 0.0
     lenient, _, (a, _) = _slow_fleet([6, 6], others=20, slowSpeedRatio=0.4)  # 0.5 is not slow enough
-    assert lenient.speeds.slow == frozenset()
+    assert lenient.slow.speeds.slow == frozenset()
     assert lenient.score(CycleState(), req(a, "a1"), EPS)[0] > 0.0
     lenient.on_endpoints_removed(frozenset({EPS[0].address}))
-    assert lenient.shares.share(EPS[0].address) == 0.0 and EPS[0].address not in lenient.speeds.speeds
+    assert (
+        lenient.slow.shares.share(EPS[0].address) == 0.0 and EPS[0].address not in lenient.slow.speeds.speeds
+    )
