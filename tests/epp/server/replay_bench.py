@@ -35,12 +35,14 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from bench.extproc_bench import _body, bench_stack, measure, picker_cpu_seconds  # noqa: E402
+from devtools.stack import Stack  # noqa: E402
 
 _REPLAY_ARGS = "--refresh-metrics-interval=10s"
 
@@ -143,19 +145,24 @@ def _send_all(port: int, reads: list[bytes]) -> None:
     sock.close()
 
 
+def _stack(args: argparse.Namespace, tag: str, script: Path) -> AbstractContextManager[tuple[Stack, float]]:
+    """The extproc-envoy stack (16 simulated servers, ITL 100 us, no Envoy yet) with ``script`` as the
+    picker."""
+    return bench_stack(
+        servers=16,
+        itl="100us",
+        picker_args=args.picker_args,
+        envoy_variant=None,
+        tag=tag,
+        picker_script=script,
+    )
+
+
 def capture(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "capture_picker.py"
         script.write_text(_CAPTURE_PICKER.format(root=str(ROOT), out=str(args.file.resolve())))
-        started = bench_stack(
-            servers=16,
-            itl="100us",
-            picker_args=args.picker_args,
-            envoy_variant=None,
-            tag="capture",
-            picker_script=script,
-        )
-        with started as (stack, idle):
+        with _stack(args, "capture", script) as (stack, idle):
             stack.start_envoy("gie-fail-closed")
             point = measure(
                 stack, "gie-fail-closed", _body("1k", "plain", 256), "1k", "plain", 32, args.seconds, idle
@@ -176,15 +183,7 @@ def replay(args: argparse.Namespace) -> None:
             for i, version in enumerate(args.versions):
                 script = Path(tmp) / f"picker_{i}.py"
                 script.write_text(_VERSION_PICKER.format(root=str(version.resolve())))
-                started = bench_stack(
-                    servers=16,
-                    itl="100us",
-                    picker_args=args.picker_args,
-                    envoy_variant=None,
-                    tag="replay",
-                    picker_script=script,
-                )
-                with started as (stack, idle):
+                with _stack(args, "replay", script) as (stack, idle):
                     assert stack.picker is not None
                     pid = stack.picker.pid
                     _send_all(stack.ports.grpc, reads)  # warm-up: imports, caches, first snapshot
