@@ -16,10 +16,11 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2_grpc
 
+from epp.server.h2.limits import H2Limits
 from epp.server.health import HealthStatus
 from epp.server.servicer import ExtProcServicer
 
-__all__ = ["bind_address", "start_ext_proc_server", "start_health_server"]
+__all__ = ["bind_address", "grpc_core_limits", "start_ext_proc_server", "start_health_server"]
 
 
 def bind_address(host: str, port: int) -> str:
@@ -29,13 +30,37 @@ def bind_address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def _options(max_message_bytes: int, reuse_port: bool, max_send_bytes: int = -1) -> Sequence[tuple[str, int]]:
-    return (
+def _options(
+    max_message_bytes: int, reuse_port: bool, max_send_bytes: int = -1, limits: H2Limits | None = None
+) -> Sequence[tuple[str, int]]:
+    base = (
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_send_bytes),
         ("grpc.so_reuseport", 1 if reuse_port else 0),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 1),
+    )
+    if limits is None:
+        return base
+    return base + grpc_core_limits(limits)
+
+
+def grpc_core_limits(limits: H2Limits) -> tuple[tuple[str, int], ...]:
+    """The ``--grpc-h2-*`` limits that grpc-core has an equivalent of, as its channel arguments.
+
+    ``max_concurrent_streams`` is advertised as SETTINGS_MAX_CONCURRENT_STREAMS and enforced (grpc-core
+    refuses a stream beyond it), ``max_header_list_size`` is grpc-core's hard metadata limit (the soft
+    one, over which it rejects a random share of requests, is set to the same), the settings timeout
+    bounds the TLS/HTTP/2 handshake and ``idle_timeout`` closes a connection without a call (0: never).
+    The receive windows, the connection budget, the flood rate and the write buffer have none: grpc-core
+    sizes its windows itself (BDP probing) and polices PINGs with its own strikes."""
+    idle_ms = round(limits.idle_timeout * 1000) if limits.idle_timeout > 0 else 2**31 - 1
+    return (
+        ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+        ("grpc.absolute_max_metadata_size", limits.max_header_list_size),
+        ("grpc.max_metadata_size", limits.max_header_list_size),
+        ("grpc.server_handshake_timeout_ms", round(limits.settings_timeout * 1000)),
+        ("grpc.max_connection_idle_ms", min(idle_ms, 2**31 - 1)),
     )
 
 
@@ -50,12 +75,15 @@ async def start_ext_proc_server(
     reuse_port: bool = False,
     max_recv_bytes: int = 0,
     max_send_bytes: int = 0,
+    limits: H2Limits | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """The grpc.aio ext_proc server (with the health service too when ``health`` is given).
 
-    ``max_recv_bytes`` 0: ``max_body_bytes`` + 1 MiB; ``max_send_bytes`` 0: no limit."""
+    ``max_recv_bytes`` 0: ``max_body_bytes`` + 1 MiB; ``max_send_bytes`` 0: no limit; ``limits``: the
+    ``--grpc-h2-*`` limits grpc-core has an equivalent of (:func:`grpc_core_limits`; default: their
+    defaults)."""
     recv = max_recv_bytes or max_body_bytes + 1024 * 1024
-    server = grpc.aio.server(options=_options(recv, reuse_port, max_send_bytes or -1))
+    server = grpc.aio.server(options=_options(recv, reuse_port, max_send_bytes or -1, limits or H2Limits()))
     pb_grpc.add_ExternalProcessorServicer_to_server(servicer, server)
     if health is not None:
         health_pb2_grpc.add_HealthServicer_to_server(health.ext_proc_port_servicer, server)

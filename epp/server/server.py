@@ -178,6 +178,7 @@ class EppServer:
                     reuse_port=s.reuse_port,
                     max_recv_bytes=s.max_recv_bytes,
                     max_send_bytes=s.max_send_bytes,
+                    limits=s.h2_limits,
                 )
         except BaseException:
             await self.shutdown(grace=0)

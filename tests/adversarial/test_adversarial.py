@@ -19,17 +19,6 @@ from harness import MIB, GoodClient, Picker, peak_rss, reset_peak, rss, start_pi
 
 BUDGET = 64 * MIB
 
-# grpcio (grpc-core) itself fails these; the assertion stays, the case is marked with what was measured.
-GRPCIO_FAILS: dict[str, str] = {
-    "open-streams": "grpc-core accepts every stream (no concurrent-stream limit): peak RSS +51 to +65 MiB "
-    "for 10,000 open streams in the fast form, the good client's p99 about 2 s",
-    "ping-flood-never-reading": "3 well-behaved calls on another connection ended CANCELLED in 3 of 7 runs "
-    "while one connection sent PINGs without reading (grpcio 1.7x, merged main 2026-11-25); grpc-core "
-    "answers the flood with GOAWAY too_many_pings only after ~350k PINGs",
-    "rapid-reset": "2 of 16 well-behaved calls on another connection ended CANCELLED during 20,000 "
-    "HEADERS + RST_STREAM pairs (measured on grpcio 1.7x; cause inside grpc-core / grpc.aio not isolated)",
-}
-
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300 if FULL else 120)]
 
 
@@ -40,11 +29,7 @@ def picker(request: pytest.FixtureRequest) -> Iterator[Picker]:
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
-def test_picker_survives_attack_serving_others(
-    picker: Picker, attack: str, request: pytest.FixtureRequest
-) -> None:
-    if picker.engine == "grpcio" and attack in GRPCIO_FAILS:
-        request.applymarker(pytest.mark.xfail(reason=GRPCIO_FAILS[attack], strict=False))
+def test_picker_survives_attack_serving_others(picker: Picker, attack: str) -> None:
     assert picker.alive, "the picker died in an earlier case"
     before = rss(picker.proc.pid)  # the baseline of this case (earlier cases may have left memory held)
     reset_peak(picker.proc.pid)

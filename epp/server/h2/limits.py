@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from epp.config.flags import parse_duration, parse_quantity
 
-__all__ = ["H2Limits", "add_flags", "from_flags"]
+__all__ = ["GRPC_CORE_FIELDS", "H2Limits", "add_flags", "from_flags"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,11 @@ class H2Limits:
             raise ValueError("settings_timeout > 0 and idle_timeout >= 0")
 
 
+# the limits the grpcio engine applies too, as grpc-core's channel arguments (epp.server.grpc_server)
+GRPC_CORE_FIELDS = frozenset(
+    {"max_concurrent_streams", "max_header_list_size", "settings_timeout", "idle_timeout"}
+)
+
 # -- command-line flags (epp.config.options adds them and builds the limits) ---------------------------------
 
 _FLAGS: tuple[tuple[str, str, str], ...] = (
@@ -92,9 +97,10 @@ def add_flags(group: argparse._ArgumentGroup) -> None:
         "duration": parse_duration,
     }
     for flag, field, kind in _FLAGS:
+        engines = "both engines" if field in GRPC_CORE_FIELDS else "h2 engine"
         group.add_argument(
             flag, dest=f"h2_{field}", type=parsers[kind], default=None,
-            help=f"(pyepp) h2 engine: {field.replace('_', ' ')} (default {getattr(defaults, field)}; "
+            help=f"(pyepp) {engines}: {field.replace('_', ' ')} (default {getattr(defaults, field)}; "
             "see docs/epp-server.md)",
         )  # fmt: skip
 
