@@ -58,6 +58,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -133,7 +134,8 @@ def _int_env(env: Mapping[str, str], name: str, default: int, low: int, high: in
 
 def _url(name: str, raw: str) -> str:
     url = raw.strip().rstrip("/")
-    if not url.startswith(("http://", "https://")) or len(url) <= len("https://"):
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
         raise SidecarConfigError(f"{name}: {raw.strip()!r} is not an http:// or https:// URL")
     return url
 

@@ -49,11 +49,17 @@ def fake_sidecar(port: int, favourite: int) -> Iterator[str]:
             except httpx.HTTPError:
                 return False
 
-        assert eventually(up, timeout_s=15.0), proc.stderr.read() if proc.poll() is not None else "no answer"
+        assert eventually(up, timeout_s=15.0), _stderr(proc)
         yield url
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _stderr(proc: subprocess.Popen[bytes]) -> str:
+    if proc.poll() is None or proc.stderr is None:
+        return "no answer"
+    return proc.stderr.read().decode(errors="replace")
 
 
 def sidecar_state(stack: Stack) -> dict[str, Any]:
