@@ -1,7 +1,12 @@
 """``predicted-latency-producer`` (llm-d-router): per-endpoint TTFT/TPOT predictions, learnt in process.
 
 Upstream trains XGBoost in two sidecars; pyepp learns the same targets with the in-process online
-model of :mod:`scheduler.plugins.latency.model` (no sidecar, no new dependency).
+model of :mod:`scheduler.plugins.latency.model` (no sidecar, no new dependency). Optionally (sidecar
+mode, :mod:`epp.server.latency_sidecar`, set up by upstream's environment variables) upstream's
+prediction server answers instead: its predictions are fetched before scheduling and handed in
+(:meth:`PredictedLatencyProducer.accept_remote`); the in-process model keeps learning and answers for
+the requests the server did not (failure, timeout); every training sample is also queued for the
+training server (:meth:`PredictedLatencyProducer.drain_samples`, at most :data:`SIDECAR_QUEUE_LIMIT`).
 
 Per request and candidate endpoint it publishes a :class:`LatencyPredictionInfo` (read by
 ``latency-scorer``, ``slo-headroom-tier-filter``, ``latency-slo-admitter`` and
