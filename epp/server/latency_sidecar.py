@@ -339,6 +339,7 @@ class LatencySidecarClient:
             if not producer.params.predict_in_produce:
                 continue
             rows = [_row(f, producer.pod_type(e)) for e, f in producer.remote_features(request, endpoints)]
+            start = time.perf_counter()
             try:
                 predicted = await self._predict(rows)
             except _Failure as exc:
@@ -347,7 +348,9 @@ class LatencySidecarClient:
                 continue
             self.counters["predictedRows"] += len(rows)
             producer.accept_remote(
-                request.request_id, {e.address: p for e, p in zip(endpoints, predicted, strict=True)}
+                request.request_id,
+                {e.address: p for e, p in zip(endpoints, predicted, strict=True)},
+                time.perf_counter() - start,
             )
 
     def _failed(self, kind: str, exc: _Failure, warner: _Warner) -> None:

@@ -193,6 +193,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         # (at most PENDING_LIMIT), and the training samples waiting for the client (None: not in
         # sidecar mode; at most SIDECAR_QUEUE_LIMIT, the oldest dropped beyond).
         self._remote: OrderedDict[str, Mapping[str, tuple[float, float]]] = OrderedDict()
+        self._remote_seconds: dict[str, float] = {}  # the fetch's duration, per request in _remote
         self._outbox: deque[SidecarSample] | None = None
         self._sidecar_state: Callable[[], Mapping[str, Any]] | None = None
         self.samples_dropped = 0
@@ -309,16 +310,25 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         match = self.prefix_match_for(CycleState(), request)
         return [(e, self.features(request, e, match)) for e in endpoints]
 
-    def accept_remote(self, request_id: str, predictions: Mapping[str, tuple[float, float]] | None) -> None:
+    def accept_remote(
+        self, request_id: str, predictions: Mapping[str, tuple[float, float]] | None, seconds: float = 0.0
+    ) -> None:
         """The prediction server's ``{address: (ttft_ms, tpot_ms)}`` for a request about to be
-        scheduled (None: none, the in-process model answers). Kept until the request is dispatched or
-        completes, at most :data:`PENDING_LIMIT` requests (the oldest dropped beyond)."""
+        scheduled (None: none, the in-process model answers), fetched in ``seconds`` (added to the
+        prediction duration metric, which upstream measures around its bulk call). Kept until the
+        request is dispatched or completes, at most :data:`PENDING_LIMIT` requests (the oldest
+        dropped beyond)."""
         if predictions is None:
-            self._remote.pop(request_id, None)
+            self._forget_remote(request_id)
             return
         if len(self._remote) >= PENDING_LIMIT and request_id not in self._remote:
-            self._remote.pop(next(iter(self._remote)))
+            self._forget_remote(next(iter(self._remote)))
         self._remote[request_id] = predictions
+        self._remote_seconds[request_id] = seconds
+
+    def _forget_remote(self, request_id: str) -> None:
+        self._remote.pop(request_id, None)
+        self._remote_seconds.pop(request_id, None)
 
     def drain_samples(self, limit: int) -> list[SidecarSample]:
         """Up to ``limit`` queued training samples, oldest first (removed from the queue)."""
@@ -365,7 +375,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             return found
         start = time.perf_counter()
         found = self.predict(request, endpoints, self.prefix_match_for(cycle, request))
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start + self._remote_seconds.pop(request.request_id, 0.0)
         cycle.write(self._key, found)
         if found is not None:
             metrics.latency_predicted(
@@ -409,7 +419,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             first.address, last.address, features, tpot_features, now, now + self.params.context_ttl,
             slo_header(request, TPOT_SLO_HEADER),
         )  # fmt: skip
-        self._remote.pop(request.request_id, None)
+        self._forget_remote(request.request_id)
         if self._outbox is not None:
             ctx.ttft_pod, ctx.tpot_pod = self.pod_type(first), self.pod_type(last)
         predicted = self._predicted.pop(request.request_id, None)
@@ -459,7 +469,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
     def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
         self._pending.pop(request.request_id, None)
         self._predicted.pop(request.request_id, None)
-        self._remote.pop(request.request_id, None)
+        self._forget_remote(request.request_id)
         ctx = self._drop(request.request_id)
         if ctx is None or completion.outcome is not Outcome.OK:
             return

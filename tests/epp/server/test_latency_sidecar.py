@@ -275,6 +275,41 @@ async def test_sidecar_predictions_are_kept_until_dispatch(sidecars: tuple[Sidec
     assert p.predictions(CycleState(), request(0), [A]) is None  # dropped at dispatch
 
 
+class Durations:
+    """The LatencyMetrics methods the producer calls (the prediction durations recorded)."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def pd_decision(self, *args: Any) -> None: ...
+
+    def disagg_decision(self, *args: Any) -> None: ...
+
+    def watch_inflight_load(self, source: Any) -> None: ...
+
+    def latency_observed(self, *args: Any) -> None: ...
+
+    def latency_predicted(self, plugin_type: str, name: str, model: str, target: str, seconds: float) -> None:
+        self.seconds.append(seconds)
+
+
+async def test_the_prediction_duration_includes_the_sidecar_call(sidecars: tuple[Sidecar, Sidecar]) -> None:
+    a, _ = sidecars
+    a.delay = 0.05
+    p = producer()
+    durations = Durations()
+    p.bind_metrics(durations)
+    c = client(p, [A], [a.url])
+    try:
+        await c.render(request(0), b"{}")
+    finally:
+        await c.aclose()
+    p.predictions(CycleState(), request(0), [A])
+    p.predictions(CycleState(), request(1), [A])  # in process only: no fetch time
+    assert len(durations.seconds) == 2
+    assert durations.seconds[0] >= 0.05 > durations.seconds[1]  # upstream times its bulk call
+
+
 @pytest.mark.parametrize(
     ("setup", "reason"),
     [
