@@ -122,6 +122,7 @@ REJECTED = [
 def _render_up_front(render: Renderer) -> None:
     jobs = [(chart, values, "pool") for chart in CHARTS for values in (enabled(), gie_enabled(chart))]
     jobs += [(chart, enabled(predictionServers={"count": 3}), "pool") for chart in CHARTS]
+    jobs.append((POOL, merged(enabled(), {"inferencePool": {"parser": "passthrough-parser"}}), "pool"))
     jobs += [(chart, values, "pool") for chart in CHARTS for values, _ in REJECTED]
     render.prefetch(jobs)
 
@@ -190,6 +191,14 @@ def test_enabled_renders_the_sidecars_env_and_plugins_as_gie(
     path.write_text(plugins)
     loaded = load_picker_config(str(path), None)
     assert "predicted-latency-producer" in loaded.config.render()
+
+
+def test_the_parser_joins_the_latency_configuration_as_in_gie(render: Renderer) -> None:
+    values = merged(enabled(), {"inferencePool": {"parser": "passthrough-parser"}})
+    objects = render(POOL, values)
+    text = next(c for c in by_kind(objects, "ConfigMap") if "default-plugins.yaml" in c.get("data", {}))
+    config = yaml.safe_load(text["data"]["default-plugins.yaml"])
+    assert config == {**GIE_PLUGINS, "parser": {"pluginRef": "passthrough-parser"}}
 
 
 @pytest.mark.parametrize("chart", CHARTS, ids=lambda p: p.name)
