@@ -83,6 +83,7 @@ PREDICT_PATH = "/predict/bulk/strict"
 TRAIN_PATH = "/add_training_data_bulk"
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024  # 100 predictions are ~25 KB
 WARN_INTERVAL_S = 30.0
+CLOSE_FLUSH_TIMEOUT_S = 2.0  # the last flush's bound per post, at shutdown
 ENV_VARS = (
     "PREDICTION_SERVER_URL",
     "TRAINING_SERVER_URL",
@@ -396,9 +397,10 @@ class LatencySidecarClient:
             await asyncio.sleep(self.config.flush_interval_s)
             await self.flush()
 
-    async def flush(self) -> int:
-        """Post the queued training samples (at most ``max_sample_size`` per producer); the number
-        sent. Never raises."""
+    async def flush(self, timeout_s: float | None = None) -> int:
+        """Post the queued training samples (at most ``max_sample_size`` per producer), each post
+        bounded by ``timeout_s`` (default ``LATENCY_HTTP_TIMEOUT_SEC``); the number sent. Never raises."""
+        timeout = self.config.http_timeout_s if timeout_s is None else timeout_s
         sent = 0
         url = self.config.training_url + TRAIN_PATH
         for producer in self._producers:
@@ -408,12 +410,12 @@ class LatencySidecarClient:
             self.counters["trainingPosts"] += 1
             data = orjson.dumps({"entries": [_entry(s) for s in samples]})
             try:
-                async with asyncio.timeout(self.config.http_timeout_s):
+                async with asyncio.timeout(timeout):
                     status, _ = await self._post(url, data)
                 if not 200 <= status < 300:  # upstream's server answers 202
                     raise _Failure("status", f"POST {url}: HTTP {status}")
             except TimeoutError:
-                exc = _Failure("timeout", f"POST {url}: no answer within {self.config.http_timeout_s:g}s")
+                exc = _Failure("timeout", f"POST {url}: no answer within {timeout:g}s")
                 self._failed("trainingFailures", exc, self._train_warn)
                 self.counters["trainingSamplesLost"] += len(samples)
                 continue
@@ -426,14 +428,15 @@ class LatencySidecarClient:
         return sent
 
     async def aclose(self) -> None:
-        """Stop the training task (one last flush, bounded by its timeout) and close the session."""
+        """Stop the training task (one last flush, each post bounded by :data:`CLOSE_FLUSH_TIMEOUT_S`
+        so that a silent training server cannot hold the shutdown) and close the session."""
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
             self._flusher = None
         if self.config.training_url:
-            await self.flush()
+            await self.flush(min(CLOSE_FLUSH_TIMEOUT_S, self.config.http_timeout_s))
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -481,3 +481,18 @@ async def test_the_background_task_flushes_and_close_stops_it(sidecars: tuple[Si
     complete(p, 1, A, 0.1, 2)
     await c.aclose()  # one last flush
     assert len(a.train_bodies) == 2 and c._flusher is None
+
+
+async def test_close_does_not_wait_for_a_silent_training_server(
+    sidecars: tuple[Sidecar, Sidecar], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, _ = sidecars
+    a.delay = 1.0
+    monkeypatch.setattr(ls, "CLOSE_FLUSH_TIMEOUT_S", 0.1)
+    p = producer()
+    c = client(p, [A], [], training=a.url)
+    complete(p, 0, A, 0.1, 2)
+    start = time.perf_counter()
+    await c.aclose()
+    assert time.perf_counter() - start < 0.6
+    assert c.counters["trainingFailures"] == {"timeout": 1} and c.counters["trainingSamplesLost"] == 1
