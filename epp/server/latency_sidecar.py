@@ -339,12 +339,19 @@ class LatencySidecarClient:
         for producer in self._producers:
             if not producer.params.predict_in_produce:
                 continue
-            rows = [_row(f, producer.pod_type(e)) for e, f in producer.remote_features(request, endpoints)]
             start = time.perf_counter()
             try:
+                rows = [
+                    _row(f, producer.pod_type(e)) for e, f in producer.remote_features(request, endpoints)
+                ]
                 predicted = await self._predict(rows)
             except _Failure as exc:
                 self._failed("predictionFailures", exc, self._predict_warn)
+                producer.accept_remote(request.request_id, None)
+                continue
+            except Exception as exc:  # never into the stream: the request is scheduled in process
+                _log.exception("latency predictor prediction step failed", request_id=request.request_id)
+                self._failed("predictionFailures", _Failure("internal", repr(exc)), self._predict_warn)
                 producer.accept_remote(request.request_id, None)
                 continue
             self.counters["predictedRows"] += len(rows)
@@ -389,13 +396,16 @@ class LatencySidecarClient:
                 if len(body) > MAX_RESPONSE_BYTES:
                     raise _Failure("malformed", f"POST {url}: answer over {MAX_RESPONSE_BYTES} bytes")
                 return resp.status, body
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, OSError) as exc:
             raise _Failure("connection", f"POST {url}: {type(exc).__name__}: {exc}") from None
 
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.flush_interval_s)
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception:  # the task outlives any one flush
+                _log.exception("latency predictor training flush failed")
 
     async def flush(self, timeout_s: float | None = None) -> int:
         """Post the queued training samples (at most ``max_sample_size`` per producer), each post

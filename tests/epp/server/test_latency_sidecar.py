@@ -496,3 +496,23 @@ async def test_close_does_not_wait_for_a_silent_training_server(
     await c.aclose()
     assert time.perf_counter() - start < 0.6
     assert c.counters["trainingFailures"] == {"timeout": 1} and c.counters["trainingSamplesLost"] == 1
+
+
+async def test_an_unexpected_error_is_counted_not_raised(
+    sidecars: tuple[Sidecar, Sidecar], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, _ = sidecars
+    p = producer()
+    c = client(p, [A], [a.url])
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(p, "remote_features", broken)
+    try:
+        with capture_logs():
+            await c.render(request(), b"{}")
+    finally:
+        await c.aclose()
+    assert c.counters["predictionFailures"] == {"internal": 1} and a.predict_bodies == []
+    assert p.predictions(CycleState(), request(), [A]) is not None  # the in-process model answers
