@@ -46,6 +46,7 @@ from epp.flowcontrol.metrics import FlowMetrics, queue_gauges
 from epp.protocol import SessionConfig
 from epp.protocol.config import ResponseMetadataFn
 from epp.server.kv_cache_metrics import KVCacheCollector
+from epp.server.latency_sidecar import SidecarConfigError, latency_sidecar
 from epp.server.metric_catalog import Naming
 from epp.server.metrics import (
     DataLayerMetrics,
@@ -210,6 +211,10 @@ async def build_app(options: Options) -> PickerApp:
             rewrites, on_decision=RewriteMetrics(registry, naming), log_decisions=options.verbosity >= 2
         ),
     )
+    try:
+        sidecar = latency_sidecar(plugins, layer.snapshot, os.environ)
+    except SidecarConfigError as exc:
+        raise StartupError(f"latency predictor sidecar: {exc}") from None
     server = EppServer(
         settings,
         source=layer,
@@ -226,6 +231,7 @@ async def build_app(options: Options) -> PickerApp:
         on_result=prefix_hit_recorder(plugins, scheduler_metrics.observe_prefix),
         stream_metrics=StreamMetrics(registry, naming) if options.enable_grpc_stream_metrics else None,
         flow=flow,
+        latency_sidecar=sidecar,
     )
     _log_gates(loaded.feature_gates)
     replica_sync = _replica_sync(options, plugins, layer)

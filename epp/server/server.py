@@ -35,7 +35,9 @@ from epp.server.h2 import H2Server
 from epp.server.h2.limits import H2Limits
 from epp.server.health import HealthStatus
 from epp.server.http import MetricsTls, make_http_app, start_http
+from epp.server.latency_sidecar import LatencySidecarClient
 from epp.server.metrics import RequestMetrics, StreamMetrics
+from epp.server.prescheduling import chain
 from epp.server.render import token_renderer
 from epp.server.request_log import RequestLog
 from epp.server.routing import EndpointSource, RequestScheduler, Router
@@ -100,9 +102,11 @@ class EppServer:
         on_result: Callable[[LLMRequest, SchedulingResult], None] | None = None,
         stream_metrics: StreamMetrics | None = None,
         flow: FlowController | None = None,
+        latency_sidecar: LatencySidecarClient | None = None,
     ) -> None:
         """``flow``: the flow controller (None: flow control off); shut down first by :meth:`shutdown`,
-        so queued requests are answered (503) before the streams' grace period."""
+        so queued requests are answered (503) before the streams' grace period. ``latency_sidecar``:
+        ``predicted-latency-producer``'s client of the latency predictor servers (None: not used)."""
         self.settings = settings
         self.source = source
         self.registry = registry
@@ -119,9 +123,10 @@ class EppServer:
             request_log,
             clock,
             stream_metrics=stream_metrics,
-            renderer=token_renderer(getattr(scheduler, "plugins", ())),
+            renderer=chain(token_renderer(getattr(scheduler, "plugins", ())), latency_sidecar),
             flow=flow,
         )
+        self._latency_sidecar = latency_sidecar
         self.servicer = ExtProcServicer(self.core, settings.max_send_bytes)
         self._http_app = make_http_app(
             registry,
@@ -144,6 +149,8 @@ class EppServer:
         """Bind every port (ports given as 0 are resolved into the attributes); health: not ready."""
         s = self.settings
         await self.health.start()
+        if self._latency_sidecar is not None:
+            self._latency_sidecar.start()
         context = s.metrics_tls.context if s.metrics_tls is not None else None
         self._http, self.metrics_port = await start_http(self._http_app, s.host, s.metrics_port, context)
         if s.metrics_tls is not None:

@@ -50,7 +50,7 @@ from epp.server.correlation import UsageCorrelation
 from epp.server.grpc_status import GRPC_CANCELLED, GRPC_DEADLINE_EXCEEDED, GRPC_OK, GRPC_UNKNOWN
 from epp.server.metrics import RequestMetrics, StreamMetrics
 from epp.server.observability_stream import ObservabilityStream
-from epp.server.render import TokenRenderer
+from epp.server.prescheduling import PreSchedulingStep
 from epp.server.request_log import RequestLog
 from epp.server.routing import Router
 from epp.server.routing_stream import RoutingStream
@@ -103,7 +103,7 @@ class StreamCore:
         clock: Callable[[], float] = time.perf_counter,
         correlation: UsageCorrelation | None = None,
         stream_metrics: StreamMetrics | None = None,
-        renderer: TokenRenderer | None = None,
+        renderer: PreSchedulingStep | None = None,
         flow: FlowController | None = None,
     ) -> None:
         """``stream_metrics``: the opt-in ext_proc stream metrics (None: not recorded). ``renderer``: the

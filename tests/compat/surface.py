@@ -18,6 +18,7 @@ compatibility report compares these checked-in lists with what pyepp defines (:m
 
 from __future__ import annotations
 
+import posixpath
 import re
 import subprocess
 import sys
@@ -115,10 +116,24 @@ def _leaves(value: Any, prefix: str) -> Iterator[str]:
 
 
 def chart_keys(root: Path, chart: str) -> dict[str, set[str]]:
+    """The chart's value keys, with those of its local dependencies under their alias (GIE's charts take
+    ``inferenceExtension.latencyPredictor.*`` from their ``epplib`` library, aliased
+    ``inferenceExtension``, as Helm merges a dependency's values under its alias)."""
     source = next(s for s in SOURCES if s.short == "gie")
-    path = f"config/charts/{chart}/values.yaml"
+    base = f"config/charts/{chart}"
+    path = f"{base}/values.yaml"
     values = yaml.safe_load(_git(source, root, "show", f"{source.rev}:{path}")) or {}
-    return {key: {f"gie:{path}"} for key in _leaves(values, "")}
+    found = {key: {f"gie:{path}"} for key in _leaves(values, "")}
+    meta = yaml.safe_load(_git(source, root, "show", f"{source.rev}:{base}/Chart.yaml")) or {}
+    for dep in meta.get("dependencies") or ():
+        repo = str(dep.get("repository", ""))
+        if not repo.startswith("file://"):
+            continue
+        dep_path = posixpath.normpath(f"{base}/{repo.removeprefix('file://')}/values.yaml")
+        dep_values = yaml.safe_load(_git(source, root, "show", f"{source.rev}:{dep_path}")) or {}
+        for key in _leaves(dep_values, str(dep.get("alias") or dep["name"])):
+            found.setdefault(key, set()).add(f"gie:{dep_path}")
+    return found
 
 
 def load_list(kind: str) -> dict[str, str]:

@@ -147,7 +147,6 @@ REJECTED = [
         ),
         "port must be a port 1-65535",
     ),
-    (base(inferenceExtension={"latencyPredictor": {"enabled": True}}), "latency predictor .* not available"),
     (base(inferenceExtension={"sidecar": {"image": "envoy:1"}}), "an image needs a name"),
     (
         base(inferenceExtension={"endpointsServer": {"targetPorts": "80x"}}),

@@ -65,7 +65,6 @@ REJECTED = [
     (base(inferenceExtension={"metricsDataSource": {"insecureSkipVerify": "yes"}}), "insecureSkipVerify"),
     (base(experimentalHttpRoute={"enabled": "true"}), "/experimentalHttpRoute/enabled"),
     (base(inferencePool={"modelServerProtocol": "tcp"}), "/inferencePool/modelServerProtocol"),
-    (base(inferenceExtension={"latencyPredictor": {"enabled": True}}), "latency predictor .* not available"),
     (base(inferencePool={"modelServerProtocol": "grpc"}), "needs GIE's vllmgrpc-parser"),
     (base(inferencePool={"parser": "vllmgrpc-parser"}), "inferencePool.parser"),
     (base(inferenceExtension={"sidecar": {"enabled": True, "name": "p"}}), "sidecar: name and image"),

@@ -1,7 +1,12 @@
 """``predicted-latency-producer`` (llm-d-router): per-endpoint TTFT/TPOT predictions, learnt in process.
 
 Upstream trains XGBoost in two sidecars; pyepp learns the same targets with the in-process online
-model of :mod:`scheduler.plugins.latency.model` (no sidecar, no new dependency).
+model of :mod:`scheduler.plugins.latency.model` (no sidecar, no new dependency). Optionally (sidecar
+mode, :mod:`epp.server.latency_sidecar`, set up by upstream's environment variables) upstream's
+prediction server answers instead: its predictions are fetched before scheduling and handed in
+(:meth:`PredictedLatencyProducer.accept_remote`); the in-process model keeps learning and answers for
+the requests the server did not (failure, timeout); every training sample is also queued for the
+training server (:meth:`PredictedLatencyProducer.drain_samples`, at most :data:`SIDECAR_QUEUE_LIMIT`).
 
 Per request and candidate endpoint it publishes a :class:`LatencyPredictionInfo` (read by
 ``latency-scorer``, ``slo-headroom-tier-filter``, ``latency-slo-admitter`` and
@@ -69,7 +74,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,6 +108,7 @@ __all__ = [
     "LatencyPredictionInfo",
     "PredictedLatencyParams",
     "PredictedLatencyProducer",
+    "SidecarSample",
     "factory",
     "slo_header",
 ]
@@ -111,7 +117,22 @@ DEFAULT_PRODUCER = "predicted-latency-producer"
 CONTEXT_LIMIT = 65536
 PENDING_LIMIT = 4096  # prefix matches kept between scheduling and dispatch
 AWAITING_BLOCKS_LIMIT = 512  # leading block hashes per request counted as held until its first token
+SIDECAR_QUEUE_LIMIT = 16384  # training samples waiting for the sidecar client (the oldest dropped beyond)
 _PREFILL = "prefill"
+_POD_TYPES = frozenset({"prefill", "decode"})
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarSample:
+    """One training sample for upstream's training server (sidecar mode): the features at dispatch and
+    the observed latency; 0 marks the target a sample does not carry (upstream's convention)."""
+
+    features: Features
+    ttft_ms: float
+    tpot_ms: float
+    tokens_generated: int
+    pod_type: str  # "prefill", "decode" or "" (the endpointRoleLabel label's value)
+    at: float  # wall-clock seconds (time.time()) when observed
 
 
 @dataclass(slots=True)
@@ -130,6 +151,8 @@ class _Context:
     predicted_tpot: float = 0.0  # ms, the prediction for tpot_endpoint (metrics only)
     charges: list[tuple[str, int]] = field(default_factory=list)  # (address, prefill tokens)
     awaiting: tuple[int, ...] = ()  # the prompt's block hashes counted as held by ttft_endpoint
+    ttft_pod: str = ""  # the endpoints' pod types (sidecar training samples)
+    tpot_pod: str = ""
 
 
 class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
@@ -166,6 +189,15 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         self._background = background
         self._wake = threading.Event()
         self._trainer: threading.Thread | None = None
+        # Sidecar mode (epp.server.latency_sidecar): predictions fetched before scheduling, per request
+        # (at most PENDING_LIMIT), and the training samples waiting for the client (None: not in
+        # sidecar mode; at most SIDECAR_QUEUE_LIMIT, the oldest dropped beyond).
+        self._remote: OrderedDict[str, Mapping[str, tuple[float, float]]] = OrderedDict()
+        self._remote_seconds: dict[str, float] = {}  # the fetch's duration, per request in _remote
+        self._outbox: deque[SidecarSample] | None = None
+        self._sidecar_state: Callable[[], Mapping[str, Any]] | None = None
+        self.samples_dropped = 0
+        self.remote_cycles = 0  # prediction sets that used the sidecar's predictions
 
     def produced_keys(self) -> frozenset[str]:
         return frozenset({f"{LATENCY_PREDICTION_INFO}/{self.name}"})
@@ -207,7 +239,10 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
     ) -> dict[str, LatencyPredictionInfo] | None:
         """Per-address predictions for ``request`` (None: cold model without the prior, or
         ``predictInProduce: false``)."""
-        if not self.params.predict_in_produce or not self.model.predicts:
+        if not self.params.predict_in_produce:
+            return None
+        remote = self._remote.get(request.request_id)
+        if remote is None and not self.model.predicts:
             return None
         ttft_slo = slo_header(request, TTFT_SLO_HEADER)
         tpot_slo = slo_header(request, TPOT_SLO_HEADER)
@@ -219,9 +254,11 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         out: dict[str, LatencyPredictionInfo] = {}
         for endpoint in endpoints:
             address = endpoint.address
-            predicted = self.model.predict(address, self.features(request, endpoint, match))
+            predicted = remote.get(address) if remote is not None else None
             if predicted is None:
-                return None
+                predicted = self.model.predict(address, self.features(request, endpoint, match))
+                if predicted is None:
+                    return None
             ttft, tpot = predicted
             tpot_valid, tpot_headroom = True, 0.0
             if streaming and not (role and endpoint.labels.get(role) == _PREFILL):
@@ -235,6 +272,8 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
                 ttft < ttft_slo, tpot_valid, ttft_slo - ttft, tpot_headroom, ttft, tpot,
                 self._dispatched.get(address, 0),
             )  # fmt: skip
+        if remote is not None:
+            self.remote_cycles += 1
         return out
 
     def admission_predictions(
@@ -245,6 +284,72 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         match among them, before the admission plugins), so a prompt an endpoint holds is predicted
         as cached there."""
         return self.predict(request, endpoints, self.prefix_match_for(CycleState(), request))
+
+    # -- sidecar mode (upstream's latency predictor servers; the I/O is epp.server.latency_sidecar's) -----
+
+    def enable_sidecar(self, training: bool, state: Callable[[], Mapping[str, Any]] | None = None) -> None:
+        """Sidecar mode: predictions handed in by :meth:`accept_remote` take precedence over the
+        in-process model's (which keeps learning: it answers whenever the sidecar did not); with
+        ``training`` every sample is also queued for :meth:`drain_samples`. ``state``: the client's
+        counters, shown in :meth:`dump_state`."""
+        self._outbox = deque() if training else None
+        self._sidecar_state = state
+
+    def pod_type(self, endpoint: EndpointView) -> str:
+        """Upstream's ``pod_type`` of ``endpoint``: its ``endpointRoleLabel`` label when that is
+        ``prefill`` or ``decode``, else "" (monolithic)."""
+        role = self.params.endpoint_role_label
+        value = endpoint.labels.get(role, "") if role else ""
+        return value if value in _POD_TYPES else ""
+
+    def remote_features(
+        self, request: LLMRequest, endpoints: Sequence[EndpointView]
+    ) -> list[tuple[EndpointView, Features]]:
+        """The features to ask the prediction server about, one per endpoint (the prefix match on a
+        cycle state of its own, as :meth:`admission_predictions`)."""
+        match = self.prefix_match_for(CycleState(), request)
+        return [(e, self.features(request, e, match)) for e in endpoints]
+
+    def accept_remote(
+        self, request_id: str, predictions: Mapping[str, tuple[float, float]] | None, seconds: float = 0.0
+    ) -> None:
+        """The prediction server's ``{address: (ttft_ms, tpot_ms)}`` for a request about to be
+        scheduled (None: none, the in-process model answers), fetched in ``seconds`` (added to the
+        prediction duration metric, which upstream measures around its bulk call). Kept until the
+        request is dispatched or completes, at most :data:`PENDING_LIMIT` requests (the oldest
+        dropped beyond)."""
+        if predictions is None:
+            self._forget_remote(request_id)
+            return
+        if len(self._remote) >= PENDING_LIMIT and request_id not in self._remote:
+            self._forget_remote(next(iter(self._remote)))
+        self._remote[request_id] = predictions
+        self._remote_seconds[request_id] = seconds
+
+    def _forget_remote(self, request_id: str) -> None:
+        self._remote.pop(request_id, None)
+        self._remote_seconds.pop(request_id, None)
+
+    def drain_samples(self, limit: int) -> list[SidecarSample]:
+        """Up to ``limit`` queued training samples, oldest first (removed from the queue)."""
+        outbox = self._outbox
+        if not outbox:
+            return []
+        return [outbox.popleft() for _ in range(min(limit, len(outbox)))]
+
+    def queued_samples(self) -> int:
+        return len(self._outbox) if self._outbox is not None else 0
+
+    def _observe(
+        self, address: str, features: Features, ttft: float | None, tpot: float | None, tokens: int, pod: str
+    ) -> None:
+        self.model.observe(address, features, ttft, tpot)
+        outbox = self._outbox
+        if outbox is not None:
+            if len(outbox) >= SIDECAR_QUEUE_LIMIT:
+                outbox.popleft()
+                self.samples_dropped += 1
+            outbox.append(SidecarSample(features, ttft or 0.0, tpot or 0.0, tokens, pod, time.time()))
 
     def dispatched(self, address: str) -> int:
         """Requests this picker dispatched to ``address`` that have not completed (nor expired)."""
@@ -270,7 +375,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             return found
         start = time.perf_counter()
         found = self.predict(request, endpoints, self.prefix_match_for(cycle, request))
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start + self._remote_seconds.pop(request.request_id, 0.0)
         cycle.write(self._key, found)
         if found is not None:
             metrics.latency_predicted(
@@ -314,6 +419,9 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             first.address, last.address, features, tpot_features, now, now + self.params.context_ttl,
             slo_header(request, TPOT_SLO_HEADER),
         )  # fmt: skip
+        self._forget_remote(request.request_id)
+        if self._outbox is not None:
+            ctx.ttft_pod, ctx.tpot_pod = self.pod_type(first), self.pod_type(last)
         predicted = self._predicted.pop(request.request_id, None)
         if predicted is not None:
             ttft_info, tpot_info = predicted.get(first.address), predicted.get(last.address)
@@ -355,12 +463,13 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             # Upstream records the TTFT sample at the first token: the model learns a request's TTFT
             # as soon as it is known, not after its whole answer (a faster warm-up).
             ctx.ttft_ms = ttft = (now - ctx.dispatched_at) * 1000.0
-            self.model.observe(ctx.ttft_endpoint, ctx.features, ttft, None)
+            self._observe(ctx.ttft_endpoint, ctx.features, ttft, None, 0, ctx.ttft_pod)
             self._train()
 
     def on_completed(self, request: LLMRequest, result: SchedulingResult, completion: Completion) -> None:
         self._pending.pop(request.request_id, None)
         self._predicted.pop(request.request_id, None)
+        self._forget_remote(request.request_id)
         ctx = self._drop(request.request_id)
         if ctx is None or completion.outcome is not Outcome.OK:
             return
@@ -375,13 +484,13 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             tpot = (end - ctx.first_chunk_at) * 1000.0 / (tokens - 1)
         if trained:
             if tpot is not None:
-                self.model.observe(ctx.tpot_endpoint, ctx.tpot_features, None, tpot)
+                self._observe(ctx.tpot_endpoint, ctx.tpot_features, None, tpot, tokens, ctx.tpot_pod)
         elif ctx.ttft_endpoint == ctx.tpot_endpoint:
-            self.model.observe(ctx.ttft_endpoint, ctx.features, ttft, tpot)
+            self._observe(ctx.ttft_endpoint, ctx.features, ttft, tpot, tokens, ctx.ttft_pod)
         else:
-            self.model.observe(ctx.ttft_endpoint, ctx.features, ttft, None)
+            self._observe(ctx.ttft_endpoint, ctx.features, ttft, None, 0, ctx.ttft_pod)
             if tpot is not None:
-                self.model.observe(ctx.tpot_endpoint, ctx.tpot_features, None, tpot)
+                self._observe(ctx.tpot_endpoint, ctx.tpot_features, None, tpot, tokens, ctx.tpot_pod)
         self._train()
         if self._metrics is not None and ttft > 0.0:
             self._metrics.latency_observed(self.plugin_type, self.name, LatencyReport(
@@ -469,12 +578,21 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
 
     def dump_state(self) -> dict[str, Any]:
         """Model and in-flight state for ``/debug/plugins/state``."""
-        return {
+        state: dict[str, Any] = {
             "model": self.model.state(),
             "trackedRequests": len(self._contexts),
             "dispatchedRequests": dict(sorted(self._dispatched.items())[:100]),
             "prefillTokensInFlight": dict(sorted(self._prefill_tokens.items())[:100]),
         }
+        if self._sidecar_state is not None or self._outbox is not None:
+            sidecar = dict(self._sidecar_state()) if self._sidecar_state is not None else {}
+            sidecar.update(
+                cyclesWithSidecarPredictions=self.remote_cycles,
+                trainingSamplesQueued=self.queued_samples(),
+                trainingSamplesDropped=self.samples_dropped,
+            )
+            state["sidecar"] = sidecar
+        return state
 
 
 def factory(name: str, parameters: Mapping[str, Any], handle: Handle) -> PredictedLatencyProducer:

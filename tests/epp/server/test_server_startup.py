@@ -267,3 +267,24 @@ async def test_build_app_takes_discovery_from_the_configuration(tmp_path: Path) 
     no_discovery = config.replace("  discovery:\n    pluginRef: file-discovery\n", "")
     with pytest.raises(StartupError, match="no endpoints"):
         await build_app(parse_options(["--config-text", no_discovery, "--secure-serving=false"], env={}))
+
+
+PREDICTED_LATENCY = """\
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: predicted-latency-producer
+- type: latency-scorer
+- type: max-score-picker
+"""
+
+
+async def test_build_app_reports_a_bad_latency_sidecar_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREDICTION_SERVER_URL", "http://localhost:8001")
+    monkeypatch.setenv("LATENCY_MAX_BULK_SIZE", "500")
+    options = parse_options(
+        ["--endpoints", "127.0.0.1:8000", "--secure-serving=false", "--config-text", PREDICTED_LATENCY],
+        env={},
+    )
+    with pytest.raises(StartupError, match=r"latency predictor sidecar: LATENCY_MAX_BULK_SIZE='500'"):
+        await build_app(options)

@@ -141,8 +141,15 @@ readiness. With inferenceExtension.activeActive (pyepp) every replica serves (no
 {{- if not (has (include "inferencepool.parser" .) (list "" "openai-parser" "passthrough-parser")) -}}
 {{- fail (printf "inferencePool.parser: expected openai-parser, passthrough-parser or empty, got %q (pyepp has no other parser)" (include "inferencepool.parser" .)) -}}
 {{- end -}}
-{{- if ($ie.latencyPredictor | default dict).enabled -}}
-{{- fail "inferenceExtension.latencyPredictor.enabled: GIE's latency predictor sidecars (training and prediction servers) are not available in pyepp, which learns TTFT/TPOT in process: remove latencyPredictor and list predicted-latency-producer and latency-scorer (optionally slo-headroom-tier-filter, latency-slo-admitter) in the plugins configuration" -}}
+{{- if include "inferencepool.latencyPredictor.enabled" . -}}
+{{- include "inferencepool.latencyPredictor.validate" . -}}
+{{- $taken := list (int $ie.extProcPort) 9003 9090 -}}
+{{- if include "inferencepool.replicaSync" . }}{{ $taken = append $taken (int $ie.replicaSync.port) }}{{ end -}}
+{{- range $port := splitList "," (include "inferencepool.latencyPredictor.ports" .) -}}
+{{- if has (int $port) $taken -}}
+{{- fail (printf "inferenceExtension.latencyPredictor: port %s is the picker's own (ext_proc, health 9003, metrics 9090, replica sync); move trainingServer.port or predictionServers.startPort" $port) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- if and (include "inferencepool.standalone" .) (not $ie.endpointsServer.endpointSelector) -}}
 {{- fail "inferenceExtension.endpointsServer.endpointSelector is required in standalone mode (createInferencePool false)" -}}

@@ -244,7 +244,14 @@ services:
 {{- if and $sidecar.enabled $sidecar.image (not $sidecar.name) -}}
 {{- fail "inferenceExtension.sidecar: a sidecar with an image needs a name (sidecar.name or the preset's)" -}}
 {{- end -}}
-{{- if ($ie.latencyPredictor | default dict).enabled -}}
-{{- fail "inferenceExtension.latencyPredictor.enabled: GIE's latency predictor sidecars (training and prediction servers) are not available in pyepp, which learns TTFT/TPOT in process: remove latencyPredictor and list predicted-latency-producer and latency-scorer (optionally slo-headroom-tier-filter, latency-slo-admitter) in the plugins configuration" -}}
+{{- if include "standalone.latencyPredictor.enabled" . -}}
+{{- include "standalone.latencyPredictor.validate" . -}}
+{{- $taken := list 9002 9003 9090 -}}
+{{- if include "standalone.builtinEnvoy" . }}{{ $taken = append $taken (int .Values.envoy.port) }}{{ end -}}
+{{- range $port := splitList "," (include "standalone.latencyPredictor.ports" .) -}}
+{{- if has (int $port) $taken -}}
+{{- fail (printf "inferenceExtension.latencyPredictor: port %s is taken in the pod (the picker's 9002, 9003, 9090 or Envoy's envoy.port); move trainingServer.port or predictionServers.startPort" $port) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
