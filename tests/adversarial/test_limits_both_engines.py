@@ -46,7 +46,7 @@ def _server_frames(port: int, seconds: float) -> tuple[dict[int, int], bool, flo
     return settings, False, time.monotonic() - start
 
 
-@pytest.mark.parametrize("engine", ["h2", "grpcio"])
+@pytest.mark.parametrize("engine", ["h2", "ngh2", "grpcio"])
 def test_stream_and_header_limits_are_advertised_and_idle_connections_end(engine: str) -> None:
     flags = ("--grpc-h2-max-concurrent-streams=7", "--grpc-h2-max-header-list-size=4096",
              "--grpc-h2-idle-timeout=1s")  # fmt: skip
