@@ -9,7 +9,6 @@ import asyncio
 import struct
 
 import hpack
-
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry
@@ -22,8 +21,8 @@ from epp.server.h2 import frames as f
 from epp.server.h2.connection import H2Connection
 from epp.server.h2.headers import parse_grpc_timeout
 from epp.server.h2.limits import H2Limits
-from epp.server.ngh2 import NgH2Connection
 from epp.server.metrics import RequestMetrics
+from epp.server.ngh2 import NgH2Connection
 from epp.server.routing import Router
 from epp.server.stream import StreamCore
 from scheduler.types import Outcome
