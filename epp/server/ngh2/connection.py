@@ -52,6 +52,7 @@ load; hence its bucket is sized from ``flood_rate`` as above.
 from __future__ import annotations
 
 import asyncio
+import struct
 from typing import Any, cast
 from urllib.parse import quote
 
@@ -91,6 +92,7 @@ _CANCEL, _RESET, _SHUTDOWN, _TIMEOUT = (
 _E = ngh2.ErrorCode
 _NO_ERROR, _CANCEL_CODE, _REFUSED = int(_E.NO_ERROR), int(_E.CANCEL), int(_E.REFUSED_STREAM)
 _ONLY_PROCESS = b"unknown method: only envoy.service.ext_proc.v3.ExternalProcessor/Process is served"
+_GRPC_PREFIX = struct.Struct(">BI")  # compressed flag, message length
 _MAX_FRAME = 1 << 20  # what we accept (SETTINGS_MAX_FRAME_SIZE), as the h2 engine
 _DECODE = ProcessingRequest.FromString
 _DataReceived, _RequestReceived, _TrailersReceived = (
@@ -135,18 +137,20 @@ class _Stream:
     """One open stream: its handler, received bytes not yet consumed, answers waiting for the windows."""
 
     __slots__ = (
-        "buf", "call", "closing", "commit", "decode", "ext", "headers_sent", "need", "pending",
-        "pending_bytes", "remote_closed", "suspended", "target", "trailer",
+        "buf", "call", "closing", "commit", "decode", "ext", "handed", "handed_in", "headers_sent", "need",
+        "pending", "pending_bytes", "remote_closed", "suspended", "target", "trailer",
     )  # fmt: skip
 
     def __init__(self, ext: ExtProcHandler, window: int) -> None:
         self.ext = ext
         self.target = window  # the stream's receive window (nghttp2's local window size)
-        self.buf = bytearray()  # received, not yet consumed (= not yet acknowledged to nghttp2)
+        self.buf: bytes | bytearray = b""  # received, not consumed (= not acknowledged to nghttp2)
         self.need = 5  # len(buf) needed before the next message can be complete
         self.commit = 0  # bytes of a large message granted beyond the stream window
         self.pending: list[bytes] = []  # gRPC-framed answers waiting for the peer's windows
         self.pending_bytes = 0
+        self.handed = 0  # bytes handed to nghttp2 since its data_to_send number ``handed_in``
+        self.handed_in = -1
         self.closing = False  # trailers decided; sent once ``pending`` is
         self.trailer: list[tuple[bytes, bytes]] = _OK_TRAILERS
         self.headers_sent = False
@@ -185,6 +189,8 @@ class NgH2Connection(asyncio.Protocol):
         self._held = 0  # received bytes not yet consumed (all streams)
         self._queued = 0  # answer bytes waiting here for the peer's windows
         self._reserved = 0  # grants to large messages (sum of the streams' ``commit``)
+        self._handed = 0  # bytes handed to nghttp2 since the last data_to_send
+        self._flushes = 0  # data_to_send calls
         self._tokens = float(lim.flood_rate)
         self._refilled = 0.0
         self._active = 0.0  # loop time of the last read
@@ -306,7 +312,13 @@ class NgH2Connection(asyncio.Protocol):
                         stream.remote_closed = True
                     continue
                 if data:
-                    stream.buf += data
+                    buf = stream.buf
+                    if not buf:
+                        stream.buf = data
+                    else:
+                        if type(buf) is bytes:
+                            stream.buf = buf = bytearray(buf)
+                        buf += data  # in place: assembly stays linear in the message size
                     self._held += len(data)
                     if (
                         not stream.suspended
@@ -382,6 +394,8 @@ class NgH2Connection(asyncio.Protocol):
         conn = self._conn
         try:
             out = conn.data_to_send()
+            self._flushes += 1
+            self._handed = 0
             finishing = self._finishing
             if finishing:
                 waiting = []
@@ -463,10 +477,10 @@ class NgH2Connection(asyncio.Protocol):
         pos, end, need = 0, len(buf), 5
         ext = stream.ext
         while end - pos >= 5:
-            if buf[pos]:
+            compressed, size = _GRPC_PREFIX.unpack_from(buf, pos)
+            if compressed:
                 self._fail(sid, stream, GRPC_UNIMPLEMENTED, "compressed gRPC messages are not supported")
                 return False
-            size = int.from_bytes(buf[pos + 1 : pos + 5], "big")
             if size > self._max_message:
                 self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, f"message of {size} bytes is too large")
                 return False
@@ -492,19 +506,26 @@ class NgH2Connection(asyncio.Protocol):
             if stream.commit:
                 self._reserved -= stream.commit
                 stream.commit = 0
-            if pos:  # consumed: its bytes go back to the peer's windows
-                del buf[:pos]
-                self._held -= pos
-                self._ack(pos, sid)
-                end -= pos
-                pos = 0
             if not self._queue(sid, stream, responses):
-                return False
+                return False  # the stream ended: its whole buffer was given back
             if ext.suspended:  # an async step: the rest waits for it
                 self._suspend(sid, stream)
                 need = 0
                 break
+        if pos:  # consumed: those bytes go back to the peer's windows
+            self._held -= pos
+            self._ack(pos, sid)
+            if pos == end:
+                stream.buf = buf = b""
+            elif type(buf) is bytearray:
+                del buf[:pos]
+            else:
+                stream.buf = buf = bytearray(buf[pos:])
         stream.need = need
+        if stream.pending_bytes:
+            self._send(sid, stream)
+            if stream.closing:  # over the budget
+                return False
         if not buf:
             return True
         # a partial message: a message larger than the stream window is granted if the budget holds it
@@ -567,14 +588,17 @@ class NgH2Connection(asyncio.Protocol):
         elif self._queue(sid, stream, responses):
             if stream.ext.suspended:  # waits again (a health Watch, until its next change)
                 self._suspend(sid, stream)
-            elif stream.buf:
-                self._drain(sid, stream)
+            if stream.buf and not stream.suspended:
+                self._drain(sid, stream)  # sends what is queued too
+            elif stream.pending_bytes:
+                self._send(sid, stream)
         self._flush()
 
     # -- sending -----------------------------------------------------------------------------------
 
     def _queue(self, sid: int, stream: _Stream, responses: list[Any]) -> bool:
-        """Send ``responses`` (within the windows); False when the stream ended (too large, or done)."""
+        """Queue ``responses`` (the caller sends them, once for all the messages of a read); False when the
+        stream ended (an answer too large, or the stream done: then they were sent with the trailers)."""
         if responses:
             for response in responses:
                 data = response.SerializeToString()
@@ -584,9 +608,6 @@ class NgH2Connection(asyncio.Protocol):
                     return False
                 stream.pending += (len(data).to_bytes(5, "big"), data)
                 stream.pending_bytes += 5 + len(data)
-            self._send(sid, stream)
-            if stream.closing:
-                return False
         if stream.ext.finished:
             self._finish(sid, stream, GRPC_OK, "", _RESET)
             return False
@@ -609,10 +630,10 @@ class NgH2Connection(asyncio.Protocol):
             stream.headers_sent = True
         size = stream.pending_bytes
         if size:
-            room = min(
-                conn.remote_window_size - conn.queued_body_size(),
-                conn.stream_remote_window_size(sid) - conn.queued_body_size(sid),
-            )
+            # the peer's windows less what was handed to nghttp2 since the last data_to_send (it charges
+            # the windows as it frames the data there)
+            handed = stream.handed if stream.handed_in == self._flushes else 0
+            room = min(conn.remote_window_size - self._handed, conn.stream_remote_window_size(sid) - handed)
             pending = stream.pending
             if size > room:  # the rest waits here for a WINDOW_UPDATE (the trailers after it)
                 data = b"".join(pending)
@@ -620,6 +641,8 @@ class NgH2Connection(asyncio.Protocol):
                 if room > 0:
                     conn.send_data(sid, data[:room])
                     data = data[room:]
+                    self._handed += room
+                    stream.handed, stream.handed_in = handed + room, self._flushes
                 pending.append(data)
                 stream.pending_bytes = len(data)
                 self._waiting.add(sid)
@@ -629,6 +652,8 @@ class NgH2Connection(asyncio.Protocol):
                     self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, message)
                 return
             conn.send_data(sid, pending[0] if len(pending) == 1 else b"".join(pending))
+            self._handed += size
+            stream.handed, stream.handed_in = handed + size, self._flushes
             pending.clear()
             stream.pending_bytes = 0
         if sid in self._waiting:
@@ -661,7 +686,7 @@ class NgH2Connection(asyncio.Protocol):
         if stream.buf:
             self._held -= len(stream.buf)
             self._ack(len(stream.buf), sid)
-            stream.buf = bytearray()
+            stream.buf = b""
         self._reserved -= stream.commit
         stream.commit = 0
         if self._waiting:
@@ -684,7 +709,7 @@ class NgH2Connection(asyncio.Protocol):
             if stream.buf:  # nothing more is read from this stream
                 self._held -= len(stream.buf)
                 self._ack(len(stream.buf), sid)
-                stream.buf = bytearray()
+                stream.buf = b""
             self._send(sid, stream)
 
     def _expire(self, sid: int) -> None:
