@@ -514,7 +514,10 @@ class NgH2Connection(asyncio.Protocol):
                 break
         if pos:  # consumed: those bytes go back to the peer's windows
             self._held -= pos
-            self._ack(pos, sid)
+            try:
+                self._conn.acknowledge_received_data(pos, sid)
+            except ngh2.NGH2Error:
+                pass  # the connection already failed
             if pos == end:
                 stream.buf = buf = b""
             elif type(buf) is bytearray:
@@ -617,53 +620,51 @@ class NgH2Connection(asyncio.Protocol):
         """Hand nghttp2 what the peer's windows allow (the rest waits here), then the trailers once all
         is handed over and the stream is closing."""
         try:
-            self._send_on(sid, stream)
+            conn = self._conn
+            if not stream.headers_sent:
+                conn.send_response(sid, _RESPONSE)
+                stream.headers_sent = True
+            size = stream.pending_bytes
+            if size:
+                # the peer's windows less what was handed to nghttp2 since the last data_to_send (it charges
+                # the windows as it frames the data there)
+                handed = stream.handed if stream.handed_in == self._flushes else 0
+                room = conn.stream_remote_window_size(sid) - handed
+                room = min(room, conn.remote_window_size - self._handed)
+                pending = stream.pending
+                if size > room:  # the rest waits here for a WINDOW_UPDATE (the trailers after it)
+                    data = b"".join(pending)
+                    pending.clear()
+                    if room > 0:
+                        conn.send_data(sid, data[:room])
+                        data = data[room:]
+                        self._handed += room
+                        stream.handed, stream.handed_in = handed + room, self._flushes
+                    pending.append(data)
+                    stream.pending_bytes = len(data)
+                    self._waiting.add(sid)
+                    self._recount()
+                    if self._held + self._queued > self._budget and not stream.closing:
+                        message = f"queued answers: over the memory budget ({self._budget} bytes)"
+                        self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, message)
+                    return
+                conn.send_data(sid, pending[0] if len(pending) == 1 else b"".join(pending))
+                self._handed += size
+                stream.handed, stream.handed_in = handed + size, self._flushes
+                pending.clear()
+                stream.pending_bytes = 0
+            if sid in self._waiting:
+                self._waiting.discard(sid)
+                self._recount()
+            if stream.closing:
+                conn.send_trailers(sid, stream.trailer)
+                self._drop(sid, stream)
+                if not stream.remote_closed:
+                    self._finishing.append(sid)
         except ngh2.NGH2Error:  # nghttp2 closed the stream (its event follows) or the connection failed
             if self._streams.get(sid) is stream:
                 self._drop(sid, stream)
             stream.ext.end(_SHUTDOWN if self.shutting_down else _RESET)
-
-    def _send_on(self, sid: int, stream: _Stream) -> None:
-        conn = self._conn
-        if not stream.headers_sent:
-            conn.send_response(sid, _RESPONSE)
-            stream.headers_sent = True
-        size = stream.pending_bytes
-        if size:
-            # the peer's windows less what was handed to nghttp2 since the last data_to_send (it charges
-            # the windows as it frames the data there)
-            handed = stream.handed if stream.handed_in == self._flushes else 0
-            room = min(conn.remote_window_size - self._handed, conn.stream_remote_window_size(sid) - handed)
-            pending = stream.pending
-            if size > room:  # the rest waits here for a WINDOW_UPDATE (the trailers after it)
-                data = b"".join(pending)
-                pending.clear()
-                if room > 0:
-                    conn.send_data(sid, data[:room])
-                    data = data[room:]
-                    self._handed += room
-                    stream.handed, stream.handed_in = handed + room, self._flushes
-                pending.append(data)
-                stream.pending_bytes = len(data)
-                self._waiting.add(sid)
-                self._recount()
-                if self._held + self._queued > self._budget and not stream.closing:
-                    message = f"queued answers: over the memory budget ({self._budget} bytes)"
-                    self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, message)
-                return
-            conn.send_data(sid, pending[0] if len(pending) == 1 else b"".join(pending))
-            self._handed += size
-            stream.handed, stream.handed_in = handed + size, self._flushes
-            pending.clear()
-            stream.pending_bytes = 0
-        if sid in self._waiting:
-            self._waiting.discard(sid)
-            self._recount()
-        if stream.closing:
-            conn.send_trailers(sid, stream.trailer)
-            self._drop(sid, stream)
-            if not stream.remote_closed:
-                self._finishing.append(sid)
 
     def _recount(self) -> None:
         self._queued = sum(s.pending_bytes for s in map(self._streams.get, self._waiting) if s is not None)
