@@ -444,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         default=None,
         help="run this Python file as the picker instead of `-m epp` (a prototype that patches the "
-        "picker, e.g. tests/epp/server/ngh2_picker.py)",
+        "picker, then calls epp.cli.main)",
     )
     p.add_argument(
         "--out",

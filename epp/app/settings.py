@@ -59,7 +59,7 @@ def server_settings(options: Options) -> ServerSettings:
             except TlsError as exc:
                 raise StartupError(f"--grpc-client-ca-file: {exc}") from None
         try:
-            if options.grpc_engine == "h2":
+            if options.grpc_engine in ("h2", "ngh2"):  # ssl module contexts (epp.server.h2.server)
                 certificate, reload_from = load_certificate(
                     cert_path=options.cert_path, reload=options.enable_cert_reload, hosts=hosts
                 )

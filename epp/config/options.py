@@ -358,10 +358,10 @@ def _check_serving(ns: argparse.Namespace) -> None:
     except TlsError as exc:
         raise UsageError(f"--tls-cipher-suites: {exc}") from None
     tls_tuned = ns.tls_min_version not in (None, "VersionTLS12") or bool(_cipher_suites(ns))
-    if tls_tuned and ns.grpc_engine != "h2":
+    if tls_tuned and ns.grpc_engine == "grpcio":
         raise UsageError(
-            "--tls-min-version / --tls-cipher-suites need --grpc-engine=h2 (grpc.aio's TLS stack has a fixed "
-            "TLS 1.2 floor and cipher list)"
+            "--tls-min-version / --tls-cipher-suites need --grpc-engine=h2 or ngh2 (grpc.aio's TLS stack has "
+            "a fixed TLS 1.2 floor and cipher list)"
         )
     if ns.metrics_client_ca_file is not None:
         if not os.path.isfile(ns.metrics_client_ca_file):

@@ -42,7 +42,7 @@ METRIC_FLAGS: Mapping[str, str] = {
 }
 
 _OURS = "(pyepp)"
-ENGINES = ("grpcio", "h2")
+ENGINES = ("grpcio", "h2", "ngh2")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--grpc-engine", choices=ENGINES, default=None,
-        help=f"{_OURS} ext_proc server: h2 (lean HTTP/2, ~3x less CPU per request) or grpcio (grpc.aio) "
+        help=f"{_OURS} ext_proc server: h2 (lean HTTP/2, ~3x less CPU per request), ngh2 (the same on "
+        "libnghttp2 via ngh2, with nghttp2's defences; see docs/epp-server.md) or grpcio (grpc.aio) "
         "(default env EPP_GRPC_ENGINE, else h2)",
     )  # fmt: skip
     s.add_argument(

@@ -3,8 +3,9 @@
 :class:`EppServer` is assembled from finished parts (endpoint source, admitter, scheduler, session
 config), so the CLI (:mod:`epp.app`) and the tests build it the same way, the tests with fakes.
 
-The ext_proc port is served by one of two engines (``ServerSettings.engine``): ``"grpcio"`` (grpc.aio,
-:mod:`epp.server.servicer`) or ``"h2"`` (:mod:`epp.server.h2`); both drive the same
+The ext_proc port is served by one of three engines (``ServerSettings.engine``): ``"grpcio"`` (grpc.aio,
+:mod:`epp.server.servicer`), ``"h2"`` (:mod:`epp.server.h2`) or ``"ngh2"`` (:mod:`epp.server.ngh2`, libnghttp2
+under the h2 engine's listener); all drive the same
 :class:`~epp.server.stream.ExtProcStream`. Health is always a grpc.aio server on its own port.
 
 Lifecycle: ``await start()`` binds every port (health: not ready until synced); ``await
@@ -32,11 +33,13 @@ from epp.protocol import SessionConfig
 from epp.server.decisions import DecisionLog
 from epp.server.grpc_server import start_ext_proc_server, start_health_server
 from epp.server.h2 import H2Server
+from epp.server.h2.connection import H2Connection
 from epp.server.h2.limits import H2Limits
 from epp.server.health import HealthStatus
 from epp.server.http import MetricsTls, make_http_app, start_http
 from epp.server.latency_sidecar import LatencySidecarClient
 from epp.server.metrics import RequestMetrics, StreamMetrics
+from epp.server.ngh2 import NgH2Connection
 from epp.server.prescheduling import chain
 from epp.server.render import token_renderer
 from epp.server.request_log import RequestLog
@@ -62,7 +65,7 @@ class ServerSettings:
     certificate: CertPair | None = None  # h2 engine: None = plaintext (grpcio: for information)
     reload_from: CertDir | None = None  # h2 engine: re-read on change (grpcio reloads via credentials)
     client_ca: bytes | None = None  # h2 engine: PEM CA clients must present a cert of (grpcio: credentials)
-    engine: str = "grpcio"  # "grpcio" (grpc.aio) or "h2" (epp.server.h2); the CLI defaults to h2
+    engine: str = "grpcio"  # "grpcio" (grpc.aio), "h2" (epp.server.h2) or "ngh2"; the CLI defaults to h2
     max_body_bytes: int = 16 * 1024 * 1024
     health_on_ext_proc_port: bool = False
     leader_election: bool = False
@@ -159,7 +162,7 @@ class EppServer:
             self._health_server, self.grpc_health_port = await start_health_server(
                 self.health, host=s.host, port=s.grpc_health_port
             )
-            if s.engine == "h2":
+            if s.engine in ("h2", "ngh2"):
                 h2 = H2Server(
                     self.core,
                     max_message_bytes=s.max_recv_bytes or s.max_body_bytes + 1024 * 1024,
@@ -171,6 +174,7 @@ class EppServer:
                     client_ca=s.client_ca,
                     limits=s.h2_limits,
                     health=self.health if s.health_on_ext_proc_port else None,
+                    connection=NgH2Connection if s.engine == "ngh2" else H2Connection,
                 )
                 self._ext_proc = h2
                 self.grpc_port = await h2.start(s.host, s.grpc_port)

@@ -22,7 +22,7 @@ BUDGET = 64 * MIB
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300 if FULL else 120)]
 
 
-@pytest.fixture(scope="module", params=["h2", "grpcio"])
+@pytest.fixture(scope="module", params=["h2", "ngh2", "grpcio"])
 def picker(request: pytest.FixtureRequest) -> Iterator[Picker]:
     with start_picker(request.param, "--grpc-h2-settings-timeout=2s", "--grpc-h2-idle-timeout=3s") as p:
         yield p

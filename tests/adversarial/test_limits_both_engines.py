@@ -1,8 +1,9 @@
-"""The ``--grpc-h2-*`` limits that grpc-core has an equivalent of hold on both engines (a real picker per
-engine, read with the ``h2`` package as a reference client): the concurrent-stream limit and the header-list
-limit are advertised in the server's SETTINGS, and a connection without a stream is closed after the idle
-timeout. (The h2 engine's other limits, which grpc-core has no equivalent of, are covered by
-tests/epp/server/test_server_h2_limits.py and by the attacks in test_adversarial.py.)"""
+"""The ``--grpc-h2-*`` limits that grpc-core has an equivalent of hold on every engine (h2, ngh2,
+grpcio; a real picker per engine, read with the ``h2`` package as a reference client): the
+concurrent-stream limit and the header-list limit are advertised in the server's SETTINGS, and a
+connection without a stream is closed after the idle timeout. (The other limits, which grpc-core has no
+equivalent of, are covered on the h2 and ngh2 engines by tests/epp/server/test_server_h2_limits.py and by
+the attacks in test_adversarial.py.)"""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def _server_frames(port: int, seconds: float) -> tuple[dict[int, int], bool, flo
     return settings, False, time.monotonic() - start
 
 
-@pytest.mark.parametrize("engine", ["h2", "grpcio"])
+@pytest.mark.parametrize("engine", ["h2", "ngh2", "grpcio"])
 def test_stream_and_header_limits_are_advertised_and_idle_connections_end(engine: str) -> None:
     flags = ("--grpc-h2-max-concurrent-streams=7", "--grpc-h2-max-header-list-size=4096",
              "--grpc-h2-idle-timeout=1s")  # fmt: skip

@@ -34,7 +34,7 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-@pytest.fixture(params=["h2", "grpcio"])
+@pytest.fixture(params=["h2", "ngh2", "grpcio"])
 def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     spec = StackSpec(
         servers=1,

@@ -28,7 +28,7 @@ def _envoy_with(stack: Stack, client: tuple[str, str]) -> None:
     stack.start_envoy("gie-fail-closed")
 
 
-@pytest.mark.parametrize("engine", ["h2", "grpcio"])
+@pytest.mark.parametrize("engine", ["h2", "ngh2", "grpcio"])
 def test_envoy_needs_a_client_certificate_the_picker_trusts(tmp_path: Path, engine: str) -> None:
     # The gateway's certificate is self-signed (a CA of its own): trusting it is trusting that CA.
     gateway = _write(self_signed(), tmp_path / "gateway", "tls")

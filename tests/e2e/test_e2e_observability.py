@@ -31,7 +31,7 @@ DURATIONS = "inference_objective_request_duration_seconds_count"
 RUNNING = "inference_objective_running_requests"
 
 
-@pytest.fixture(scope="module", params=["h2", "grpcio"])
+@pytest.fixture(scope="module", params=["h2", "ngh2", "grpcio"])
 def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     spec = replace(SPEC, picker_args=(f"--grpc-engine={request.param}",))
     with running(spec) as s:

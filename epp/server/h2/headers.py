@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import hpack
 from hpack.exceptions import HPACKError
 
-__all__ = ["HEALTH_METHODS", "HeaderError", "RequestHead", "RequestHeaders", "parse_grpc_timeout"]
+__all__ = ["HEALTH_METHODS", "HeaderError", "RequestHead", "RequestHeaders", "head_of", "parse_grpc_timeout"]
 
 PROCESS_PATH = b"/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 CHECK, WATCH, LIST = 1, 2, 3
@@ -64,7 +64,8 @@ def parse_grpc_timeout(value: bytes) -> float | None:
     return None if unit is None else int(value[:-1]) * unit
 
 
-def _head(headers: list[tuple[bytes, bytes]]) -> RequestHead:
+def head_of(headers: list[tuple[bytes, bytes]]) -> RequestHead:
+    """What the engine needs of decoded request headers (also the ngh2 engine's, which ngh2 decodes)."""
     path_ok, grpc_content, timeout, health = False, False, None, 0
     for name, value in headers:
         if name == b":path":
@@ -97,7 +98,7 @@ class RequestHeaders:
             raise HeaderError(f"header block: {type(exc).__name__}: {exc}") from None
         except Exception as exc:  # hpack's errors for malformed input are not all HPACKError
             raise HeaderError(f"header block: {type(exc).__name__}") from None
-        head = _head(headers)  # type: ignore[arg-type]  # raw=True: bytes pairs
+        head = head_of(headers)  # type: ignore[arg-type]  # raw=True: bytes pairs
         if _keeps_table(block):
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.clear()

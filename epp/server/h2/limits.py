@@ -68,7 +68,8 @@ class H2Limits:
             raise ValueError("settings_timeout > 0 and idle_timeout >= 0")
 
 
-# the limits the grpcio engine applies too, as grpc-core's channel arguments (epp.server.grpc_server)
+# the limits the grpcio engine applies too, as grpc-core's channel arguments (epp.server.grpc_server);
+# the ngh2 engine (epp.server.ngh2) applies every field
 GRPC_CORE_FIELDS = frozenset(
     {"max_concurrent_streams", "max_header_list_size", "settings_timeout", "idle_timeout"}
 )
@@ -97,7 +98,7 @@ def add_flags(group: argparse._ArgumentGroup) -> None:
         "duration": parse_duration,
     }
     for flag, field, kind in _FLAGS:
-        engines = "both engines" if field in GRPC_CORE_FIELDS else "h2 engine"
+        engines = "every engine" if field in GRPC_CORE_FIELDS else "h2 and ngh2 engines"
         group.add_argument(
             flag, dest=f"h2_{field}", type=parsers[kind], default=None,
             help=f"(pyepp) {engines}: {field.replace('_', ' ')} (default {getattr(defaults, field)}; "

@@ -27,7 +27,7 @@ import socket
 import ssl
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -79,8 +79,12 @@ class H2Server:
         client_ca: bytes | None = None,
         limits: H2Limits | None = None,
         health: HealthStatus | None = None,
+        connection: Callable[..., Any] = H2Connection,
     ) -> None:
-        """``health``: also serve grpc.health.v1 on this port (``--health-checking``)."""
+        """``health``: also serve grpc.health.v1 on this port (``--health-checking``); ``connection``: the
+        protocol class of each connection (:class:`H2Connection`, or the ngh2 engine's
+        :class:`~epp.server.ngh2.connection.NgH2Connection`, which has the same constructor and surface)."""
+        self._connection = connection
         self._core = core
         self._health = health
         self._max_message = max_message_bytes
@@ -91,7 +95,7 @@ class H2Server:
         self._client_ca = client_ca
         self._reload_from = reload_from
         self._reload_interval = reload_interval
-        self._connections: set[H2Connection] = set()
+        self._connections: set[Any] = set()  # the connections' protocol objects
         self._tmpdir: str | None = None
         self._context: ssl.SSLContext | None = None
         self._reloader: asyncio.Task[None] | None = None
@@ -101,8 +105,8 @@ class H2Server:
         self.first_bytes_timeout_s = 10.0
         self.port = 0
 
-    def _protocol(self) -> H2Connection:
-        connection = H2Connection(
+    def _protocol(self) -> Any:
+        connection = self._connection(
             self._core,
             self._max_message,
             on_close=self._connections.discard,

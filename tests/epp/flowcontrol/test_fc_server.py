@@ -33,7 +33,7 @@ from tests.epp.server.srv_helpers import (
     stub,
 )
 
-ENGINES = ["grpcio", "h2"]
+ENGINES = ["grpcio", "h2", "ngh2"]
 PRIORITIES = {"critical": 10, "batch": -1}
 
 

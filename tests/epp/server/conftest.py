@@ -23,7 +23,7 @@ def registry() -> CollectorRegistry:
     return CollectorRegistry()
 
 
-@pytest.fixture(params=["grpcio", "h2"])
+@pytest.fixture(params=["grpcio", "h2", "ngh2"])
 def engine(request: pytest.FixtureRequest) -> str:
     """Every test using the server runs on both gRPC engines."""
     return str(request.param)

@@ -2,9 +2,10 @@
 
 Builds the picker exactly as ``epp`` does (:func:`epp.app.build_app`, default configuration) but serves a
 fixed snapshot of ``--endpoints`` endpoints, and feeds an :class:`~epp.server.h2.connection.H2Connection`
-(fake transport) the bytes of what Envoy 1.40 sends with the GIE configuration for a 1 KB completion
-(:func:`envoy_messages`: request headers, body, empty end of body, response headers, body, empty end of
-body, half-close; six messages as ``epp-bench extproc-envoy`` counts); ``--concurrency`` streams per
+(``--engine ngh2``: an :class:`~epp.server.ngh2.connection.NgH2Connection`) on a fake transport the bytes
+of what Envoy 1.40 sends with the GIE configuration for a 1 KB completion (:func:`envoy_messages`: request
+headers, body, empty end of body, response headers, body, empty end of body, half-close; six messages as
+``epp-bench extproc-envoy`` counts); ``--concurrency`` streams per
 batch. Prints the process CPU microseconds per request (min and median of 5 rounds). Deterministic
 enough (±3%) for A/B comparisons of the Python on the request path; add the socket and loop cost with
 ``loop_bench.py`` or ``epp-bench extproc-envoy``.
@@ -41,6 +42,7 @@ from epp.config.options import parse_options
 from epp.server.h2 import frames as f
 from epp.server.h2.connection import H2Connection
 from epp.server.logs import configure_logging
+from epp.server.ngh2 import NgH2Connection
 from scheduler.types import Endpoint, EndpointView, Metrics
 
 
@@ -117,7 +119,7 @@ async def main() -> None:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--profile", default="", help="cProfile the first round, sorted by this key")
     p.add_argument(
-        "--engine", choices=("h2", "ngh2"), default="h2", help="ngh2: the prototype in ngh2_proto.py"
+        "--engine", choices=("h2", "ngh2"), default="h2", help="ngh2: epp.server.ngh2 (--grpc-engine=ngh2)"
     )
     p.add_argument(
         "--picker-args",
@@ -140,12 +142,7 @@ async def main() -> None:
     app = await build_app(options)
     core = app.server.core
     core.router._source = _Source(endpoints)  # the data layer is never started
-    if args.engine == "ngh2":
-        from ngh2_proto import NgH2Connection
-
-        conn: Any = NgH2Connection(core)
-    else:
-        conn = H2Connection(core, 1 << 24)
+    conn: Any = (NgH2Connection if args.engine == "ngh2" else H2Connection)(core, 1 << 24)
     conn.connection_made(_Transport())  # type: ignore[arg-type]
     conn.data_received(f.PREFACE + f.settings({0x4: 2**31 - 1}) + f.frame(f.SETTINGS, f.ACK, 0))
     encoder = hpack.Encoder()  # Envoy's request headers: literals once, then one-byte indexed fields

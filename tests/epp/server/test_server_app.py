@@ -179,7 +179,7 @@ def test_check_config_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "bad.yaml" in err and "flowControl.maxRequests" in err and "non-negative" in err
 
 
-@pytest.mark.parametrize("engine", ["grpcio", "h2"])
+@pytest.mark.parametrize("engine", ["grpcio", "h2", "ngh2"])
 async def test_sigterm_drains_in_flight_streams_then_exits(model_servers: list[str], engine: str) -> None:
     flags = _flags(
         model_servers, "--secure-serving=false", "-v", "2", "--shutdown-grace-period", "300ms",

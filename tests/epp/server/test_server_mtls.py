@@ -66,7 +66,7 @@ def _swap_server_pair(server_dir: Path, new_dir: Path) -> None:
     os.utime(server_dir / "tls.crt", ns=(1, 1))  # a different stamp even within one mtime tick
 
 
-@pytest.mark.parametrize("engine", ["h2", "grpcio"])
+@pytest.mark.parametrize("engine", ["h2", "ngh2", "grpcio"])
 async def test_client_certificates_are_required_and_survive_a_certificate_reload(
     model_servers: list[str], engine: str, tmp_path: Path
 ) -> None:
@@ -114,7 +114,7 @@ def test_client_ca_flag_needs_tls_and_an_existing_file(tmp_path: Path) -> None:
     assert parse_options(["--endpoints", "127.0.0.1:1"]).grpc_client_ca_file is None
 
 
-@pytest.mark.parametrize("engine", ["h2", "grpcio"])
+@pytest.mark.parametrize("engine", ["h2", "ngh2", "grpcio"])
 async def test_a_client_ca_file_without_a_certificate_fails_startup(tmp_path: Path, engine: str) -> None:
     bad = tmp_path / "ca.pem"
     bad.write_text("not a certificate\n")

@@ -67,7 +67,7 @@ async def test_health_transitions_follow_gie() -> None:
         await srv.shutdown(grace=0)
 
 
-@pytest.mark.parametrize("engine", ["grpcio", "h2"])
+@pytest.mark.parametrize("engine", ["grpcio", "h2", "ngh2"])
 async def test_leader_election_gates_readiness(engine: str) -> None:
     srv = make_server(leader_election=True, health_on_ext_proc_port=True, engine=engine)
     await srv.start()

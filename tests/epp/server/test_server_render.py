@@ -239,7 +239,7 @@ def chat_headers(rid: str) -> Any:
 CHAT = orjson.dumps({"model": "m1", "messages": [{"role": "user", "content": "hello"}]})
 
 
-@pytest.mark.parametrize("engine", ["grpcio", "h2"])
+@pytest.mark.parametrize("engine", ["grpcio", "h2", "ngh2"])
 async def test_server_renders_before_scheduling(fixture: Fixture, engine: str) -> None:
     sched = TokenReadingScheduler(producer(fixture.url))
     server = make_server(sched, engine=engine)
@@ -266,7 +266,7 @@ async def test_server_renders_before_scheduling(fixture: Fixture, engine: str) -
         await server.shutdown(grace=0)
 
 
-@pytest.mark.parametrize("engine", ["grpcio", "h2"])
+@pytest.mark.parametrize("engine", ["grpcio", "h2", "ngh2"])
 async def test_a_slow_render_holds_only_its_own_stream(fixture: Fixture, engine: str) -> None:
     fixture.delay = 0.4
     sched = TokenReadingScheduler(producer(fixture.url))

@@ -55,7 +55,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
-@pytest.mark.parametrize("engine", ["grpcio", "h2"])
+@pytest.mark.parametrize("engine", ["grpcio", "h2", "ngh2"])
 async def test_drain_timeout_lets_in_flight_streams_finish_refuses_new_ones_and_exits(
     model_servers: list[str], engine: str
 ) -> None:
@@ -170,7 +170,7 @@ async def test_tls_min_version_and_cipher_suites_on_the_ext_proc_port(model_serv
         await _stop(proc2)
 
 
-@pytest.mark.parametrize("engine", ["grpcio", "h2"])
+@pytest.mark.parametrize("engine", ["grpcio", "h2", "ngh2"])
 async def test_metrics_over_tls_with_client_certificates_and_stream_metrics(
     model_servers: list[str], engine: str, tmp_path: Path
 ) -> None:
@@ -234,7 +234,7 @@ async def test_metrics_over_tls_with_client_certificates_and_stream_metrics(
         await _stop(proc)
 
 
-@pytest.mark.parametrize("engine", ["grpcio", "h2"])
+@pytest.mark.parametrize("engine", ["grpcio", "h2", "ngh2"])
 async def test_send_limit_fails_the_stream_with_resource_exhausted(engine: str) -> None:
     server = make_server(FakeScheduler(), engine=engine, max_send_bytes=64, stream_metrics=True)
     await server.start()
