@@ -18,6 +18,7 @@ The flag definitions are in :mod:`epp.config.parser` (:func:`build_parser`, :cla
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -141,6 +142,12 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str] | None = None) -> 
     engine = ns.grpc_engine or env.get("EPP_GRPC_ENGINE") or "h2"
     if engine not in ENGINES:
         raise UsageError(f"EPP_GRPC_ENGINE: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "ngh2" and importlib.util.find_spec("ngh2") is None:
+        raise UsageError(
+            "--grpc-engine=ngh2: the ngh2 package is not installed (pip install 'pyepp[ngh2]'; it ships "
+            "wheels for a few platforms only, see docs/dependencies.md); the default engine h2 needs nothing "
+            "extra"
+        )
     ns.grpc_engine = engine
     _check(ns)
     try:

@@ -39,7 +39,6 @@ from epp.server.health import HealthStatus
 from epp.server.http import MetricsTls, make_http_app, start_http
 from epp.server.latency_sidecar import LatencySidecarClient
 from epp.server.metrics import RequestMetrics, StreamMetrics
-from epp.server.ngh2 import NgH2Connection
 from epp.server.prescheduling import chain
 from epp.server.render import token_renderer
 from epp.server.request_log import RequestLog
@@ -81,6 +80,15 @@ class ServerSettings:
     metrics_token: str | None = None
     decisions_capacity: int = 256
     reuse_port: bool = False
+
+
+def _ngh2_connection() -> Any:
+    """The ngh2 engine's connection class, imported only when that engine is chosen (ngh2 is an optional
+    dependency: ``pip install 'pyepp[ngh2]'``; the options check it is installed, see
+    :func:`epp.config.options.parse_options`)."""
+    from epp.server.ngh2 import NgH2Connection
+
+    return NgH2Connection
 
 
 def plugin_states(plugins: Any) -> dict[str, Any]:
@@ -174,7 +182,7 @@ class EppServer:
                     client_ca=s.client_ca,
                     limits=s.h2_limits,
                     health=self.health if s.health_on_ext_proc_port else None,
-                    connection=NgH2Connection if s.engine == "ngh2" else H2Connection,
+                    connection=_ngh2_connection() if s.engine == "ngh2" else H2Connection,
                 )
                 self._ext_proc = h2
                 self.grpc_port = await h2.start(s.host, s.grpc_port)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from epp.cli import main
@@ -163,6 +165,23 @@ def test_grpc_engine_flag_and_environment() -> None:
         parse_options(["--endpoints", "a:1"], env={"EPP_GRPC_ENGINE": "fast"})
     both = parse_options(["--endpoints", "a:1", "--grpc-engine=h2", "--health-checking"], env={})
     assert (both.grpc_engine, both.health_checking) == ("h2", True)  # the h2 engine serves health too
+
+
+def test_ngh2_engine_needs_its_optional_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ngh2 is an optional dependency (wheels for a few platforms only): choosing the engine without it
+    installed stops the start with a message naming the flag and the extra to install."""
+    assert parse_options(["--endpoints", "a:1", "--grpc-engine=ngh2"], env={}).grpc_engine == "ngh2"
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ngh2" else real(name, *a)
+    )
+    with pytest.raises(
+        UsageError, match=r"--grpc-engine=ngh2: the ngh2 package is not installed .*pyepp\[ngh2\]"
+    ):
+        parse_options(["--endpoints", "a:1", "--grpc-engine=ngh2"], env={})
+    with pytest.raises(UsageError, match="ngh2 package is not installed"):
+        parse_options(["--endpoints", "a:1"], env={"EPP_GRPC_ENGINE": "ngh2"})
+    assert parse_options(["--endpoints", "a:1"], env={}).grpc_engine == "h2"  # the default needs nothing
 
 
 def test_name_resolution_and_readiness_flags() -> None:
