@@ -120,14 +120,15 @@ def test_classifiers_urls_and_python_matrix_agree() -> None:
 
 def test_extras_and_what_make_install_installs() -> None:
     extras = PROJECT["optional-dependencies"]
-    assert set(extras) == {"sim", "bench", "test"}
+    assert set(extras) == {"sim", "bench", "test", "ngh2"}
     names = {e: {Requirement(r).name.lower() for r in reqs} for e, reqs in extras.items()}
     assert {"tokenizers"} <= names["sim"]
     runtime = {Requirement(r).name.lower() for r in PROJECT["dependencies"]}
     assert {"pyzmq", "msgpack"} <= runtime  # the picker's precise-prefix plugins subscribe to KV events
     assert {"pyepp", "matplotlib", "vllm-router"} <= names["bench"]  # bench runs the simulator: sim
     assert {"pytest", "ruff", "mypy"} <= names["test"]
-    assert not {"pytest", "hypothesis", "matplotlib", "tokenizers"} & runtime
+    assert names["ngh2"] == {"ngh2"} and "pyepp[ngh2]" in extras["test"]  # the ngh2 engine: optional
+    assert not {"pytest", "hypothesis", "matplotlib", "tokenizers", "ngh2"} & runtime
     assert "-e '.[test,sim,bench]'" in "\n".join(_make_recipe("$(STAMP)"))
 
 
