@@ -90,12 +90,12 @@ def _is_ids(value: Any) -> bool:
 def prompt_token_lists(prompt: Any, tokenizer: Tokenizer, field: str = "prompt") -> list[list[int]]:
     """Tokenise a completions prompt into one id list per prompt."""
     if isinstance(prompt, str):
-        return [tokenizer.encode(prompt)]
+        return [tokenizer.encode_prompt(prompt)]
     if isinstance(prompt, list) and prompt:
         if _is_ids(prompt):
             return [list(prompt)]
         if all(isinstance(p, str) for p in prompt):
-            return [tokenizer.encode(p) for p in prompt]
+            return [tokenizer.encode_prompt(p) for p in prompt]
         if all(_is_ids(p) for p in prompt):
             return [list(p) for p in prompt]
     raise ApiError(

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import xxhash
+
+from scheduler.chat_render import render_chat
 
 __all__ = ["HFTokenizer", "OfflineTokenizer", "Tokenizer", "TokenizerError", "load_tokenizer", "render_chat"]
 
@@ -29,9 +30,16 @@ class TokenizerError(ValueError):
 
 
 class Tokenizer(Protocol):
-    """Turns text into token ids. Pure and deterministic; safe to share between servers."""
+    """Turns text into token ids. Pure and deterministic; safe to share between servers.
+
+    ``encode``: text as is (a rendered chat prompt, whose template carries its own special tokens);
+    ``encode_prompt``: a completions prompt, with the special tokens the tokenizer's post-processor adds
+    (a BOS, for most models), as vLLM tokenises ``/v1/completions`` prompts.
+    """
 
     def encode(self, text: str) -> list[int]: ...
+
+    def encode_prompt(self, text: str) -> list[int]: ...
 
 
 class _PieceIds(dict[str, int]):
@@ -80,6 +88,9 @@ class OfflineTokenizer:
                 recent.popitem(last=False)
         return list(ids)
 
+    def encode_prompt(self, text: str) -> list[int]:
+        return self.encode(text)  # no special tokens in this vocabulary
+
 
 class HFTokenizer:
     """Wraps ``tokenizers.Tokenizer`` (a real model's vocabulary, loaded from a local file)."""
@@ -91,6 +102,9 @@ class HFTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def encode_prompt(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=True).ids)
 
 
 def load_tokenizer(directory: str | None) -> Tokenizer:
@@ -111,19 +125,3 @@ def load_tokenizer(directory: str | None) -> Tokenizer:
         return HFTokenizer(tokenizers.Tokenizer.from_file(str(file)))
     except Exception as exc:  # the library raises plain Exception on a malformed file
         raise TokenizerError(f"--tokenizer: cannot load {file}: {exc}") from exc
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        texts = [p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
-        return "\n".join(texts)
-    return ""
-
-
-def render_chat(messages: Iterable[Mapping[str, Any]]) -> str:
-    """Render chat messages with a fixed template ``<|role|>\\ncontent\\n`` ending ``<|assistant|>``."""
-    out = [f"<|{m.get('role', 'user')}|>\n{_content_text(m.get('content'))}\n" for m in messages]
-    out.append("<|assistant|>\n")
-    return "".join(out)
