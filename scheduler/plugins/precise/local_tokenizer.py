@@ -39,8 +39,11 @@ tokenizer (byte-level BPE, SentencePiece's ``Metaspace``, ...) is used whole on 
 llm-d's ``minPrefixOverlapRatio`` (accept cached tokens covering that share of the prompt, an
 approximation) has no use here and is only validated.
 
-Thread safety: the tokenizer is immutable; the cache is guarded by a lock held only for lookups and
-insertions, never while tokenising, so ``workersCount`` threads can tokenise at once.
+Thread safety and the GIL: the tokenizer is immutable; the cache is guarded by a lock held only for
+lookups and insertions, never while tokenising, so ``workersCount`` threads can tokenise at once. Every
+call into the library is ``encode_batch``, which releases the GIL while it works (``encode`` does not:
+measured, a thread in ``encode`` stalls the serving loop for the whole call), so a long prompt
+tokenised in the EPP's thread pool leaves the event loop running.
 """
 
 from __future__ import annotations
@@ -280,7 +283,7 @@ class LocalTokenizer:
         """``text``'s ids (with the post-processor's special tokens when ``special``); with ``limit`` > 0
         tokenisation may stop once that many ids are known (the rest of the prompt is not needed)."""
         if not self.chunked or (special and self._special is None):
-            ids = self._tok.encode(text, add_special_tokens=special).ids
+            ids = self._tok.encode_batch([text], add_special_tokens=special)[0].ids
             with self._lock:
                 self.encoded_tokens += len(ids)
             return list(ids)
@@ -323,11 +326,7 @@ class LocalTokenizer:
                 pending.append((pos, text[pos:end]))
                 chars += end - pos
                 pos = end
-            pieces = [p for _, p in pending]
-            if len(pieces) > 4:  # the library's thread pool pays off for a few chunks or more
-                encodings = self._tok.encode_batch(pieces, add_special_tokens=False)
-            else:
-                encodings = [self._tok.encode(p, add_special_tokens=False) for p in pieces]
+            encodings = self._tok.encode_batch([p for _, p in pending], add_special_tokens=False)
             fresh: list[tuple[int, array[int]]] = []
             for (_, piece), enc in zip(pending, encodings, strict=True):
                 key = hash((key, piece))
