@@ -34,7 +34,7 @@ def write_tokenizer(
     """A small BPE ``tokenizer.json`` trained on ``corpus`` (deterministic, never downloaded) in
     ``directory``: whitespace pre-tokenisation (or byte-level with ``byte_level``), a ``<s>`` BOS added to
     prompts by its post-processor with ``bos``, a ``tokenizer_config.json`` with ``chat_template`` when
-    given. Returns the file."""
+    given (and ``bos_token: <s>``). Returns the file."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
@@ -52,5 +52,6 @@ def write_tokenizer(
     path = directory / "tokenizer.json"
     tok.save(str(path))
     if chat_template:
-        (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": chat_template}))
+        config = {"chat_template": chat_template, "bos_token": "<s>"}
+        (directory / "tokenizer_config.json").write_text(json.dumps(config))
     return path

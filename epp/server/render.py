@@ -32,8 +32,7 @@ In-process tokenizer (:mod:`scheduler.plugins.precise.local_tokenizer`): the req
 8,000 tokens on the 2-core development machine) never holds up other streams; the Rust tokenizer
 releases the GIL while it works. At most ``max_concurrency`` tokenisations are queued or running; the ids
 are handed over with :meth:`~scheduler.plugins.precise.producer.PrecisePrefixCacheProducer.accept_tokens`.
-Only the first ``maxPrefixBlocksToMatch`` blocks' worth of ids is computed. A chat request meets a
-tokenizer directory with a ``chat_template`` (not rendered by pyepp): no ids, one warning per producer.
+Only the first ``maxPrefixBlocksToMatch`` blocks' worth of ids is computed.
 
 Cost: the calls go through aiohttp's client (0.27 ms of picker CPU per call for a 2,000-word prompt,
 where httpx took 1.05 ms); the answer's ids are checked in C (:func:`_all_ids`). The session of each
@@ -96,7 +95,6 @@ class TokenRenderer:
         self._executor = (
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="epp-tokenize") if workers else None
         )
-        self._warned: set[str] = set()
         self._slots = asyncio.Semaphore(max_concurrency)
         self._max_bytes = max_response_bytes
         self._max_connections = max_connections
@@ -147,14 +145,6 @@ class TokenRenderer:
         for producer in self._local:
             tokenizer = producer.local
             assert tokenizer is not None
-            if chat and tokenizer.chat_template and producer.name not in self._warned:
-                self._warned.add(producer.name)
-                _log.warning(
-                    "the tokenizer directory has a chat_template, which pyepp does not render: chat "
-                    "requests get no token ids (completions do)",
-                    plugin=producer.name,
-                    tokenizer=str(tokenizer.path),
-                )
             ids: list[int] | None = None
             if isinstance(payload, dict):
                 try:

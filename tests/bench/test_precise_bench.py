@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.precise_bench import entry_bytes, ingestion_us, keys_ms, main, pooled_ingestion_us
+from bench.precise_bench import (
+    entry_bytes,
+    ingestion_us,
+    keys_ms,
+    local_tokenizer_ms,
+    main,
+    pooled_ingestion_us,
+)
 
 
 def test_figures_are_positive_and_plausible() -> None:
@@ -14,12 +21,17 @@ def test_figures_are_positive_and_plausible() -> None:
     assert 0 < pooled_ingestion_us(servers=4, batches=5, seed=1) < 1000
     assert 28 < entry_bytes(servers=2, blocks=300, seed=1) < 1000  # at least an int object per entry
     assert keys_ms(256, 128, seed=1, tokenize=False) >= 0
+    ms, ids = local_tokenizer_ms(512, 384, seed=1, bpe=False, cached=True)
+    assert ms >= 0 and ids == 512  # the bench fleet's tokenizer: one word one token
+    assert local_tokenizer_ms(512, 384, seed=1, bpe=True, cached=False)[1] > 512  # BPE splits words
 
 
 def test_main_prints_a_verdict_per_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--servers", "4", "--batches", "5", "--blocks", "300", "--repeats", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 6 and all(line.split()[0] in ("PASS", "MISS") for line in lines)
+    verdicts = [line for line in lines if not line.startswith("INFO ")]
+    assert len(verdicts) == 8 and all(line.split()[0] in ("PASS", "MISS") for line in verdicts)
+    assert sum("in-process tokenizer" in line for line in lines) == 4  # 2 tokenizers, cached and cold
 
 
 def test_the_precise_profile_is_the_default_with_the_prefix_scorer_swapped() -> None:

@@ -16,11 +16,12 @@ What is tokenised, as the server in the loop does:
 * completions: a string prompt with the special tokens the tokenizer's post-processor adds (vLLM's
   ``add_special_tokens=True`` for completions; ``epp-sim --tokenizer DIR`` does the same); a list of
   strings: each so, concatenated; a prompt given as token ids: taken as is;
-* chat completions: the messages rendered with ``epp-sim``'s fixed template
-  (:func:`scheduler.chat_render.render_chat`), tokenised without added special tokens, when the
-  tokenizer's directory has no ``tokenizer_config.json`` ``chat_template``. A directory with one is a
-  real model's, whose server renders that Jinja template: pyepp does not render it, so chat requests
-  get no ids (their prefix matches nothing; completions are unaffected) and a warning says so once.
+* chat completions: the messages rendered with the directory's chat template when it has one
+  (``chat_template.jinja`` or ``tokenizer_config.json``'s ``chat_template``, a real model's; rendered as
+  transformers renders it for vLLM, :class:`scheduler.chat_render.ChatTemplate`, which ``epp-sim
+  --tokenizer DIR`` uses too), else with ``epp-sim``'s fixed template
+  (:func:`scheduler.chat_render.render_chat`); tokenised without added special tokens (the template
+  writes its own). Messages the template refuses (``raise_exception``) get no ids.
 
 The prefix cache (llm-d's ``prefixStoreConfig``: ``blockSize`` characters per chunk, ``cacheSize``
 chunks). The text is cut into chunks of at least ``blockSize`` characters, each ending just after a
@@ -59,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.chat_render import render_chat
+from scheduler.chat_render import ChatTemplateError, load_chat_template, render_chat
 
 __all__ = [
     "DEFAULT_CACHE_ENTRIES",
@@ -193,15 +194,6 @@ def chunk_safety(spec: Mapping[str, Any]) -> str:
     return ""
 
 
-def _has_chat_template(directory: Path) -> bool:
-    config = directory / "tokenizer_config.json"
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, Mapping) and bool(data.get("chat_template"))
-
-
 class _ChunkCache:
     """LRU of chunk key -> ids (at most ``entries`` chunks and ``max_ids`` ids); callers hold the lock."""
 
@@ -249,7 +241,10 @@ class LocalTokenizer:
             self._tok = tokenizers.Tokenizer.from_str(text)
         except Exception as exc:  # the library raises plain Exception on a malformed file
             raise LocalTokenizerError(f"cannot load {self.path}: {exc}") from exc
-        self.chat_template = _has_chat_template(self.path.parent)
+        try:
+            self.template = load_chat_template(self.path.parent)
+        except ChatTemplateError as exc:
+            raise LocalTokenizerError(f"{self.path.parent}: {exc}") from None
         self.unchunked_reason = chunk_safety(spec) if isinstance(spec, Mapping) else "not a JSON object"
         self.chunked = not self.unchunked_reason
         self._special = self._special_tokens()
@@ -363,14 +358,18 @@ class LocalTokenizer:
         return None
 
     def chat_ids(self, messages: Any, limit: int = 0) -> list[int] | None:
-        """Chat messages' ids (None: not a message list, or the directory has a chat template)."""
-        if self.chat_template:
-            return None
+        """Chat messages' ids (None: not a message list, or the template refused them)."""
         if not isinstance(messages, list) or not messages:
             return None
         if not all(isinstance(m, Mapping) for m in messages):
             return None
-        return self.encode(render_chat(messages), False, limit) or None
+        if self.template is None:
+            return self.encode(render_chat(messages), False, limit) or None
+        try:
+            text = self.template.render(messages)
+        except ChatTemplateError:
+            return None
+        return self.encode(text, False, limit) or None
 
     def body_ids(self, chat: bool, payload: Mapping[str, Any], limit: int = 0) -> list[int] | None:
         """The ids of a parsed ``/v1/(chat/)completions`` body (None: nothing to tokenise)."""

@@ -10,6 +10,7 @@ downloaded).
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -24,17 +25,24 @@ from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
 from scheduler.plugins.precise.local_tokenizer import (
     LocalTokenizer,
+    LocalTokenizerError,
     LocalTokenizerSettings,
     chunk_safety,
     discover_tokenizers,
 )
 from scheduler.plugins.precise.scorer import factory
 from scheduler.types import ApiKind, Endpoint, LLMRequest
-from simulator.protocol import chat_token_ids, prompt_token_lists
+from simulator.protocol import ApiError, chat_token_ids, prompt_token_lists
 from simulator.tokenizer import load_tokenizer
 from simulator.workloads import words
 
 MODEL = "org/model"
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'tool' %}"
+    "{{ raise_exception('no tools here') }}{% endif %}<|start|>{{ m['role'] }}\n"
+    "{{ m['content'] | trim }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant\n{% endif %}"
+)
 
 
 def corpus() -> list[str]:
@@ -50,7 +58,7 @@ def tokenizer_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "plain": write_tokenizer(base / "plain", text).parent,
         "bos": write_tokenizer(base / "bos", text, bos=True).parent,
         "bytes": write_tokenizer(base / "bytes", text, byte_level=True, bos=True).parent,
-        "template": write_tokenizer(base / "template", text, chat_template="{{ messages }}").parent,
+        "template": write_tokenizer(base / "template", text, chat_template=TEMPLATE).parent,
     }
 
 
@@ -129,13 +137,45 @@ def test_bos_wraps_each_completions_prompt_not_chat(tokenizer_dirs: dict[str, Pa
     assert bos not in (tok.chat_ids([{"role": "user", "content": "hello"}]) or [])
 
 
-def test_chat_template_directory_gives_chat_no_ids(tokenizer_dirs: dict[str, Path]) -> None:
-    tok = local(tokenizer_dirs["template"])
-    assert tok.chat_template
-    assert tok.chat_ids([{"role": "user", "content": "hello"}]) is None
-    assert tok.completion_ids("hello world") == sim_ids(
-        tokenizer_dirs["template"], False, {"prompt": "hello world"}
+def test_the_directorys_chat_template_is_rendered_as_the_simulator_renders_it(
+    tokenizer_dirs: dict[str, Path],
+) -> None:
+    directory = tokenizer_dirs["template"]
+    tok = local(directory)
+    assert tok.template is not None and tok.chunked
+    messages = [
+        {"role": "system", "content": " be brief "},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+    ]
+    text = tok.template.render(messages)
+    assert text == "<s><|start|>system\nbe brief<|end|>\n<|start|>user\nhi<|end|>\n<|start|>assistant\n"
+    ids = tok.chat_ids(messages)
+    assert ids is not None and ids[0] == 1  # "<s>" written by the template, matched as the added token
+    for _ in range(2):
+        for chat, body in bodies():
+            assert tok.body_ids(chat, body) == sim_ids(directory, chat, body)
+    refused = [{"role": "tool", "content": "x"}]
+    assert tok.chat_ids(refused) is None
+    with pytest.raises(ApiError) as err:
+        chat_token_ids({"messages": refused}, load_tokenizer(str(directory)))
+    assert err.value.status == 400 and "no tools here" in err.value.message
+
+
+def test_chat_template_jinja_file_and_named_templates(
+    tmp_path: Path, tokenizer_dirs: dict[str, Path]
+) -> None:
+    data = (tokenizer_dirs["plain"] / "tokenizer.json").read_text()
+    (tmp_path / "tokenizer.json").write_text(data)
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": [{"name": "default", "template": "D{{ messages[0]['content'] }}"}]})
     )
+    msgs = [{"role": "user", "content": "x"}]
+    assert local(tmp_path).template.render(msgs) == "Dx"  # type: ignore[union-attr]
+    (tmp_path / "chat_template.jinja").write_text("J{{ messages[0]['content'] }}")
+    assert local(tmp_path).template.render(msgs) == "Jx"  # type: ignore[union-attr]
+    (tmp_path / "chat_template.jinja").write_text("{% for %}")
+    with pytest.raises(LocalTokenizerError, match="does not parse"):
+        local(tmp_path)
 
 
 def test_limit_stops_early_and_the_cache_is_bounded(tokenizer_dirs: dict[str, Path]) -> None:
