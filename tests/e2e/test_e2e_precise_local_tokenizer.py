@@ -3,7 +3,8 @@
 The real Envoy, the picker (``precise-prefix-cache-scorer`` with ``indexerConfig.tokenizersPoolConfig``,
 ``local`` backend) and three ``epp-sim`` servers started with ``--tokenizer DIR`` that publish vLLM KV
 events to the picker's bound ZMQ socket. The tokenizer (a BPE with a BOS post-processor, trained here
-from a fixed corpus) is the same file for the servers and the picker. No ``token-producer``, no render
+from a fixed corpus, and a Jinja chat template in ``tokenizer_config.json``) is the same directory for
+the servers and the picker. No ``token-producer``, no render
 server: the block keys the picker computes from its own tokenisation must be the ones the servers
 announce, which shows as a precise score of 1 on the server holding a shared prefix (0 elsewhere), for
 completions and for chat requests.
@@ -33,8 +34,16 @@ SEED = os.environ.get("PYTHONHASHSEED", "")
 CORPUS = [long_prefix(tag, 50) for tag in ("precise", "chat", "question", "again")] + [
     " ".join(string.ascii_letters + string.digits + string.punctuation)
 ]
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|start|>{{ m['role'] }}\n{{ m['content'] | trim }}<|end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|start|>assistant\n{% endif %}"
+)
 TOKENIZER = write_tokenizer(
-    Path(tempfile.mkdtemp(prefix="epp-e2e-tok-")) / "model", CORPUS, bos=True, vocab_size=300
+    Path(tempfile.mkdtemp(prefix="epp-e2e-tok-")) / "model",
+    CORPUS,
+    bos=True,
+    vocab_size=300,
+    chat_template=TEMPLATE,
 )
 CONFIG = f"""
 apiVersion: llm-d.ai/v1alpha1
