@@ -74,6 +74,16 @@ def token_renderer(plugins: Sequence[object]) -> TokenRenderer | None:
     """A renderer for the ``vllm``-backed token producers among ``plugins`` (None: there are none)."""
     producers = [p for p in plugins if isinstance(p, TokenProducer) and p.render is not None]
     local = [p for p in plugins if isinstance(p, PrecisePrefixCacheProducer) and p.local is not None]
+    for p in local:
+        assert p.local is not None
+        _log.info(
+            "in-process tokenizer loaded",
+            plugin=p.name,
+            tokenizer=str(p.local.path),
+            chat_template=p.local.template is not None,
+            prefix_cache=p.local.chunked,
+            uncached_because=p.local.unchunked_reason or None,
+        )
     return TokenRenderer(producers, local_producers=local) if producers or local else None
 
 

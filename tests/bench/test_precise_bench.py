@@ -30,8 +30,8 @@ def test_main_prints_a_verdict_per_target(capsys: pytest.CaptureFixture[str]) ->
     assert main(["--servers", "4", "--batches", "5", "--blocks", "300", "--repeats", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     verdicts = [line for line in lines if not line.startswith("INFO ")]
-    assert len(verdicts) == 8 and all(line.split()[0] in ("PASS", "MISS") for line in verdicts)
-    assert sum("in-process tokenizer" in line for line in lines) == 4  # 2 tokenizers, cached and cold
+    assert len(verdicts) == 10 and all(line.split()[0] in ("PASS", "MISS") for line in verdicts)
+    assert sum("in-process tokenizer" in line for line in lines) == 6  # 2 tokenizers x (2 cached, cold)
 
 
 def test_the_precise_profile_is_the_default_with_the_prefix_scorer_swapped() -> None:

@@ -24,19 +24,22 @@ What is tokenised, as the server in the loop does:
   writes its own). Messages the template refuses (``raise_exception``) get no ids.
 
 The prefix cache (llm-d's ``prefixStoreConfig``: ``blockSize`` characters per chunk, ``cacheSize``
-chunks). The text is cut into chunks of at least ``blockSize`` characters, each ending just after a
-whitespace character that is followed by a printable ASCII character; a chunk's key chains the previous
-chunk's key with its text, so equal keys mean equal text from the start of the prompt. Each chunk's ids
-are kept (LRU, at most ``cacheSize`` chunks and 8M ids in all: 32 MiB of ids as 4-byte integers plus
-about 150 bytes of bookkeeping per chunk); a request takes the ids of its cached leading chunks and
-tokenises only the rest (one batched call). Exact, not approximate: the cut is made only where the
-tokenizer cannot join text across it, which holds when its pre-tokenizer splits at whitespace
+chunks). The text is cut into chunks of at least ``blockSize`` characters, each ending just after an
+ASCII whitespace character that is followed by a printable ASCII character; a chunk's key chains the
+previous chunk's key with its text, so equal keys mean equal text from the start of the prompt. Each
+chunk's ids are kept (LRU, at most ``cacheSize`` chunks and 8M ids in all: 32 MiB of ids as 4-byte
+integers plus about 150 bytes of bookkeeping per chunk); a request takes the ids of its cached leading
+chunks. The rest is cut at every ASCII space into words, looked up in a word memo (word -> ids, at most
+262,144 words, cleared when full: about 30 MB), and only the words never seen are tokenised, in one
+batched call. Exact, not approximate: the cuts are made only where the tokenizer cannot join text
+across them, which holds when its pre-tokenizer splits at whitespace and drops it
 (``Whitespace``, ``WhitespaceSplit``, ``BertPreTokenizer``, or a ``Sequence`` of those with
 ``Punctuation`` / ``Digits`` / ``UnicodeScripts``), its normalizer is character-local (none, ``NFC``,
 ``NFD``, ``NFKC``, ``NFKD``, ``Lowercase``, ``StripAccents``, ``BertNormalizer`` or a sequence of them), no
 added token contains whitespace and the file sets no truncation, padding or BPE dropout. Any other
 tokenizer (byte-level BPE, SentencePiece's ``Metaspace``, ...) is used whole on every prompt
-(:attr:`LocalTokenizer.chunked` False; the reason is logged at start-up): exact, at the full cost.
+(:attr:`LocalTokenizer.chunked` False, :attr:`LocalTokenizer.unchunked_reason` says why; the EPP logs
+it at start-up): exact, at the full cost.
 llm-d's ``minPrefixOverlapRatio`` (accept cached tokens covering that share of the prompt, an
 approximation) has no use here and is only validated.
 
@@ -57,6 +60,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +81,9 @@ DEFAULT_WORKERS = 5
 DEFAULT_CHUNK_CHARS = 256
 DEFAULT_CACHE_ENTRIES = 65536
 MAX_CACHED_IDS = 8 << 20
+MAX_WORDS = 1 << 18
 _WALK_LIMIT = 100_000
-_BOUNDARY = re.compile(r"\s(?=[!-~])")
+_BOUNDARY = re.compile(r"[ \t\n\r\f\v](?=[!-~])")  # ASCII whitespace: whitespace in every definition
 _U32 = next(code for code in "ILH" if array(code).itemsize == 4)
 _SPLIT_AT_SPACE = {"Whitespace", "WhitespaceSplit", "BertPreTokenizer"}
 _LOCAL_PRE = _SPLIT_AT_SPACE | {"Punctuation", "Digits", "UnicodeScripts"}
@@ -250,6 +255,7 @@ class LocalTokenizer:
         self._special = self._special_tokens()
         self._lock = threading.Lock()
         self._cache = _ChunkCache(settings.cache_entries, MAX_CACHED_IDS)
+        self._words: dict[str, array[int]] = {}  # word -> ids (at most MAX_WORDS; cleared when full)
         self.cached_tokens = 0  # ids taken from the cache (statistics; updated under the lock)
         self.encoded_tokens = 0  # ids computed by the tokenizer
 
@@ -295,7 +301,7 @@ class LocalTokenizer:
         n = len(text)
         pos, key, cached = 0, 0, 0
         cache = self._cache
-        pending: list[tuple[int, str]] = []  # (start, text) of the chunks tokenised in one call
+        pending: list[tuple[int, str]] = []  # (start, text) of the chunks tokenised together
         with self._lock:
             while pos < n:
                 m = _BOUNDARY.search(text, pos + size) if pos + size < n else None
@@ -321,20 +327,48 @@ class LocalTokenizer:
                 pending.append((pos, text[pos:end]))
                 chars += end - pos
                 pos = end
-            encodings = self._tok.encode_batch([p for _, p in pending], add_special_tokens=False)
             fresh: list[tuple[int, array[int]]] = []
-            for (_, piece), enc in zip(pending, encodings, strict=True):
+            for (_, piece), ids in zip(pending, self._words_ids([p for _, p in pending]), strict=True):
                 key = hash((key, piece))
-                ids = array(_U32, enc.ids)
                 fresh.append((key, ids))
                 out.extend(ids)
             with self._lock:
                 for chunk_key, ids in fresh:
                     cache.put(chunk_key, ids)
-                    self.encoded_tokens += len(ids)
             if limit and len(out) >= limit and pos < n:
                 return False
         return True
+
+    def _words_ids(self, chunks: list[str]) -> list[array[int]]:
+        """Each chunk's ids, from the word memo: a chunk is cut at every ASCII space into words, each
+        tokenised alone, which gives the chunk's ids exactly (the tokenizers chunked here drop whitespace
+        and never join text across it; see the module docstring); the words not memoised yet are
+        tokenised in one ``encode_batch`` call."""
+        memo = self._words
+        split = [c.split(" ") for c in chunks]
+        missing = [w for w in set(chain.from_iterable(split)) if w not in memo]
+        if missing:
+            encodings = self._tok.encode_batch(missing, add_special_tokens=False)
+            with self._lock:
+                if len(memo) + len(missing) > MAX_WORDS:
+                    memo.clear()
+                for word, enc in zip(missing, encodings, strict=True):
+                    memo[word] = array(_U32, enc.ids)
+                    self.encoded_tokens += len(enc.ids)
+        get = memo.__getitem__
+        out: list[array[int]] = []
+        for words in split:
+            try:
+                out.append(array(_U32, chain.from_iterable(map(get, words))))
+            except KeyError:  # another thread cleared the memo meanwhile
+                out.append(array(_U32, chain.from_iterable(map(self._word, words))))
+        return out
+
+    def _word(self, word: str) -> array[int]:
+        found = self._words.get(word)
+        if found is None:
+            found = array(_U32, self._tok.encode_batch([word], add_special_tokens=False)[0].ids)
+        return found
 
     def completion_ids(self, prompt: Any, limit: int = 0) -> list[int] | None:
         """A completions ``prompt``'s ids (string, list of strings, token ids); None: not a prompt."""
