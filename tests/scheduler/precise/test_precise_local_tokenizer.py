@@ -10,6 +10,7 @@ downloaded).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 from pathlib import Path
@@ -309,3 +310,38 @@ def test_epp_step_tokenizes_in_a_thread_and_the_keys_are_the_simulators(
     other = LLMRequest("r2", MODEL, MODEL, prompt_text="x", api=ApiKind.COMPLETIONS)
     plugin.prepare(CycleState(), other, [Endpoint("10.0.0.1:8000")])
     assert plugin.keys(CycleState(), other) == []
+
+
+@pytest.mark.parametrize("kind", ["plain", "bytes"])
+def test_a_long_cold_prompt_does_not_stall_the_serving_loop(
+    tokenizer_dirs: dict[str, Path], kind: str
+) -> None:
+    """The EPP step tokenises in its thread pool through ``encode_batch``, which releases the GIL: the
+    event loop keeps running meanwhile (a thread in the library's ``encode`` would stop it)."""
+    plugin = factory("p", params(tokenizer_dirs[kind]), PluginHandle())
+    renderer = token_renderer([plugin])
+    assert renderer is not None
+    prompt = words(random.Random(5), 150_000)
+    request = LLMRequest("long", MODEL, MODEL, prompt_text="", api=ApiKind.COMPLETIONS)
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(asyncio.get_running_loop().time())
+            await asyncio.sleep(0.001)
+
+    async def run() -> float:
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0.01)
+        started = asyncio.get_running_loop().time()
+        await renderer.render(request, orjson.dumps({"model": MODEL, "prompt": prompt}))
+        elapsed = asyncio.get_running_loop().time() - started
+        task.cancel()
+        await renderer.aclose()
+        gaps = [b - a for a, b in itertools.pairwise(ticks) if b >= started]
+        assert gaps and max(gaps) < max(0.05, elapsed / 3), (max(gaps), elapsed)
+        return elapsed
+
+    elapsed = asyncio.run(run())
+    assert elapsed > 0.02  # long enough for a stall to show
+    assert len(plugin.keys(CycleState(), request)) == 4096  # maxPrefixBlocksToMatch blocks
