@@ -9,8 +9,15 @@
   holding ``--blocks`` blocks each, about a third of them shared. Target <= 100 B.
 * **keys for an 8k-token prompt**: the prompt's block keys (vLLM ``sha256`` chain, 16-token blocks)
   when its first 6k tokens are a system prompt hashed before (the memo hit); with the simulator's
-  offline tokenizer in front, tokenisation + hashing. Target <= 1 ms. (A real deployment tokenises
-  on the model server's ``/render`` endpoint; the picker's own work is the hashing.)
+  offline tokenizer in front, tokenisation + hashing. Target <= 1 ms. (With a ``token-producer`` the
+  model server's ``/render`` endpoint tokenises; the picker's own work is the hashing.)
+* **in-process tokenizer** (``indexerConfig.tokenizersPoolConfig``, local backend): the same 8k-word
+  prompt tokenised by :class:`~scheduler.plugins.precise.local_tokenizer.LocalTokenizer` from a
+  ``tokenizer.json`` whose prefix cache holds the 6k-word system prompt (one request before), then
+  hashed; CPU time (every thread of the process). Two tokenizers: ``epp-bench routing``'s fleet one
+  (:func:`bench.routers.write_bench_tokenizer`, WordLevel, one word one token) and a BPE trained here on
+  a fixed corpus of the workloads' words (about 1.6 tokens per word). Target <= 1 ms for the cached
+  case; the uncached one (a cold cache: the whole prompt tokenised) is printed as INFO.
 
 * **render round trip** (``--render``): the request-path step a ``token-producer`` with ``vllm.url`` adds
   before scheduling (:class:`epp.server.render.TokenRenderer`), against a real ``epp-sim`` render
@@ -35,16 +42,21 @@ import argparse
 import asyncio
 import random
 import statistics
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Sequence
+from pathlib import Path
 
 from datalayer.kv_event_pool import SLICE, KVEventPool
 from epp.config.flags import ManualHelpFormatter
 from scheduler.plugins.precise.events import KVEventIngester
 from scheduler.plugins.precise.hashing import BlockKeyer
 from scheduler.plugins.precise.index import KVBlockIndex
+from scheduler.plugins.precise.local_tokenizer import LocalTokenizer, LocalTokenizerSettings
 from simulator.tokenizer import OfflineTokenizer
+from simulator.workloads import VOCAB
+from simulator.workloads import words as vocab_words
 
 __all__ = ["main"]
 
@@ -214,6 +226,45 @@ def keys_ms(tokens: int, shared_tokens: int, seed: int, tokenize: bool) -> float
     return (time.process_time() - start) * 1000
 
 
+def _bpe_tokenizer(directory: Path) -> Path:
+    """A BPE ``tokenizer.json`` (2,000 ids, whitespace pre-tokenisation) trained on a fixed corpus of the
+    workloads' words: the same file every time."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    rng = random.Random(0)
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["[UNK]"], show_progress=False)
+    tok.train_from_iterator([vocab_words(rng, 200) for _ in range(300)], trainer)
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save(str(directory / "tokenizer.json"))
+    return directory / "tokenizer.json"
+
+
+def local_tokenizer_ms(
+    words: int, shared_words: int, seed: int, bpe: bool, cached: bool, warm_words: bool = False
+) -> tuple[float, int]:
+    """(CPU ms, ids) to tokenise in process and key a ``words``-word prompt whose first ``shared_words``
+    were tokenised and keyed before (``cached``; else a cold cache); with ``warm_words`` every word of the
+    workloads' vocabulary was seen before (the word memo's steady state)."""
+    from bench.routers import write_bench_tokenizer
+
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _bpe_tokenizer(Path(tmp) / "bpe") if bpe else write_bench_tokenizer(Path(tmp) / "words")
+        tok = LocalTokenizer(LocalTokenizerSettings(model_name="m", model_map={"m": str(path)}))
+    system, question = vocab_words(rng, shared_words), vocab_words(rng, words - shared_words)
+    keyer = BlockKeyer("sha256", "", 16)
+    if warm_words:
+        tok.completion_ids(" ".join(VOCAB))
+    if cached:
+        keyer.keys(tok.completion_ids(system + " warm") or ())
+    start = time.process_time()
+    ids = tok.completion_ids(f"{system} {question}") or []
+    keyer.keys(ids)
+    return (time.process_time() - start) * 1000, len(ids)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         formatter_class=ManualHelpFormatter, prog="epp-bench precise", description=__doc__.splitlines()[0]
@@ -259,6 +310,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{_verdict(both <= KEYS_TARGET_MS)} epp-sim's offline tokenizer + keys of the same prompt: "
           f"{both:.3f} ms (target <= {KEYS_TARGET_MS:g} ms; the picker itself does not tokenise: "
           "token-producer renders on the model server)")  # fmt: skip
+    for bpe in (False, True):
+        name = "BPE (2,000 ids)" if bpe else "WordLevel (bench fleet)"
+        for cached, warm in ((True, False), (True, True), (False, False)):
+            runs = [local_tokenizer_ms(8192, 6144, ns.seed + r, bpe, cached, warm) for r in range(ns.repeats)]
+            ms, ids = statistics.median(r[0] for r in runs), runs[0][1]
+            what = f"in-process tokenizer ({name}) + keys of an 8k-word prompt ({ids} ids)"
+            if cached:
+                seen = ", every word seen before" if warm else ""
+                target = f"(target <= {KEYS_TARGET_MS:g} ms)"
+                print(f"{_verdict(ms <= KEYS_TARGET_MS)} {what}, 6k words cached{seen}: {ms:.3f} ms {target}")
+            else:
+                print(f"INFO {what}, cold cache: {ms:.2f} ms (in the pre-scheduling step's thread pool)")
     if ns.render:
         for words in (1000, 4000):
             for concurrency in (1, 16):

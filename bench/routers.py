@@ -19,11 +19,13 @@ import contextlib
 import dataclasses
 import os
 import secrets
+import string
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -58,34 +60,43 @@ PREFIX_ONLY_CONFIG = (CONFIG_DIR / "prefix-only.yaml").read_text()
 TUNED_CONFIG = (CONFIG_DIR / "tuned.yaml").read_text()
 GIE_DEFAULT_CONFIG = (CONFIG_DIR / "gie-default.yaml").read_text()
 # The placeholders a KV-event profile's text carries; running_router fills them in.
-_PLACEHOLDERS = ("model", "render_url", "hash_seed", "kv_events_port")
+_PLACEHOLDERS = ("model", "render_url", "hash_seed", "kv_events_port", "tokenizer")
 
 
-def precise_profile(default_text: str = DEFAULT_CONFIG_TEXT) -> str:
+def precise_profile(default_text: str = DEFAULT_CONFIG_TEXT, local: bool = False) -> str:
     """``default_text`` (the built-in default profile) with the exact prefix scorer in place of the
     approximate one, same weight and place, every other plugin and weight as they are there. The servers
     publish vLLM KV events to the picker's bound socket (``{kv_events_port}``); a sidecar epp-sim renders
     prompts (``{render_url}``) for the ``token-producer`` put first, as llm-d runs ``vllm launch render``
     beside its picker. No ``speculativeIndexing``: the affinity scorer already keeps a prefix on its owner
-    between dispatch and the owner's events. Returns a ``str.format`` template of those placeholders."""
+    between dispatch and the owner's events. With ``local``, no token-producer and no sidecar: the precise
+    scorer tokenises in process (``indexerConfig.tokenizersPoolConfig``, local backend) from the fleet's
+    ``tokenizer.json`` (``{tokenizer}``). Returns a ``str.format`` template of those placeholders."""
     doc = yaml.safe_load(default_text)
     doc["apiVersion"] = "llm-d.ai/v1alpha1"  # token-producer and the precise scorer are llm-d's types
     mark = {name: f"@@{name}@@" for name in _PLACEHOLDERS}
-    precise = {
+    precise: dict[str, Any] = {
         "type": "precise-prefix-cache-scorer",
         "parameters": {
             "tokenProcessorConfig": {"blockSize": 16, "hashSeed": mark["hash_seed"]},
             "kvEventsConfig": {"zmqEndpoint": f"tcp://127.0.0.1:{mark['kv_events_port']}"},
         },
     }
+    if local:
+        pool = {
+            "modelName": mark["model"],
+            "local": {"modelTokenizerMap": {mark["model"]: mark["tokenizer"]}},
+        }
+        precise["parameters"]["indexerConfig"] = {"tokenizersPoolConfig": pool}
     refs = [p.get("name", p["type"]) for p in doc["plugins"] if p["type"] == "prefix-cache-scorer"]
     if len(refs) != 1:
         raise ValueError(f"expected one prefix-cache-scorer in the default profile, found {len(refs)}")
+    producer = {
+        "type": "token-producer",
+        "parameters": {"modelName": mark["model"], "vllm": {"url": mark["render_url"]}},
+    }
     doc["plugins"] = [
-        {
-            "type": "token-producer",
-            "parameters": {"modelName": mark["model"], "vllm": {"url": mark["render_url"]}},
-        },
+        *([] if local else [producer]),
         *(precise if p["type"] == "prefix-cache-scorer" else p for p in doc["plugins"]),
     ]
     for profile in doc["schedulingProfiles"]:
@@ -99,6 +110,31 @@ def precise_profile(default_text: str = DEFAULT_CONFIG_TEXT) -> str:
 
 
 PRECISE_CONFIG = precise_profile()
+PRECISE_LOCAL_CONFIG = precise_profile(local=True)
+
+
+def write_bench_tokenizer(directory: Path) -> Path:
+    """The ``tokenizer.json`` of the fleets started with ``--tokenizer`` (``picker-precise-local``,
+    ``picker-default-tokenizer``), written to ``directory``: a WordLevel vocabulary built from code, not
+    trained and never downloaded, so every run writes the same file: ``[UNK]``, then the workloads'
+    synthetic words (:data:`simulator.workloads.VOCAB`, one word one token, as for ``epp-sim``'s offline
+    tokenizer, so prompts keep their token counts), the pieces of the simulator's chat markers (``<|``,
+    role names, ``|>``), ASCII letters, digits and punctuation; whitespace pre-tokenisation (``\\w+`` and
+    runs of punctuation); no special tokens added to prompts. Returns the file."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from simulator.workloads import VOCAB
+
+    pieces = ["<|", "|>", "system", "user", "assistant", "tool", *string.ascii_letters, *string.digits]
+    vocab: dict[str, int] = {"[UNK]": 0}
+    for piece in (*VOCAB, *pieces, *string.punctuation):
+        vocab.setdefault(piece, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "tokenizer.json"
+    tok.save(str(path))
+    return path
 
 
 def with_placement(text: str, placement: str, spill: str = "") -> str:
@@ -186,6 +222,9 @@ class RouterSpec:
     extra_args: tuple[str, ...] = ()
     replicas: int = 1  # picker processes behind the one Envoy (active-active; ext_proc load-balanced)
     sync: bool = False  # with replicas > 1: the pickers share ownership and load (--replica-sync-port)
+    tokenizer: bool = (
+        False  # the servers run `--tokenizer DIR` (write_bench_tokenizer; {tokenizer} in config)
+    )
 
 
 ROUTERS: dict[str, RouterSpec] = {
@@ -202,6 +241,8 @@ ROUTERS: dict[str, RouterSpec] = {
         RouterSpec("picker-tuned", "picker", config=TUNED_CONFIG),
         RouterSpec("picker-gie-default", "picker", config=GIE_DEFAULT_CONFIG),
         RouterSpec("picker-precise", "picker", config=PRECISE_CONFIG),
+        RouterSpec("picker-precise-local", "picker", config=PRECISE_LOCAL_CONFIG, tokenizer=True),
+        RouterSpec("picker-default-tokenizer", "picker", tokenizer=True),
         RouterSpec("picker-predicted", "picker", config=PREDICTED_CONFIG),
         RouterSpec("picker-predicted-precise", "picker", config=PREDICTED_PRECISE_CONFIG),
         RouterSpec("picker-predicted-precise-spec", "picker", config=PREDICTED_PRECISE_SPECULATIVE_CONFIG),
@@ -357,6 +398,10 @@ def running_router(
     args = [*picker_args, *spec.extra_args, *sync_args]
     if spec.config:
         args += ["--config-text", spec.config]
+    tokenizer = ""
+    if spec.tokenizer:
+        tokenizer = str(write_bench_tokenizer(workdir / "tokenizer"))
+        sim_args = [*sim_args, "--tokenizer", str(Path(tokenizer).parent)]
     stack_spec = StackSpec(
         servers=servers,
         sim_args=tuple(sim_args),
@@ -373,15 +418,19 @@ def running_router(
     texts = [spec.config] * spec.replicas  # each replica's config text
     if spec.kind == "picker" and "{kv_events_port}" in spec.config:  # KV events: fill in the ports
         *kv_ports, render_port = free_ports(spec.replicas + 1)
-        render_argv = [stack.python, "-m", "simulator", "--host", "127.0.0.1", "--port", str(render_port),
-                       "--model", model, "--profile", "8b-h100"]  # fmt: skip
-        sidecar = ManagedProcess("render-sidecar", render_argv, workdir / "render-sidecar.log")
+        if "{render_url}" in spec.config:  # a token-producer renders on a sidecar epp-sim
+            render_argv = [stack.python, "-m", "simulator", "--host", "127.0.0.1", "--port", str(render_port),
+                           "--model", model, "--profile", "8b-h100"]  # fmt: skip
+            if tokenizer:
+                render_argv += ["--tokenizer", str(Path(tokenizer).parent)]
+            sidecar = ManagedProcess("render-sidecar", render_argv, workdir / "render-sidecar.log")
         texts = [
             spec.config.format(
                 model=model,
                 render_url=f"http://127.0.0.1:{render_port}",
                 hash_seed=os.environ.get("PYTHONHASHSEED", ""),
                 kv_events_port=kv_port,
+                tokenizer=tokenizer,
             )
             for kv_port in kv_ports
         ]

@@ -15,7 +15,8 @@ from typing import Any
 
 import orjson
 
-from simulator.tokenizer import Tokenizer, render_chat
+from scheduler.chat_render import ChatTemplateError
+from simulator.tokenizer import Tokenizer
 
 __all__ = [
     "ApiError",
@@ -90,12 +91,12 @@ def _is_ids(value: Any) -> bool:
 def prompt_token_lists(prompt: Any, tokenizer: Tokenizer, field: str = "prompt") -> list[list[int]]:
     """Tokenise a completions prompt into one id list per prompt."""
     if isinstance(prompt, str):
-        return [tokenizer.encode(prompt)]
+        return [tokenizer.encode_prompt(prompt)]
     if isinstance(prompt, list) and prompt:
         if _is_ids(prompt):
             return [list(prompt)]
         if all(isinstance(p, str) for p in prompt):
-            return [tokenizer.encode(p) for p in prompt]
+            return [tokenizer.encode_prompt(p) for p in prompt]
         if all(_is_ids(p) for p in prompt):
             return [list(p) for p in prompt]
     raise ApiError(
@@ -109,7 +110,11 @@ def chat_token_ids(body: Mapping[str, Any], tokenizer: Tokenizer) -> list[int]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise ApiError(400, "'messages' must be a non-empty list of message objects", param="messages")
-    return tokenizer.encode(render_chat(messages))
+    try:
+        text = tokenizer.render_chat(messages)
+    except ChatTemplateError as exc:
+        raise ApiError(400, str(exc), param="messages") from None
+    return tokenizer.encode(text)
 
 
 def _optional_int(body: Mapping[str, Any], name: str) -> int | None:

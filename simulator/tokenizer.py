@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import xxhash
+
+from scheduler.chat_render import ChatTemplate, ChatTemplateError, load_chat_template, render_chat
 
 __all__ = ["HFTokenizer", "OfflineTokenizer", "Tokenizer", "TokenizerError", "load_tokenizer", "render_chat"]
 
@@ -29,9 +31,18 @@ class TokenizerError(ValueError):
 
 
 class Tokenizer(Protocol):
-    """Turns text into token ids. Pure and deterministic; safe to share between servers."""
+    """Turns text into token ids. Pure and deterministic; safe to share between servers.
+
+    ``encode``: text as is (a rendered chat prompt, whose template carries its own special tokens);
+    ``encode_prompt``: a completions prompt, with the special tokens the tokenizer's post-processor adds
+    (a BOS, for most models), as vLLM tokenises ``/v1/completions`` prompts.
+    """
 
     def encode(self, text: str) -> list[int]: ...
+
+    def encode_prompt(self, text: str) -> list[int]: ...
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str: ...
 
 
 class _PieceIds(dict[str, int]):
@@ -80,17 +91,33 @@ class OfflineTokenizer:
                 recent.popitem(last=False)
         return list(ids)
 
+    def encode_prompt(self, text: str) -> list[int]:
+        return self.encode(text)  # no special tokens in this vocabulary
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        return render_chat(messages)
+
 
 class HFTokenizer:
-    """Wraps ``tokenizers.Tokenizer`` (a real model's vocabulary, loaded from a local file)."""
+    """Wraps ``tokenizers.Tokenizer`` (a real model's vocabulary, loaded from a local file) and the
+    directory's chat template, if any (:func:`scheduler.chat_render.load_chat_template`; without one,
+    chat messages are rendered with :func:`render_chat`)."""
 
-    __slots__ = ("_tok",)
+    __slots__ = ("_tok", "template")
 
-    def __init__(self, tok: Any) -> None:
+    def __init__(self, tok: Any, template: ChatTemplate | None = None) -> None:
         self._tok = tok
+        self.template = template
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def encode_prompt(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=True).ids)
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        """The chat prompt (ChatTemplateError: the model's template refused the messages)."""
+        return self.template.render(messages) if self.template is not None else render_chat(messages)
 
 
 def load_tokenizer(directory: str | None) -> Tokenizer:
@@ -108,22 +135,10 @@ def load_tokenizer(directory: str | None) -> Tokenizer:
             "--tokenizer: the 'tokenizers' package is not installed (pip install 'pyepp[sim]')"
         ) from exc
     try:
-        return HFTokenizer(tokenizers.Tokenizer.from_file(str(file)))
+        tok = tokenizers.Tokenizer.from_file(str(file))
     except Exception as exc:  # the library raises plain Exception on a malformed file
         raise TokenizerError(f"--tokenizer: cannot load {file}: {exc}") from exc
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        texts = [p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
-        return "\n".join(texts)
-    return ""
-
-
-def render_chat(messages: Iterable[Mapping[str, Any]]) -> str:
-    """Render chat messages with a fixed template ``<|role|>\\ncontent\\n`` ending ``<|assistant|>``."""
-    out = [f"<|{m.get('role', 'user')}|>\n{_content_text(m.get('content'))}\n" for m in messages]
-    out.append("<|assistant|>\n")
-    return "".join(out)
+    try:
+        return HFTokenizer(tok, load_chat_template(file.parent))
+    except ChatTemplateError as exc:
+        raise TokenizerError(f"--tokenizer: {file.parent}: {exc}") from exc

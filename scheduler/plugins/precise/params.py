@@ -15,9 +15,20 @@ default gpu 1.0, cpu 0.8); ``maxPrefixBlocksToMatch`` (blocks hashed per request
 llm-d releases put it in ``kvBlockIndexConfig`` and ``tokenProcessorConfig`` in ``indexerConfig``: both
 places are read). ``inMemoryConfig.podCacheSize`` (llm-d's per-block cap on remembered servers) has
 no counterpart in pyepp's per-server key sets and is rejected; so are ``redisConfig`` and
-``costAwareMemoryConfig`` (other index backends) and ``tokenizersPoolConfig`` (the deprecated
-in-process tokenizer): tokenize with a
-``token-producer``.
+``costAwareMemoryConfig`` (other index backends).
+
+``indexerConfig.tokenizersPoolConfig`` (llm-d-kv-cache's in-process tokenizer pool): the prompt is
+tokenised in the picker from a local ``tokenizer.json`` (:mod:`.local_tokenizer`) instead of taking a
+``token-producer``'s ids. ``modelName`` (required: the base model whose tokenizer is used),
+``workersCount`` (threads tokenising at once, default 5, 1-64), ``minPrefixOverlapRatio`` (0-1,
+default 0.8; validated, unused: pyepp's prefix cache is exact), ``local`` (``autoDiscoveryDir``,
+default ``$LOCAL_TOKENIZER_DIR`` or ``/mnt/models``; ``autoDiscoveryTokenizerFileName``, default
+``$LOCAL_TOKENIZER_FILENAME`` or ``tokenizer.json``; ``modelTokenizerMap``: model name -> file; absent
+or null: those defaults, as llm-d's default local config). ``hf`` (a download from the HuggingFace hub)
+is refused unless ``enabled: false``; ``uds`` (the deprecated tokenizer sidecar) is refused unless null.
+``indexerConfig.prefixStoreConfig`` (llm-d's prefix store): ``blockSize`` (characters per cached chunk,
+default 256, 16-65536) and ``cacheSize`` (chunks kept, default 65,536; llm-d's default is 500,000 chunks
+of its approximate store), used by the local tokenizer's cache.
 
 ``kvEventsConfig``: ``zmqEndpoint`` (central mode: the picker binds a SUB socket there and every
 server connects to it, e.g. ``tcp://*:5557``; empty: off), ``topicFilter`` (subscription prefix,
@@ -41,6 +52,7 @@ are remembered this way.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +62,14 @@ from scheduler.errors import ConfigError
 from scheduler.params import plugin_location
 from scheduler.plugins.precise.hashing import ALGORITHMS
 from scheduler.plugins.precise.index import DEFAULT_TIER_WEIGHTS
+from scheduler.plugins.precise.local_tokenizer import (
+    DEFAULT_CACHE_ENTRIES,
+    DEFAULT_CHUNK_CHARS,
+    DEFAULT_DIR,
+    DEFAULT_FILE,
+    DEFAULT_WORKERS,
+    LocalTokenizerSettings,
+)
 from scheduler.plugins.shared.selector import LabelSelector, parse_selector_text
 
 __all__ = ["KVEventsSettings", "PreciseParams", "parse_precise_params"]
@@ -82,6 +102,7 @@ class PreciseParams:
     events: KVEventsSettings = KVEventsSettings()
     speculative_indexing: bool = False
     speculative_ttl: float = 2.0
+    tokenizer: LocalTokenizerSettings | None = None
 
     def as_yaml(self) -> dict[str, Any]:
         e = self.events
@@ -91,15 +112,7 @@ class PreciseParams:
                 "hashSeed": self.hash_seed,
                 "hashAlgorithm": self.hash_algorithm,
             },
-            "indexerConfig": {
-                "kvBlockIndexConfig": {
-                    "inMemoryConfig": {"size": self.max_blocks_per_source},
-                    "enableMetrics": self.enable_metrics,
-                    "metricsLoggingInterval": f"{self.metrics_logging_interval:g}s",
-                },
-                "kvCacheBackendConfigs": [{"name": n, "weight": w} for n, w in self.tier_weights.items()],
-                "maxPrefixBlocksToMatch": self.max_prefix_blocks,
-            },
+            "indexerConfig": self._indexer_yaml(),
             "kvEventsConfig": {
                 "zmqEndpoint": e.zmq_endpoint,
                 "topicFilter": e.topic_filter,
@@ -116,6 +129,22 @@ class PreciseParams:
             "speculativeTTL": self.speculative_ttl,
         }
 
+    def _indexer_yaml(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kvBlockIndexConfig": {
+                "inMemoryConfig": {"size": self.max_blocks_per_source},
+                "enableMetrics": self.enable_metrics,
+                "metricsLoggingInterval": f"{self.metrics_logging_interval:g}s",
+            },
+            "kvCacheBackendConfigs": [{"name": n, "weight": w} for n, w in self.tier_weights.items()],
+            "maxPrefixBlocksToMatch": self.max_prefix_blocks,
+        }
+        t = self.tokenizer
+        if t is not None:
+            out["tokenizersPoolConfig"] = t.as_yaml()
+            out["prefixStoreConfig"] = {"blockSize": t.chunk_chars, "cacheSize": t.cache_entries}
+        return out
+
 
 _TOP = ("tokenProcessorConfig", "indexerConfig", "kvEventsConfig", "speculativeIndexing", "speculativeTTL")
 _TOKEN = ("blockSize", "blockSizeTokens", "hashSeed", "hashAlgorithm")
@@ -125,6 +154,7 @@ _INDEXER = (
     "maxPrefixBlocksToMatch",
     "tokenProcessorConfig",
     "tokenizersPoolConfig",
+    "prefixStoreConfig",
 )
 _BLOCK_INDEX = (
     "inMemoryConfig",
@@ -220,12 +250,7 @@ def parse_precise_params(parameters: Any, plugin_type: str, name: str) -> Precis
             f"{algorithm!r} (llm-d's own key algorithms cbor-fnv / xxh64 do not apply: pyepp matches the "
             "servers' hashes)",
         )
-    if idx.get("tokenizersPoolConfig") is not None:
-        raise r.fail(
-            "indexerConfig.tokenizersPoolConfig",
-            "the deprecated in-process tokenizer pool is not available in pyepp; configure a "
-            "token-producer (vllm.url: the model server's /render endpoints)",
-        )
+    tokenizer = _tokenizer(r, idx.get("tokenizersPoolConfig"), idx.get("prefixStoreConfig"))
     block_index = r.mapping(idx.get("kvBlockIndexConfig"), "indexerConfig.kvBlockIndexConfig", _BLOCK_INDEX)
     for backend in ("redisConfig", "costAwareMemoryConfig"):
         if block_index.get(backend) is not None:
@@ -322,6 +347,76 @@ def parse_precise_params(parameters: Any, plugin_type: str, name: str) -> Precis
         events=events,
         speculative_indexing=r.boolean(top.get("speculativeIndexing"), "speculativeIndexing", False),
         speculative_ttl=r.duration(top.get("speculativeTTL"), "speculativeTTL", 2.0, nanos=False),
+        tokenizer=tokenizer,
+    )
+
+
+_POOL = ("modelName", "workersCount", "minPrefixOverlapRatio", "local", "hf", "uds")
+_LOCAL = ("autoDiscoveryDir", "autoDiscoveryTokenizerFileName", "modelTokenizerMap")
+
+
+def _tokenizer(r: _Reader, raw: Any, store_raw: Any) -> LocalTokenizerSettings | None:
+    """``tokenizersPoolConfig`` (local backend) and ``prefixStoreConfig``; None: no pool configured."""
+    where = "indexerConfig.tokenizersPoolConfig"
+    store = r.mapping(store_raw, "indexerConfig.prefixStoreConfig", ("cacheSize", "blockSize"))
+    chunk = r.integer(
+        store.get("blockSize"), "indexerConfig.prefixStoreConfig.blockSize", DEFAULT_CHUNK_CHARS, 16, 65536
+    )
+    entries = r.integer(
+        store.get("cacheSize"), "indexerConfig.prefixStoreConfig.cacheSize", DEFAULT_CACHE_ENTRIES, 1, 1 << 24
+    )
+    if raw is None:
+        return None
+    pool = r.mapping(raw, where, _POOL)
+    hf = pool.get("hf")
+    if hf is not None:
+        hf_map = r.mapping(hf, f"{where}.hf", ("enabled", "huggingFaceToken", "tokenizersCacheDir"))
+        if hf_map.get("enabled") is not False:
+            raise r.fail(
+                f"{where}.hf",
+                "pyepp never downloads a tokenizer from the HuggingFace hub: put the model's tokenizer.json "
+                "in a directory the picker can read and use 'local' (or set hf.enabled: false)",
+            )
+    if pool.get("uds") is not None:
+        raise r.fail(
+            f"{where}.uds",
+            "the gRPC-over-UDS tokenizer sidecar (deprecated upstream) is not available in pyepp: use "
+            "'local' (a tokenizer.json on disk) or a token-producer with vllm.url",
+        )
+    model = r.string(pool.get("modelName"), f"{where}.modelName", "")
+    if not model:
+        raise r.fail(f"{where}.modelName", "the base model whose tokenizer is used must be set")
+    workers = r.integer(pool.get("workersCount"), f"{where}.workersCount", 0, 0, 64) or DEFAULT_WORKERS
+    ratio = pool.get("minPrefixOverlapRatio")
+    number = isinstance(ratio, int | float) and not isinstance(ratio, bool)
+    if ratio is not None and (not number or not 0 <= ratio <= 1):
+        raise r.fail(f"{where}.minPrefixOverlapRatio", f"expected a number in [0, 1], got {ratio!r}")
+    local = r.mapping(pool.get("local"), f"{where}.local", _LOCAL)
+    directory = r.string(local.get("autoDiscoveryDir"), f"{where}.local.autoDiscoveryDir", "")
+    file_name = r.string(
+        local.get("autoDiscoveryTokenizerFileName"), f"{where}.local.autoDiscoveryTokenizerFileName", ""
+    )
+    if "/" in file_name:
+        raise r.fail(
+            f"{where}.local.autoDiscoveryTokenizerFileName", f"expected a file name, got {file_name!r}"
+        )
+    mapping = local.get("modelTokenizerMap") or {}
+    if not isinstance(mapping, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in mapping.items()
+    ):
+        raise r.fail(
+            f"{where}.local.modelTokenizerMap",
+            f"expected a mapping of model name to tokenizer.json path, got {mapping!r}",
+        )
+    return LocalTokenizerSettings(
+        model_name=model,
+        workers=workers,
+        discovery_dir=directory or os.environ.get("LOCAL_TOKENIZER_DIR") or DEFAULT_DIR,
+        file_name=file_name or os.environ.get("LOCAL_TOKENIZER_FILENAME") or DEFAULT_FILE,
+        model_map=dict(mapping),
+        min_overlap=0.8 if ratio is None else float(ratio),
+        chunk_chars=chunk,
+        cache_entries=entries,
     )
 
 

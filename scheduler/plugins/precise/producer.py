@@ -5,8 +5,13 @@ keeps them in an exact index (:mod:`.index`) and computes, per request, how many
 the prompt each endpoint holds. The prompt's block keys are vLLM's own block hashes of the request's
 token ids (:mod:`.hashing`: the servers' block size, hash algorithm and seed), so a key matches
 exactly the block a server announced. Token ids come from a ``token-producer`` (``vllm.url``: the
-model server's ``/render`` endpoints, which tokenise as the server does, chat template included); a
-request without ids matches nothing.
+model server's ``/render`` endpoints, which tokenise as the server does, chat template included), or,
+with ``indexerConfig.tokenizersPoolConfig``, from the plugin's own in-process tokenizer
+(:mod:`.local_tokenizer`: a local ``tokenizer.json``); then no ``token-producer`` is needed. Like a
+render, that tokenisation is done by the EPP before scheduling (in a thread, off the serving loop:
+:mod:`epp.server.render`), which hands the ids over with :meth:`PrecisePrefixCacheProducer.accept_tokens`
+(at most 1,024 requests wait between the two; the oldest is dropped first). A request without ids
+matches nothing.
 
 Per cycle (``prepare``): the match is a :class:`~scheduler.plugins.prefix.match.PrefixMatch`
 (``matched`` = consecutive blocks held, any tier) published as ``PrefixCacheMatchInfo/<name>`` for
@@ -39,11 +44,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from scheduler.cycle_state import CycleState, StateKey
+from scheduler.errors import ConfigError
 from scheduler.interfaces import Handle, Plugin
+from scheduler.params import plugin_location
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.precise.events import KVEventIngester
 from scheduler.plugins.precise.hashing import BlockKeyer
 from scheduler.plugins.precise.index import KVBlockIndex
+from scheduler.plugins.precise.local_tokenizer import LocalTokenizer, LocalTokenizerError
 from scheduler.plugins.precise.lookup_stats import LookupStats
 from scheduler.plugins.precise.params import PreciseParams, parse_precise_params
 from scheduler.plugins.prefix.match import PREFIX_MATCH, PrefixMatch
@@ -141,6 +149,33 @@ class PrecisePrefixCacheProducer(PluginBase):
         self._hosts: dict[str, str] = {}
         self._pending: dict[str, tuple[int, ...]] = {}  # request id -> keys, prepare to dispatch (<= 1,024)
         self._addresses: tuple[str, ...] = ()  # the endpoints of the last prepared cycle
+        self.local = self._load_tokenizer()
+        self._ids_key: StateKey[tuple[int, ...]] = StateKey(f"{self.plugin_type}/{name}/ids")
+        self._handed: dict[str, tuple[int, ...]] = {}  # request id -> local ids, EPP to prepare (<= 1,024)
+
+    def _load_tokenizer(self) -> LocalTokenizer | None:
+        settings = self.settings.tokenizer
+        if settings is None:
+            return None
+        try:
+            return LocalTokenizer(settings)
+        except LocalTokenizerError as exc:
+            where = plugin_location(self.plugin_type, self.name)
+            raise ConfigError(
+                str(exc), location=f"{where}: parameters.indexerConfig.tokenizersPoolConfig"
+            ) from None
+
+    @property
+    def tokens_limit(self) -> int:
+        """The most ids the keys are computed from (``maxPrefixBlocksToMatch`` full blocks)."""
+        return self.settings.block_size * self.settings.max_prefix_blocks
+
+    def accept_tokens(self, request_id: str, token_ids: Sequence[int] | None) -> None:
+        """The in-process tokenizer's ids for ``request_id`` (None: none could be computed)."""
+        handed = self._handed
+        if request_id not in handed and len(handed) >= 1024:
+            handed.pop(next(iter(handed)))
+        handed[request_id] = tuple(token_ids) if token_ids else ()
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -153,6 +188,8 @@ class PrecisePrefixCacheProducer(PluginBase):
         return frozenset({f"PrefixCacheMatchInfo/{self.name}"})
 
     def data_needs(self) -> tuple[DataNeed, ...]:
+        if self.settings.tokenizer is not None:
+            return ()  # tokenised in process
         key = f"{TOKENIZED_PROMPT}/{TokenProducer.plugin_type}"
         return (DataNeed(key, "", False, TokenProducer.plugin_type),)
 
@@ -184,6 +221,12 @@ class PrecisePrefixCacheProducer(PluginBase):
         return self._keys(self._ids(cycle, request), request)
 
     def _ids(self, cycle: CycleState, request: LLMRequest) -> Sequence[int]:
+        if self.local is not None:
+            found = cycle.read(self._ids_key)
+            if found is None:
+                found = self._handed.pop(request.request_id, ())
+                cycle.write(self._ids_key, found)
+            return found
         source = self.token_source
         return (source.tokens(cycle, request) if source is not None else None) or ()
 

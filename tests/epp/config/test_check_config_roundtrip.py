@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from testutil import write_tokenizer
 
 from epp.config.sections import check_config, picker_registry
 from scheduler.params import _fields
@@ -51,6 +53,18 @@ MINIMAL: dict[str, dict[str, Any]] = {
 COMPANIONS: dict[str, list[dict[str, Any]]] = {
     "pd-profile-handler": [{"type": "prefix-based-pd-decider"}, {"type": "approx-prefix-cache-producer"}],
     "disagg-profile-handler": [{"type": "prefix-based-pd-decider"}],
+}
+
+# a tokenizer.json for precise-prefix-cache-*'s in-process tokenizer (tokenizersPoolConfig.local)
+TOKENIZER = write_tokenizer(
+    Path(tempfile.mkdtemp(prefix="epp-roundtrip-")) / "model", ["alpha beta gamma delta"], vocab_size=40
+)
+LOCAL_POOL = {
+    "modelName": "m",
+    "workersCount": 2,
+    "minPrefixOverlapRatio": 0.5,
+    "local": {"modelTokenizerMap": {"m": str(TOKENIZER)}},
+    "hf": {"enabled": False},
 }
 
 # (type, parameters): every parameter that is converted or normalised when parsed, set to a value
@@ -149,6 +163,30 @@ EXAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("predicted-latency-producer", {"coldStartPrior": False, "coldStartPrefillThroughput": 8000}),
     ("program-aware-fairness", {"strategy": "las", "lasWeightService": 0.7, "lasWeightHeadWait": 0.3}),
     ("fair-share-fairness-policy", {"reserve": 0.25, "activeWindowSeconds": 0.5}),
+    (
+        "precise-prefix-cache-scorer",
+        {
+            "indexerConfig": {
+                "tokenizersPoolConfig": LOCAL_POOL,
+                "prefixStoreConfig": {"blockSize": 64, "cacheSize": 100},
+            }
+        },
+    ),
+    (
+        "precise-prefix-cache-producer",
+        {
+            "indexerConfig": {
+                "tokenizersPoolConfig": {
+                    **LOCAL_POOL,
+                    "local": {
+                        "autoDiscoveryDir": str(TOKENIZER.parent.parent),
+                        "autoDiscoveryTokenizerFileName": "tokenizer.json",
+                    },
+                    "modelName": TOKENIZER.parent.name,
+                }
+            }
+        },
+    ),
 ]
 
 

@@ -166,7 +166,7 @@ def test_speculative_indexing_until_ttl() -> None:
             "inMemoryConfig.podCacheSize",
             "no counterpart",
         ),
-        ({"indexerConfig": {"tokenizersPoolConfig": {}}}, "tokenizersPoolConfig", "token-producer"),
+        ({"indexerConfig": {"tokenizersPoolConfig": {}}}, "tokenizersPoolConfig.modelName", "base model"),
         ({"indexerConfig": {"kvCacheBackendConfigs": [{"name": "gpu", "weight": 2}]}}, "weight", "[0, 1]"),
         ({"speculativeTTL": "soon"}, "speculativeTTL", "duration"),
         ({"bogus": 1}, "bogus", "unknown parameter"),

@@ -1,0 +1,347 @@
+"""precise-prefix-cache-*'s in-process tokenizer (``indexerConfig.tokenizersPoolConfig``, local backend).
+
+The ids must be exactly what ``epp-sim --tokenizer DIR`` computes for the same body (its completions and
+chat paths, :mod:`simulator.protocol`), with the prefix cache on and off; the configuration follows
+llm-d-kv-cache's ``tokenizersPoolConfig`` / ``prefixStoreConfig`` and refuses hub downloads and the UDS
+sidecar with a message naming the field. Tokenizers are trained here from a fixed corpus (never
+downloaded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from testutil import write_tokenizer
+
+from epp.server.render import token_renderer
+from scheduler.cycle_state import CycleState
+from scheduler.errors import ConfigError
+from scheduler.handle import PluginHandle
+from scheduler.plugins.precise.local_tokenizer import (
+    LocalTokenizer,
+    LocalTokenizerError,
+    LocalTokenizerSettings,
+    chunk_safety,
+    discover_tokenizers,
+)
+from scheduler.plugins.precise.scorer import factory
+from scheduler.types import ApiKind, Endpoint, LLMRequest
+from simulator.protocol import ApiError, chat_token_ids, prompt_token_lists
+from simulator.tokenizer import load_tokenizer
+from simulator.workloads import words
+
+MODEL = "org/model"
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'tool' %}"
+    "{{ raise_exception('no tools here') }}{% endif %}<|start|>{{ m['role'] }}\n"
+    "{{ m['content'] | trim }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant\n{% endif %}"
+)
+
+
+def corpus() -> list[str]:
+    rng = random.Random(7)
+    return [words(rng, 60) for _ in range(200)] + ["<|system|> <|user|> <|assistant|> hello world 0123"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("tokenizers")
+    text = corpus()
+    return {
+        "plain": write_tokenizer(base / "plain", text).parent,
+        "bos": write_tokenizer(base / "bos", text, bos=True).parent,
+        "bytes": write_tokenizer(base / "bytes", text, byte_level=True, bos=True).parent,
+        "template": write_tokenizer(base / "template", text, chat_template=TEMPLATE).parent,
+    }
+
+
+def local(directory: Path, **kw: Any) -> LocalTokenizer:
+    return LocalTokenizer(LocalTokenizerSettings(model_name=MODEL, model_map={MODEL: str(directory)}, **kw))
+
+
+def params(directory: Path | str, **pool: Any) -> dict[str, Any]:
+    return {
+        "indexerConfig": {
+            "tokenizersPoolConfig": {
+                "modelName": MODEL,
+                "local": {"modelTokenizerMap": {MODEL: str(directory)}},
+            }
+            | pool
+        }
+    }
+
+
+def bodies() -> list[tuple[bool, dict[str, Any]]]:
+    rng = random.Random(11)
+    system = words(rng, 900)
+    out: list[tuple[bool, dict[str, Any]]] = []
+    for i in range(4):
+        out.append((False, {"prompt": f"{system} {words(rng, 40 + i)}"}))
+        out.append((False, {"prompt": [f"{system} q{i}", words(rng, 30)]}))
+        out.append(
+            (
+                True,
+                {
+                    "messages": [
+                        {"role": "system", "content": system},
+                        {"role": "user", "content": [{"type": "text", "text": words(rng, 20)}]},
+                        {"role": "assistant", "content": words(rng, 10)},
+                        {"role": "user", "content": f"tail {i}\n\n  spaced\tout 12345"},
+                    ]
+                },
+            )
+        )
+    out.append((False, {"prompt": [5, 6, 7, 8]}))
+    out.append((False, {"prompt": [[1, 2], [3]]}))
+    return out
+
+
+def sim_ids(directory: Path, chat: bool, body: dict[str, Any]) -> list[int]:
+    sim = load_tokenizer(str(directory))
+    if chat:
+        return chat_token_ids(body, sim)
+    return [t for ids in prompt_token_lists(body["prompt"], sim) for t in ids]
+
+
+@pytest.mark.parametrize("kind", ["plain", "bos", "bytes"])
+@pytest.mark.parametrize("chunk", [16, 64, 256])
+def test_ids_equal_the_simulators_cold_and_cached(
+    tokenizer_dirs: dict[str, Path], kind: str, chunk: int
+) -> None:
+    tok = local(tokenizer_dirs[kind], chunk_chars=chunk)
+    assert tok.chunked is (kind != "bytes"), tok.unchunked_reason
+    for _ in range(2):  # the second pass takes the shared prefixes from the cache
+        for chat, body in bodies():
+            assert tok.body_ids(chat, body) == sim_ids(tokenizer_dirs[kind], chat, body), (kind, body)
+    if tok.chunked:
+        assert tok.cached_tokens > tok.encoded_tokens > 0
+
+
+def test_bos_wraps_each_completions_prompt_not_chat(tokenizer_dirs: dict[str, Path]) -> None:
+    tok = local(tokenizer_dirs["bos"])
+    bos = 1  # "<s>", the second special token
+    assert tok.completion_ids("hello world")[0] == bos
+    assert tok.completion_ids(["hello", "world"]) == [
+        bos,
+        *tok.encode("hello", False),
+        bos,
+        *tok.encode("world", False),
+    ]
+    assert bos not in (tok.chat_ids([{"role": "user", "content": "hello"}]) or [])
+
+
+def test_the_directorys_chat_template_is_rendered_as_the_simulator_renders_it(
+    tokenizer_dirs: dict[str, Path],
+) -> None:
+    directory = tokenizer_dirs["template"]
+    tok = local(directory)
+    assert tok.template is not None and tok.chunked
+    messages = [
+        {"role": "system", "content": " be brief "},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+    ]
+    text = tok.template.render(messages)
+    assert text == "<s><|start|>system\nbe brief<|end|>\n<|start|>user\nhi<|end|>\n<|start|>assistant\n"
+    ids = tok.chat_ids(messages)
+    assert ids is not None and ids[0] == 1  # "<s>" written by the template, matched as the added token
+    for _ in range(2):
+        for chat, body in bodies():
+            assert tok.body_ids(chat, body) == sim_ids(directory, chat, body)
+    refused = [{"role": "tool", "content": "x"}]
+    assert tok.chat_ids(refused) is None
+    with pytest.raises(ApiError) as err:
+        chat_token_ids({"messages": refused}, load_tokenizer(str(directory)))
+    assert err.value.status == 400 and "no tools here" in err.value.message
+
+
+def test_chat_template_jinja_file_and_named_templates(
+    tmp_path: Path, tokenizer_dirs: dict[str, Path]
+) -> None:
+    data = (tokenizer_dirs["plain"] / "tokenizer.json").read_text()
+    (tmp_path / "tokenizer.json").write_text(data)
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": [{"name": "default", "template": "D{{ messages[0]['content'] }}"}]})
+    )
+    msgs = [{"role": "user", "content": "x"}]
+    assert local(tmp_path).template.render(msgs) == "Dx"  # type: ignore[union-attr]
+    (tmp_path / "chat_template.jinja").write_text("J{{ messages[0]['content'] }}")
+    assert local(tmp_path).template.render(msgs) == "Jx"  # type: ignore[union-attr]
+    (tmp_path / "chat_template.jinja").write_text("{% for %}")
+    with pytest.raises(LocalTokenizerError, match="does not parse"):
+        local(tmp_path)
+
+
+def test_limit_stops_early_and_the_cache_is_bounded(tokenizer_dirs: dict[str, Path]) -> None:
+    tok = local(tokenizer_dirs["plain"], chunk_chars=16, cache_entries=20)
+    text = words(random.Random(3), 2000)
+    full = tok.encode(text, False)
+    assert tok.cache_entries == 20  # the LRU keeps the newest 20 chunks
+    short = local(tokenizer_dirs["plain"], chunk_chars=16).encode(text, False, limit=64)
+    assert 64 <= len(short) < len(full) and short == full[: len(short)]
+
+
+def test_chunk_safety_refuses_what_could_join_across_whitespace() -> None:
+    ok = {"pre_tokenizer": {"type": "Whitespace"}, "normalizer": None}
+    assert chunk_safety(ok) == ""
+    assert "pre-tokenizer" in chunk_safety({"pre_tokenizer": {"type": "ByteLevel"}})
+    assert "pre-tokenizer" in chunk_safety({"pre_tokenizer": {"type": "Metaspace"}})
+    assert "normalizer" in chunk_safety(ok | {"normalizer": {"type": "Replace"}})
+    assert "normalizer" in chunk_safety(
+        ok | {"normalizer": {"type": "Sequence", "normalizers": [{"type": "Strip"}]}}
+    )
+    assert "truncation" in chunk_safety(ok | {"truncation": {"max_length": 8}})
+    assert "dropout" in chunk_safety(ok | {"model": {"type": "BPE", "dropout": 0.1}})
+    assert "whitespace" in chunk_safety(ok | {"added_tokens": [{"content": "<a b>"}]})
+    seq = {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Punctuation"}]}
+    assert chunk_safety({"pre_tokenizer": seq}) == ""
+
+
+def test_auto_discovery_names_models_as_llm_d(tmp_path: Path, tokenizer_dirs: dict[str, Path]) -> None:
+    data = (tokenizer_dirs["plain"] / "tokenizer.json").read_text()
+    for rel in ("hub/models--Qwen--Qwen3-0.6B/snapshots/abc", "llama-7b", "org/team/model", "."):
+        (tmp_path / rel).mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel / "tokenizer.json").write_text(data)
+    found = discover_tokenizers(str(tmp_path), "tokenizer.json")
+    assert set(found) == {"Qwen/Qwen3-0.6B", "llama-7b", "org/team/model", "."}
+    pool = {"modelName": "Qwen/Qwen3-0.6B", "local": {"autoDiscoveryDir": str(tmp_path)}}
+    plugin = factory("p", {"indexerConfig": {"tokenizersPoolConfig": pool}}, PluginHandle())
+    assert plugin.local is not None and plugin.local.path == Path(found["Qwen/Qwen3-0.6B"])
+
+
+def test_environment_defaults_of_the_local_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokenizer_dirs: dict[str, Path]
+) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "tok.json").write_text((tokenizer_dirs["plain"] / "tokenizer.json").read_text())
+    monkeypatch.setenv("LOCAL_TOKENIZER_DIR", str(tmp_path))
+    monkeypatch.setenv("LOCAL_TOKENIZER_FILENAME", "tok.json")
+    plugin = factory(
+        "p", {"indexerConfig": {"tokenizersPoolConfig": {"modelName": "m", "local": None}}}, PluginHandle()
+    )
+    assert plugin.local is not None and plugin.local.path == tmp_path / "m" / "tok.json"
+
+
+def test_resolved_parameters_render_in_llm_d_form(tokenizer_dirs: dict[str, Path]) -> None:
+    p = params(
+        tokenizer_dirs["plain"], workersCount=3, minPrefixOverlapRatio=0.5, hf={"enabled": False}, uds=None
+    )
+    p["indexerConfig"]["prefixStoreConfig"] = {"blockSize": 128, "cacheSize": 1000}
+    plugin = factory("p", p, PluginHandle())
+    indexer = plugin.parameters["indexerConfig"]
+    assert indexer["prefixStoreConfig"] == {"blockSize": 128, "cacheSize": 1000}
+    pool = indexer["tokenizersPoolConfig"]
+    assert (pool["modelName"], pool["workersCount"], pool["minPrefixOverlapRatio"]) == (MODEL, 3, 0.5)
+    assert pool["local"]["modelTokenizerMap"] == {MODEL: str(tokenizer_dirs["plain"])}
+    assert plugin.data_needs() == ()  # no token-producer needed
+    again = factory("q", plugin.parameters, PluginHandle())
+    assert again.parameters == plugin.parameters
+
+
+@pytest.mark.parametrize(
+    ("pool", "field", "expect"),
+    [
+        ({"hf": {"huggingFaceToken": "x"}}, "tokenizersPoolConfig.hf", "never downloads"),
+        ({"hf": {"enabled": True}}, "tokenizersPoolConfig.hf", "HuggingFace hub"),
+        ({"uds": {"socketFile": "/tmp/t.sock"}}, "tokenizersPoolConfig.uds", "not available"),
+        ({"modelName": ""}, "tokenizersPoolConfig.modelName", "base model"),
+        ({"workersCount": 0.5}, "tokenizersPoolConfig.workersCount", "integer"),
+        ({"minPrefixOverlapRatio": 2}, "tokenizersPoolConfig.minPrefixOverlapRatio", "[0, 1]"),
+        ({"bogus": 1}, "tokenizersPoolConfig.bogus", "unknown parameter"),
+        ({"local": {"modelTokenizerMap": {"org/model": 3}}}, "local.modelTokenizerMap", "mapping"),
+        (
+            {"local": {"autoDiscoveryTokenizerFileName": "a/b.json"}},
+            "autoDiscoveryTokenizerFileName",
+            "file name",
+        ),
+        (
+            {"modelName": "other", "local": {"autoDiscoveryDir": "/nonexistent"}},
+            "tokenizersPoolConfig",
+            "'other'",
+        ),
+        (
+            {"local": {"modelTokenizerMap": {"org/model": "/nonexistent/t.json"}}},
+            "tokenizersPoolConfig",
+            "cannot load",
+        ),
+    ],
+)
+def test_bad_pool_parameters_name_the_field(
+    tokenizer_dirs: dict[str, Path], pool: dict[str, Any], field: str, expect: str
+) -> None:
+    p = params(tokenizer_dirs["plain"])
+    p["indexerConfig"]["tokenizersPoolConfig"] |= pool
+    with pytest.raises(ConfigError) as err:
+        factory("p", p, PluginHandle())
+    assert field in str(err.value) and expect in str(err.value)
+
+
+def test_prefix_store_bounds_are_checked(tokenizer_dirs: dict[str, Path]) -> None:
+    p = params(tokenizer_dirs["plain"])
+    p["indexerConfig"]["prefixStoreConfig"] = {"blockSize": 4}
+    with pytest.raises(ConfigError, match=r"prefixStoreConfig\.blockSize"):
+        factory("p", p, PluginHandle())
+
+
+def test_epp_step_tokenizes_in_a_thread_and_the_keys_are_the_simulators(
+    tokenizer_dirs: dict[str, Path],
+) -> None:
+    plugin = factory("p", params(tokenizer_dirs["bos"]), PluginHandle())
+    renderer = token_renderer([plugin])
+    assert renderer is not None
+    chat, body = bodies()[0]
+    request = LLMRequest("r1", MODEL, MODEL, prompt_text=body["prompt"], api=ApiKind.COMPLETIONS)
+
+    async def run() -> None:
+        await renderer.render(request, orjson.dumps({"model": MODEL, **body}))
+        await renderer.aclose()
+
+    asyncio.run(run())
+    expected = plugin.keyer.keys(sim_ids(tokenizer_dirs["bos"], chat, body), None, "", 4096)
+    assert plugin.keys(CycleState(), request) == expected and len(expected) > 50
+    # not handed over (another request): no ids, no keys
+    other = LLMRequest("r2", MODEL, MODEL, prompt_text="x", api=ApiKind.COMPLETIONS)
+    plugin.prepare(CycleState(), other, [Endpoint("10.0.0.1:8000")])
+    assert plugin.keys(CycleState(), other) == []
+
+
+@pytest.mark.parametrize("kind", ["plain", "bytes"])
+def test_a_long_cold_prompt_does_not_stall_the_serving_loop(
+    tokenizer_dirs: dict[str, Path], kind: str
+) -> None:
+    """The EPP step tokenises in its thread pool through ``encode_batch``, which releases the GIL: the
+    event loop keeps running meanwhile (a thread in the library's ``encode`` would stop it)."""
+    plugin = factory("p", params(tokenizer_dirs[kind]), PluginHandle())
+    renderer = token_renderer([plugin])
+    assert renderer is not None
+    prompt = words(random.Random(5), 150_000)
+    request = LLMRequest("long", MODEL, MODEL, prompt_text="", api=ApiKind.COMPLETIONS)
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(asyncio.get_running_loop().time())
+            await asyncio.sleep(0.001)
+
+    async def run() -> float:
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0.01)
+        started = asyncio.get_running_loop().time()
+        await renderer.render(request, orjson.dumps({"model": MODEL, "prompt": prompt}))
+        elapsed = asyncio.get_running_loop().time() - started
+        task.cancel()
+        await renderer.aclose()
+        gaps = [b - a for a, b in itertools.pairwise(ticks) if b >= started]
+        assert gaps and max(gaps) < max(0.05, elapsed / 3), (max(gaps), elapsed)
+        return elapsed
+
+    elapsed = asyncio.run(run())
+    assert elapsed > 0.02  # long enough for a stall to show
+    assert len(plugin.keys(CycleState(), request)) == 4096  # maxPrefixBlocksToMatch blocks
