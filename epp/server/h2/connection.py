@@ -36,12 +36,47 @@ from epp.server.h2.limits import H2Limits
 from epp.server.health import HealthStatus
 from epp.server.stream import StreamCore
 
-__all__ = ["H2Connection"]
+__all__ = ["H2Connection", "TimedProtocol"]
 
 _log = structlog.get_logger("epp.h2")
 
 
-class H2Connection(asyncio.Protocol):
+class TimedProtocol(asyncio.Protocol):
+    """What both HTTP/2 engines' connections share (this one and
+    :class:`~epp.server.ngh2.connection.NgH2Connection`): the settings / idle timers and the per-stream
+    ``grpc-timeout`` deadlines, cancelled together when the connection goes, and write backpressure
+    (reading pauses while the peer does not read, which bounds what is queued for it)."""
+
+    _transport: asyncio.Transport | None
+    _on_close: object
+
+    def __init__(self) -> None:
+        self._transport = None
+        self._timers: list[asyncio.TimerHandle] = []  # settings and idle checks
+        self._deadlines: dict[int, asyncio.TimerHandle] = {}  # grpc-timeout, by stream id
+
+    def _gone(self) -> None:
+        """The connection is lost: cancel every timer, drop the transport, tell the server."""
+        for timer in self._timers:
+            timer.cancel()
+        for timer in self._deadlines.values():
+            timer.cancel()
+        self._deadlines.clear()
+        self._transport = None
+        if callable(self._on_close):
+            self._on_close(self)
+
+    def pause_writing(self) -> None:
+        """The peer does not read: stop reading until it does (bounds what we queue for it)."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+
+class H2Connection(TimedProtocol):
     def __init__(
         self,
         core: StreamCore,
@@ -53,16 +88,14 @@ class H2Connection(asyncio.Protocol):
         health: HealthStatus | None = None,
     ) -> None:
         """``health``: also serve grpc.health.v1 (``--health-checking``); None: UNIMPLEMENTED."""
+        super().__init__()
         self._core = core
         self._on_close = on_close
         self._limits = limits = limits or H2Limits()
         self._h2 = H2Core(
             core.open, max_message_bytes, max_send_bytes=max_send_bytes, limits=limits, health=health
         )
-        self._transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._timers: list[asyncio.TimerHandle] = []  # settings and idle checks
-        self._deadlines: dict[int, asyncio.TimerHandle] = {}  # grpc-timeout, by stream id
         self._tasks: set[asyncio.Task[None]] = set()  # running settle() steps (strong references)
 
     @property
@@ -98,23 +131,7 @@ class H2Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._h2.connection_lost()
-        for timer in self._timers:
-            timer.cancel()
-        for timer in self._deadlines.values():
-            timer.cancel()
-        self._deadlines.clear()
-        self._transport = None
-        if callable(self._on_close):
-            self._on_close(self)
-
-    def pause_writing(self) -> None:
-        """The peer does not read: stop reading until it does (bounds what we queue for it)."""
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
+        self._gone()
 
     def data_received(self, data: bytes) -> None:
         h2, loop = self._h2, self._loop

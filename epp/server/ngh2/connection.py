@@ -63,6 +63,7 @@ from google.protobuf.message import DecodeError
 
 from epp.protocol import RemoteProtocolError
 from epp.server.grpc_status import GRPC_UNAVAILABLE
+from epp.server.h2.connection import TimedProtocol
 from epp.server.h2.events import ExtProcHandler, StreamError
 from epp.server.h2.frames import (
     GRPC_DEADLINE_EXCEEDED,
@@ -160,7 +161,7 @@ class _Stream:
         self.call: HealthCall | None = None
 
 
-class NgH2Connection(asyncio.Protocol):
+class NgH2Connection(TimedProtocol):
     """:class:`~epp.server.h2.connection.H2Connection`'s surface on ngh2 (see the module docstring)."""
 
     def __init__(
@@ -173,6 +174,7 @@ class NgH2Connection(asyncio.Protocol):
         limits: H2Limits | None = None,
         health: HealthStatus | None = None,
     ) -> None:
+        super().__init__()
         self._core = core
         self._open_stream = core.open
         self._on_close = on_close
@@ -200,10 +202,7 @@ class NgH2Connection(asyncio.Protocol):
         self._goaway_sent = False
         self.closed = False
         self.shutting_down = False
-        self._transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._timers: list[asyncio.TimerHandle] = []
-        self._deadlines: dict[int, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -253,23 +252,7 @@ class NgH2Connection(asyncio.Protocol):
         self.closed = True
         for stream in streams:
             stream.ext.end(outcome)
-        for timer in self._timers:
-            timer.cancel()
-        for timer in self._deadlines.values():
-            timer.cancel()
-        self._deadlines.clear()
-        self._transport = None
-        if callable(self._on_close):
-            self._on_close(self)
-
-    def pause_writing(self) -> None:
-        """The peer does not read: stop reading until it does (bounds what we queue for it)."""
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
+        self._gone()
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
