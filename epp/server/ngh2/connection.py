@@ -52,50 +52,36 @@ load; hence its bucket is sized from ``flood_rate`` as above.
 from __future__ import annotations
 
 import asyncio
-import struct
 from typing import Any, cast
-from urllib.parse import quote
 
 import ngh2
 import structlog
-from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest, ProcessingResponse
-from google.protobuf.message import DecodeError
 
-from epp.protocol import RemoteProtocolError
 from epp.server.grpc_status import GRPC_UNAVAILABLE
 from epp.server.h2.connection import TimedProtocol
-from epp.server.h2.events import ExtProcHandler, StreamError
 from epp.server.h2.frames import (
-    GRPC_DEADLINE_EXCEEDED,
     GRPC_INTERNAL,
-    GRPC_INVALID_ARGUMENT,
     GRPC_OK,
-    GRPC_RESOURCE_EXHAUSTED,
-    GRPC_UNIMPLEMENTED,
     goaway,
 )
 from epp.server.h2.headers import WATCH, head_of
 from epp.server.h2.health import _DECODERS, HealthCall
 from epp.server.h2.limits import H2Limits
 from epp.server.health import HealthStatus
+from epp.server.ngh2.reader import NgH2Reader
+from epp.server.ngh2.sender import RESPONSE_HEADERS, NgStream
 from epp.server.stream import StreamCore
 from scheduler.types import Outcome
 
 __all__ = ["NgH2Connection", "configuration"]
 
 _log = structlog.get_logger("epp.ngh2")
-_RESPONSE = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 _STATUS_415 = [(b":status", b"415")]
-_OK_TRAILERS = [(b"grpc-status", b"0")]
-_CANCEL, _RESET, _SHUTDOWN, _TIMEOUT = (
-    Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET, Outcome.SHUTDOWN, Outcome.TIMEOUT
-)  # fmt: skip
+_CANCEL, _RESET, _SHUTDOWN = Outcome.CLIENT_CANCEL, Outcome.STREAM_RESET, Outcome.SHUTDOWN
 _E = ngh2.ErrorCode
 _NO_ERROR, _CANCEL_CODE, _REFUSED = int(_E.NO_ERROR), int(_E.CANCEL), int(_E.REFUSED_STREAM)
 _ONLY_PROCESS = b"unknown method: only envoy.service.ext_proc.v3.ExternalProcessor/Process is served"
-_GRPC_PREFIX = struct.Struct(">BI")  # compressed flag, message length
 _MAX_FRAME = 1 << 20  # what we accept (SETTINGS_MAX_FRAME_SIZE), as the h2 engine
-_DECODE = ProcessingRequest.FromString
 _DataReceived, _RequestReceived, _TrailersReceived = (
     ngh2.DataReceived,
     ngh2.RequestReceived,
@@ -123,45 +109,7 @@ def configuration(limits: H2Limits) -> ngh2.Configuration:
     )
 
 
-def _trailers(status: int, message: str) -> list[tuple[bytes, bytes]]:
-    if status == GRPC_OK and not message:
-        return _OK_TRAILERS
-    out = [(b"grpc-status", str(status).encode())]
-    if message:
-        out.append(
-            (b"grpc-message", quote(message, safe=" !#$&'()*+,/:;=?@[]~").encode())
-        )  # as frames.trailers
-    return out
-
-
-class _Stream:
-    """One open stream: its handler, received bytes not yet consumed, answers waiting for the windows."""
-
-    __slots__ = (
-        "buf", "call", "closing", "commit", "decode", "ext", "handed", "handed_in", "headers_sent", "need",
-        "pending", "pending_bytes", "remote_closed", "suspended", "target", "trailer",
-    )  # fmt: skip
-
-    def __init__(self, ext: ExtProcHandler, window: int) -> None:
-        self.ext = ext
-        self.target = window  # the stream's receive window (nghttp2's local window size)
-        self.buf: bytes | bytearray = b""  # received, not consumed (= not acknowledged to nghttp2)
-        self.need = 5  # len(buf) needed before the next message can be complete
-        self.commit = 0  # bytes of a large message granted beyond the stream window
-        self.pending: list[bytes] = []  # gRPC-framed answers waiting for the peer's windows
-        self.pending_bytes = 0
-        self.handed = 0  # bytes handed to nghttp2 since its data_to_send number ``handed_in``
-        self.handed_in = -1
-        self.closing = False  # trailers decided; sent once ``pending`` is
-        self.trailer: list[tuple[bytes, bytes]] = _OK_TRAILERS
-        self.headers_sent = False
-        self.remote_closed = False
-        self.suspended = False  # a settle task runs; later messages stay buffered
-        self.decode: Any = _DECODE
-        self.call: HealthCall | None = None
-
-
-class NgH2Connection(TimedProtocol):
+class NgH2Connection(NgH2Reader, TimedProtocol):
     """:class:`~epp.server.h2.connection.H2Connection`'s surface on ngh2 (see the module docstring)."""
 
     def __init__(
@@ -185,7 +133,7 @@ class NgH2Connection(TimedProtocol):
         self._budget = self._conn_target = lim.connection_budget
         self._stream_window = lim.stream_window
         self._conn = ngh2.Connection(ngh2.Role.SERVER, configuration(lim))
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, NgStream] = {}
         self._finishing: list[int] = []  # trailers submitted: RST_STREAM NO_ERROR once they are out
         self._waiting: set[int] = set()  # streams with answers waiting for a WINDOW_UPDATE
         self._held = 0  # received bytes not yet consumed (all streams)
@@ -417,12 +365,12 @@ class NgH2Connection(TimedProtocol):
         if not head.grpc_content or not head.path_ok:
             if head.health and head.grpc_content and self._health is not None:
                 call = HealthCall(self._health, head.health)
-                stream = _Stream(call, self._stream_window)
+                stream = NgStream(call, self._stream_window)
                 stream.call = call
                 stream.decode = _DECODERS[head.health]
             else:
                 if head.grpc_content:
-                    status = [*_RESPONSE, (b"grpc-status", b"12"), (b"grpc-message", _ONLY_PROCESS)]
+                    status = [*RESPONSE_HEADERS, (b"grpc-status", b"12"), (b"grpc-message", _ONLY_PROCESS)]
                     conn.send_response(sid, status, end_stream=True)
                 else:
                     conn.send_response(sid, _STATUS_415, end_stream=True)
@@ -430,14 +378,14 @@ class NgH2Connection(TimedProtocol):
                     self._finishing.append(sid)
                 return
         else:
-            stream = _Stream(self._open_stream(), self._stream_window)
+            stream = NgStream(self._open_stream(), self._stream_window)
         self._streams[sid] = stream
         if head.timeout is not None and self._loop is not None:
             self._deadlines[sid] = self._loop.call_later(head.timeout, self._expire, sid)
         if end_stream:
             self._remote_end(sid, stream)
 
-    def _remote_end(self, sid: int, stream: _Stream) -> None:
+    def _remote_end(self, sid: int, stream: NgStream) -> None:
         """The client finished sending: an ext_proc stream ends (``grpc-status: 0``, CLIENT_CANCEL); a
         health Watch goes on once its request arrived."""
         stream.remote_closed = True
@@ -453,265 +401,6 @@ class NgH2Connection(TimedProtocol):
         if stream is not None:
             self._drop(sid, stream)
             stream.ext.end(_SHUTDOWN if self.shutting_down else _RESET)
-
-    def _drain(self, sid: int, stream: _Stream) -> bool:
-        """Feed the complete messages of ``stream.buf``; False when the stream ended."""
-        buf = stream.buf
-        pos, end, need = 0, len(buf), 5
-        ext = stream.ext
-        while end - pos >= 5:
-            compressed, size = _GRPC_PREFIX.unpack_from(buf, pos)
-            if compressed:
-                self._fail(sid, stream, GRPC_UNIMPLEMENTED, "compressed gRPC messages are not supported")
-                return False
-            if size > self._max_message:
-                self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, f"message of {size} bytes is too large")
-                return False
-            if end - pos - 5 < size:
-                need = 5 + size
-                break
-            try:
-                responses = ext.feed(stream.decode(buf[pos + 5 : pos + 5 + size]))
-            except (DecodeError, RemoteProtocolError) as exc:
-                _log.warning("ext_proc protocol error", error=str(exc))
-                self._fail(sid, stream, GRPC_INVALID_ARGUMENT, str(exc) or "invalid ProcessingRequest")
-                return False
-            except StreamError as exc:
-                self._fail(sid, stream, exc.status, exc.message)
-                return False
-            except Exception:
-                _log.exception("ext_proc stream failed")
-                self._fail(sid, stream, GRPC_INTERNAL, "internal error in the endpoint picker")
-                return False
-            pos += 5 + size
-            if self._tokens < self._limits.flood_rate:
-                self._tokens += 1  # a message received: a productive frame
-            if stream.commit:
-                self._reserved -= stream.commit
-                stream.commit = 0
-            if not self._queue(sid, stream, responses):
-                return False  # the stream ended: its whole buffer was given back
-            if ext.suspended:  # an async step: the rest waits for it
-                self._suspend(sid, stream)
-                need = 0
-                break
-        if pos:  # consumed: those bytes go back to the peer's windows
-            self._held -= pos
-            try:
-                self._conn.acknowledge_received_data(pos, sid)
-            except ngh2.NGH2Error:
-                pass  # the connection already failed
-            if pos == end:
-                stream.buf = buf = b""
-            elif type(buf) is bytearray:
-                del buf[:pos]
-            else:
-                stream.buf = buf = bytearray(buf[pos:])
-        stream.need = need
-        if stream.pending_bytes:
-            self._send(sid, stream)
-            if stream.closing:  # over the budget
-                return False
-        if not buf:
-            return True
-        # a partial message: a message larger than the stream window is granted if the budget holds it
-        if need > self._stream_window and need > stream.commit and not self._reserve(sid, stream, need):
-            return False
-        # its rest must fit in the stream window: nghttp2 announces consumed bytes only once they reach half
-        # the window, so the window grows by what is short (as the h2 engine's WINDOW_UPDATE of the rest)
-        try:
-            short = need - len(buf) - self._conn.stream_local_window_size(sid)
-            if short > 0:
-                stream.target += short
-                self._conn.set_local_window_size(stream.target, stream_id=sid)
-        except ngh2.NGH2Error:
-            pass  # nghttp2 closed the stream: its end arrives as an event
-        return True
-
-    def _reserve(self, sid: int, stream: _Stream, need: int) -> bool:
-        """Grant a message larger than the stream window if the connection budget can hold it."""
-        others = self._held - len(stream.buf) + self._queued + self._reserved - stream.commit
-        if others + need > self._budget:
-            message = f"message of {need - 5} bytes: over the connection memory budget ({self._budget} bytes)"
-            self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, message)
-            return False
-        self._reserved += need - stream.commit
-        stream.commit = need
-        return True
-
-    def _top_up(self) -> None:
-        """While partial messages are held: the connection window what the budget can hold again, as the
-        h2 engine keeps it (budget - held - queued), every quarter of the budget or when it runs low.
-        nghttp2 announces consumed bytes only once they reach half its window, so without this a connection
-        whose partial messages fill half the budget could stall. The target stays under twice the budget
-        (what nghttp2 has not announced is under half of it)."""
-        remaining = self._conn.local_window_size
-        budget = self._budget
-        grant = budget - self._held - self._queued - remaining
-        if grant > 0 and (grant >= budget >> 2 or remaining < budget >> 2):
-            self._conn_target += grant
-            self._conn.set_local_window_size(self._conn_target)
-
-    def _suspend(self, sid: int, stream: _Stream) -> None:
-        stream.suspended = True
-        task = asyncio.get_running_loop().create_task(self._settle(sid, stream))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _settle(self, sid: int, stream: _Stream) -> None:
-        """Await a suspended stream's wait, then send its answers and go on with its buffered messages."""
-        responses: list[ProcessingResponse] | None
-        try:
-            responses = await stream.ext.settle()
-        except Exception:
-            _log.exception("ext_proc pre-scheduling step failed")
-            responses = None
-        if self._transport is None or self.closed or self._streams.get(sid) is not stream or stream.closing:
-            return
-        stream.suspended = False
-        if responses is None:
-            self._fail(sid, stream, GRPC_INTERNAL, "internal error in the endpoint picker")
-        elif self._queue(sid, stream, responses):
-            if stream.ext.suspended:  # waits again (a health Watch, until its next change)
-                self._suspend(sid, stream)
-            if stream.buf and not stream.suspended:
-                self._drain(sid, stream)  # sends what is queued too
-            elif stream.pending_bytes:
-                self._send(sid, stream)
-        self._flush()
-
-    # -- sending -----------------------------------------------------------------------------------
-
-    def _queue(self, sid: int, stream: _Stream, responses: list[Any]) -> bool:
-        """Queue ``responses`` (the caller sends them, once for all the messages of a read); False when the
-        stream ended (an answer too large, or the stream done: then they were sent with the trailers)."""
-        if responses:
-            for response in responses:
-                data = response.SerializeToString()
-                if self._max_send and len(data) > self._max_send:
-                    message = f"trying to send message larger than max ({len(data)} vs. {self._max_send})"
-                    self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, message)
-                    return False
-                stream.pending += (len(data).to_bytes(5, "big"), data)
-                stream.pending_bytes += 5 + len(data)
-        if stream.ext.finished:
-            self._finish(sid, stream, GRPC_OK, "", _RESET)
-            return False
-        return True
-
-    def _send(self, sid: int, stream: _Stream) -> None:
-        """Hand nghttp2 what the peer's windows allow (the rest waits here), then the trailers once all
-        is handed over and the stream is closing."""
-        try:
-            conn = self._conn
-            if not stream.headers_sent:
-                conn.send_response(sid, _RESPONSE)
-                stream.headers_sent = True
-            size = stream.pending_bytes
-            if size:
-                # the peer's windows less what was handed to nghttp2 since the last data_to_send (it charges
-                # the windows as it frames the data there)
-                handed = stream.handed if stream.handed_in == self._flushes else 0
-                room = conn.stream_remote_window_size(sid) - handed
-                room = min(room, conn.remote_window_size - self._handed)
-                pending = stream.pending
-                if size > room:  # the rest waits here for a WINDOW_UPDATE (the trailers after it)
-                    data = b"".join(pending)
-                    pending.clear()
-                    if room > 0:
-                        conn.send_data(sid, data[:room])
-                        data = data[room:]
-                        self._handed += room
-                        stream.handed, stream.handed_in = handed + room, self._flushes
-                    pending.append(data)
-                    stream.pending_bytes = len(data)
-                    self._waiting.add(sid)
-                    self._recount()
-                    if self._held + self._queued > self._budget and not stream.closing:
-                        message = f"queued answers: over the memory budget ({self._budget} bytes)"
-                        self._fail(sid, stream, GRPC_RESOURCE_EXHAUSTED, message)
-                    return
-                conn.send_data(sid, pending[0] if len(pending) == 1 else b"".join(pending))
-                self._handed += size
-                stream.handed, stream.handed_in = handed + size, self._flushes
-                pending.clear()
-                stream.pending_bytes = 0
-            if sid in self._waiting:
-                self._waiting.discard(sid)
-                self._recount()
-            if stream.closing:
-                conn.send_trailers(sid, stream.trailer)
-                self._drop(sid, stream)
-                if not stream.remote_closed:
-                    self._finishing.append(sid)
-        except ngh2.NGH2Error:  # nghttp2 closed the stream (its event follows) or the connection failed
-            if self._streams.get(sid) is stream:
-                self._drop(sid, stream)
-            stream.ext.end(_SHUTDOWN if self.shutting_down else _RESET)
-
-    def _recount(self) -> None:
-        self._queued = sum(s.pending_bytes for s in map(self._streams.get, self._waiting) if s is not None)
-
-    def _resume_waiting(self) -> None:
-        """A WINDOW_UPDATE or new SETTINGS: streams with waiting answers send what now fits."""
-        for sid in list(self._waiting):
-            stream = self._streams.get(sid)
-            if stream is None:
-                self._waiting.discard(sid)
-            else:
-                self._send(sid, stream)
-
-    # -- stream endings ----------------------------------------------------------------------------
-
-    def _drop(self, sid: int, stream: _Stream) -> None:
-        """Forget a stream: its unconsumed bytes go back to the peer, its grant and deadline end."""
-        if self._streams.pop(sid, None) is None:
-            return
-        if stream.buf:
-            self._held -= len(stream.buf)
-            self._ack(len(stream.buf), sid)
-            stream.buf = b""
-        self._reserved -= stream.commit
-        stream.commit = 0
-        if self._waiting:
-            self._waiting.discard(sid)
-            self._recount()
-        timer = self._deadlines.pop(sid, None)
-        if timer is not None:
-            timer.cancel()
-
-    def _fail(self, sid: int, stream: _Stream, status: int, message: str, outcome: Outcome = _RESET) -> None:
-        stream.pending.clear()
-        stream.pending_bytes = 0
-        self._finish(sid, stream, status, message, outcome)
-
-    def _finish(self, sid: int, stream: _Stream, status: int, message: str, outcome: Outcome) -> None:
-        stream.ext.end(outcome, status)
-        if not stream.closing:
-            stream.closing = True
-            stream.trailer = _trailers(status, message)
-            if stream.buf:  # nothing more is read from this stream
-                self._held -= len(stream.buf)
-                self._ack(len(stream.buf), sid)
-                stream.buf = b""
-            self._send(sid, stream)
-
-    def _expire(self, sid: int) -> None:
-        """Stream ``sid``'s ``grpc-timeout`` passed: DEADLINE_EXCEEDED (outcome TIMEOUT), also when its
-        trailers were decided but answers still wait for the peer's window (those are dropped)."""
-        self._deadlines.pop(sid, None)
-        stream = self._streams.get(sid)
-        if stream is None or self.closed:
-            return
-        if stream.closing:
-            stream.pending.clear()
-            stream.pending_bytes = 0
-            stream.trailer = _trailers(GRPC_DEADLINE_EXCEEDED, "Deadline Exceeded")
-            stream.ext.end(_TIMEOUT, GRPC_DEADLINE_EXCEEDED)
-            self._send(sid, stream)
-        else:
-            self._fail(sid, stream, GRPC_DEADLINE_EXCEEDED, "Deadline Exceeded", _TIMEOUT)
-        self._flush()
 
     # -- timers ------------------------------------------------------------------------------------
 
