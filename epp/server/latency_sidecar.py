@@ -18,7 +18,7 @@ reads them. This module is that client for pyepp. It is on when ``PREDICTION_SER
   handed to the producer (:meth:`~scheduler.plugins.latency.producer.PredictedLatencyProducer.
   accept_remote`), whose predictions then come from it;
 * ``TRAINING_SERVER_URL``: the training server's base URL. Every sample the producer trains its own
-  model on is also queued (bounded: :data:`~scheduler.plugins.latency.producer.SIDECAR_QUEUE_LIMIT`,
+  model on is also queued (bounded: :data:`~scheduler.plugins.latency.sidecar_mode.SIDECAR_QUEUE_LIMIT`,
   the oldest dropped and counted beyond) and a background task posts them every
   ``LATENCY_FLUSH_INTERVAL_SEC`` (1) as ``POST {url}/add_training_data_bulk`` with ``{"entries": [...]}``
   (the row's fields plus ``actual_ttft_ms``, ``actual_tpot_ms`` (0: not that kind of sample) and an

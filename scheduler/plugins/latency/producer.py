@@ -6,7 +6,8 @@ mode, :mod:`epp.server.latency_sidecar`, set up by upstream's environment variab
 prediction server answers instead: its predictions are fetched before scheduling and handed in
 (:meth:`PredictedLatencyProducer.accept_remote`); the in-process model keeps learning and answers for
 the requests the server did not (failure, timeout); every training sample is also queued for the
-training server (:meth:`PredictedLatencyProducer.drain_samples`, at most :data:`SIDECAR_QUEUE_LIMIT`).
+training server (:meth:`PredictedLatencyProducer.drain_samples`; :mod:`scheduler.plugins.latency.sidecar_mode`).
+The per-endpoint in-flight counts are kept by :mod:`scheduler.plugins.latency.inflight`.
 
 Per request and candidate endpoint it publishes a :class:`LatencyPredictionInfo` (read by
 ``latency-scorer``, ``slo-headroom-tier-filter``, ``latency-slo-admitter`` and
@@ -64,7 +65,7 @@ prefill endpoint's TTFT, the decode endpoint's TPOT; 0 when the model made none)
 as a :class:`~scheduler.observer.LatencyReport`; per scheduling cycle whose candidates were predicted,
 the seconds the predictions took. Without such an observer nothing is measured or kept.
 
-Bounds: at most :data:`PENDING_LIMIT` prefix matches (and as many prediction sets) wait between
+Bounds (:mod:`~scheduler.plugins.latency.inflight`): at most :data:`PENDING_LIMIT` prefix matches (and as many prediction sets) wait between
 scheduling and dispatch; at most :data:`CONTEXT_LIMIT` requests tracked (the oldest dropped beyond),
 each for at most ``contextTTL``; the model's own bounds are in its module.
 """
@@ -74,9 +75,8 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.cycle_state import CycleState, StateKey
@@ -86,6 +86,13 @@ from scheduler.observer import LatencyMetrics, LatencyReport, PluginMetrics
 from scheduler.params import parse_params, plugin_location
 from scheduler.plugins.base import PluginBase
 from scheduler.plugins.filters.kv_headroom import prompt_tokens
+from scheduler.plugins.latency.inflight import (
+    AWAITING_BLOCKS_LIMIT,
+    CONTEXT_LIMIT,
+    PENDING_LIMIT,
+    InflightBook,
+    RequestContext,
+)
 from scheduler.plugins.latency.info import (
     LATENCY_PREDICTION_INFO,
     REJECTED,
@@ -96,6 +103,7 @@ from scheduler.plugins.latency.info import (
     slo_header,
 )
 from scheduler.plugins.latency.model import Features, LatencyModel, train_loop
+from scheduler.plugins.latency.sidecar_mode import SidecarMode, SidecarSample
 from scheduler.plugins.prefix.consumer import PrefixMatchConsumer
 from scheduler.plugins.prefix.match import PrefixMatch
 from scheduler.types import Completion, EndpointView, LLMRequest, Outcome, SchedulingResult
@@ -114,48 +122,10 @@ __all__ = [
 ]
 
 DEFAULT_PRODUCER = "predicted-latency-producer"
-CONTEXT_LIMIT = 65536
-PENDING_LIMIT = 4096  # prefix matches kept between scheduling and dispatch
-AWAITING_BLOCKS_LIMIT = 512  # leading block hashes per request counted as held until its first token
-SIDECAR_QUEUE_LIMIT = 16384  # training samples waiting for the sidecar client (the oldest dropped beyond)
 _PREFILL = "prefill"
-_POD_TYPES = frozenset({"prefill", "decode"})
 
 
-@dataclass(frozen=True, slots=True)
-class SidecarSample:
-    """One training sample for upstream's training server (sidecar mode): the features at dispatch and
-    the observed latency; 0 marks the target a sample does not carry (upstream's convention)."""
-
-    features: Features
-    ttft_ms: float
-    tpot_ms: float
-    tokens_generated: int
-    pod_type: str  # "prefill", "decode" or "" (the endpointRoleLabel label's value)
-    at: float  # wall-clock seconds (time.time()) when observed
-
-
-@dataclass(slots=True)
-class _Context:
-    ttft_endpoint: str
-    tpot_endpoint: str
-    features: Features
-    tpot_features: Features
-    dispatched_at: float
-    deadline: float
-    tpot_slo: float
-    first_chunk_at: float | None = None
-    status: int = 0  # the response's HTTP status (0: its headers were not seen)
-    ttft_ms: float | None = None  # the TTFT trained on (streaming: at the first chunk)
-    predicted_ttft: float = 0.0  # ms, the prediction for ttft_endpoint (metrics only)
-    predicted_tpot: float = 0.0  # ms, the prediction for tpot_endpoint (metrics only)
-    charges: list[tuple[str, int]] = field(default_factory=list)  # (address, prefill tokens)
-    awaiting: tuple[int, ...] = ()  # the prompt's block hashes counted as held by ttft_endpoint
-    ttft_pod: str = ""  # the endpoints' pod types (sidecar training samples)
-    tpot_pod: str = ""
-
-
-class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
+class PredictedLatencyProducer(InflightBook, SidecarMode, PrefixMatchConsumer, PluginBase):
     params: PredictedLatencyParams
     plugin_type = "predicted-latency-producer"
 
@@ -175,13 +145,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         )
         self._clock = clock
         self._key = StateKey[Mapping[str, LatencyPredictionInfo] | None](f"{name}/predictions")
-        self._contexts: OrderedDict[str, _Context] = OrderedDict()
-        self._prefill_tokens: dict[str, int] = {}
-        self._prefilling: dict[str, int] = {}  # requests per address not yet past their first token
-        # Per address, the block hashes of the prompts of those requests (reference counts).
-        self._awaiting_blocks: dict[str, dict[int, int]] = {}
-        self._dispatched: dict[str, int] = {}
-        self._tpot_slos: dict[str, dict[str, float]] = {}
+        self._init_book()
         self._pending: OrderedDict[str, PrefixMatch | None] = OrderedDict()
         self._metrics: LatencyMetrics | None = None
         # Predictions of requests scheduled but not yet dispatched (only while metrics are bound).
@@ -189,15 +153,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         self._background = background
         self._wake = threading.Event()
         self._trainer: threading.Thread | None = None
-        # Sidecar mode (epp.server.latency_sidecar): predictions fetched before scheduling, per request
-        # (at most PENDING_LIMIT), and the training samples waiting for the client (None: not in
-        # sidecar mode; at most SIDECAR_QUEUE_LIMIT, the oldest dropped beyond).
-        self._remote: OrderedDict[str, Mapping[str, tuple[float, float]]] = OrderedDict()
-        self._remote_seconds: dict[str, float] = {}  # the fetch's duration, per request in _remote
-        self._outbox: deque[SidecarSample] | None = None
-        self._sidecar_state: Callable[[], Mapping[str, Any]] | None = None
-        self.samples_dropped = 0
-        self.remote_cycles = 0  # prediction sets that used the sidecar's predictions
+        self._init_sidecar()  # sidecar mode (sidecar_mode.py)
 
     def produced_keys(self) -> frozenset[str]:
         return frozenset({f"{LATENCY_PREDICTION_INFO}/{self.name}"})
@@ -285,72 +241,6 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         as cached there."""
         return self.predict(request, endpoints, self.prefix_match_for(CycleState(), request))
 
-    # -- sidecar mode (upstream's latency predictor servers; the I/O is epp.server.latency_sidecar's) -----
-
-    def enable_sidecar(self, training: bool, state: Callable[[], Mapping[str, Any]] | None = None) -> None:
-        """Sidecar mode: predictions handed in by :meth:`accept_remote` take precedence over the
-        in-process model's (which keeps learning: it answers whenever the sidecar did not); with
-        ``training`` every sample is also queued for :meth:`drain_samples`. ``state``: the client's
-        counters, shown in :meth:`dump_state`."""
-        self._outbox = deque() if training else None
-        self._sidecar_state = state
-
-    def pod_type(self, endpoint: EndpointView) -> str:
-        """Upstream's ``pod_type`` of ``endpoint``: its ``endpointRoleLabel`` label when that is
-        ``prefill`` or ``decode``, else "" (monolithic)."""
-        role = self.params.endpoint_role_label
-        value = endpoint.labels.get(role, "") if role else ""
-        return value if value in _POD_TYPES else ""
-
-    def remote_features(
-        self, request: LLMRequest, endpoints: Sequence[EndpointView]
-    ) -> list[tuple[EndpointView, Features]]:
-        """The features to ask the prediction server about, one per endpoint (the prefix match on a
-        cycle state of its own, as :meth:`admission_predictions`)."""
-        match = self.prefix_match_for(CycleState(), request)
-        return [(e, self.features(request, e, match)) for e in endpoints]
-
-    def accept_remote(
-        self, request_id: str, predictions: Mapping[str, tuple[float, float]] | None, seconds: float = 0.0
-    ) -> None:
-        """The prediction server's ``{address: (ttft_ms, tpot_ms)}`` for a request about to be
-        scheduled (None: none, the in-process model answers), fetched in ``seconds`` (added to the
-        prediction duration metric, which upstream measures around its bulk call). Kept until the
-        request is dispatched or completes, at most :data:`PENDING_LIMIT` requests (the oldest
-        dropped beyond)."""
-        if predictions is None:
-            self._forget_remote(request_id)
-            return
-        if len(self._remote) >= PENDING_LIMIT and request_id not in self._remote:
-            self._forget_remote(next(iter(self._remote)))
-        self._remote[request_id] = predictions
-        self._remote_seconds[request_id] = seconds
-
-    def _forget_remote(self, request_id: str) -> None:
-        self._remote.pop(request_id, None)
-        self._remote_seconds.pop(request_id, None)
-
-    def drain_samples(self, limit: int) -> list[SidecarSample]:
-        """Up to ``limit`` queued training samples, oldest first (removed from the queue)."""
-        outbox = self._outbox
-        if not outbox:
-            return []
-        return [outbox.popleft() for _ in range(min(limit, len(outbox)))]
-
-    def queued_samples(self) -> int:
-        return len(self._outbox) if self._outbox is not None else 0
-
-    def _observe(
-        self, address: str, features: Features, ttft: float | None, tpot: float | None, tokens: int, pod: str
-    ) -> None:
-        self.model.observe(address, features, ttft, tpot)
-        outbox = self._outbox
-        if outbox is not None:
-            if len(outbox) >= SIDECAR_QUEUE_LIMIT:
-                outbox.popleft()
-                self.samples_dropped += 1
-            outbox.append(SidecarSample(features, ttft or 0.0, tpot or 0.0, tokens, pod, time.time()))
-
     def dispatched(self, address: str) -> int:
         """Requests this picker dispatched to ``address`` that have not completed (nor expired)."""
         return self._dispatched.get(address, 0)
@@ -415,7 +305,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
         match = self._pending.pop(request.request_id, None)
         features = self.features(request, first, match)
         tpot_features = features if last is first else self.features(request, last, match)
-        ctx = _Context(
+        ctx = RequestContext(
             first.address, last.address, features, tpot_features, now, now + self.params.context_ttl,
             slo_header(request, TPOT_SLO_HEADER),
         )  # fmt: skip
@@ -500,12 +390,7 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             ))  # fmt: skip
 
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
-        for address in addresses:
-            self._prefill_tokens.pop(address, None)
-            self._prefilling.pop(address, None)
-            self._awaiting_blocks.pop(address, None)
-            self._dispatched.pop(address, None)
-            self._tpot_slos.pop(address, None)
+        self._forget_addresses(addresses)
         self.model.forget_endpoints(addresses)
 
     # -- internals ----------------------------------------------------------------------------------
@@ -524,58 +409,6 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             self._trainer.start()
         self._wake.set()
 
-    def _release_prefill(self, ctx: _Context) -> None:
-        for address, tokens in ctx.charges:
-            left = self._prefill_tokens.get(address, 0) - tokens
-            if left > 0:
-                self._prefill_tokens[address] = left
-            else:
-                self._prefill_tokens.pop(address, None)
-            waiting = self._prefilling.get(address, 0) - 1
-            if waiting > 0:
-                self._prefilling[address] = waiting
-            else:
-                self._prefilling.pop(address, None)
-        ctx.charges.clear()
-        if ctx.awaiting:
-            held = self._awaiting_blocks.get(ctx.ttft_endpoint)
-            if held is not None:
-                for h in ctx.awaiting:
-                    n = held.get(h, 0) - 1
-                    if n > 0:
-                        held[h] = n
-                    else:
-                        held.pop(h, None)
-                if not held:
-                    del self._awaiting_blocks[ctx.ttft_endpoint]
-            ctx.awaiting = ()
-
-    def _drop(self, request_id: str) -> _Context | None:
-        ctx = self._contexts.pop(request_id, None)
-        if ctx is None:
-            return None
-        self._release_prefill(ctx)
-        for address in {ctx.ttft_endpoint, ctx.tpot_endpoint}:
-            left = self._dispatched.get(address, 0) - 1
-            if left > 0:
-                self._dispatched[address] = left
-            else:
-                self._dispatched.pop(address, None)
-        slos = self._tpot_slos.get(ctx.tpot_endpoint)
-        if slos is not None:
-            slos.pop(request_id, None)
-            if not slos:
-                del self._tpot_slos[ctx.tpot_endpoint]
-        return ctx
-
-    def _expire(self, now: float) -> None:
-        contexts = self._contexts
-        while contexts:
-            request_id, ctx = next(iter(contexts.items()))
-            if ctx.deadline > now:
-                break
-            self._drop(request_id)
-
     def dump_state(self) -> dict[str, Any]:
         """Model and in-flight state for ``/debug/plugins/state``."""
         state: dict[str, Any] = {
@@ -584,13 +417,8 @@ class PredictedLatencyProducer(PrefixMatchConsumer, PluginBase):
             "dispatchedRequests": dict(sorted(self._dispatched.items())[:100]),
             "prefillTokensInFlight": dict(sorted(self._prefill_tokens.items())[:100]),
         }
-        if self._sidecar_state is not None or self._outbox is not None:
-            sidecar = dict(self._sidecar_state()) if self._sidecar_state is not None else {}
-            sidecar.update(
-                cyclesWithSidecarPredictions=self.remote_cycles,
-                trainingSamplesQueued=self.queued_samples(),
-                trainingSamplesDropped=self.samples_dropped,
-            )
+        sidecar = self._sidecar_dump()
+        if sidecar is not None:
             state["sidecar"] = sidecar
         return state
 

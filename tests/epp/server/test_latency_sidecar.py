@@ -26,7 +26,7 @@ from epp.server.latency_sidecar import (
 )
 from epp.server.prescheduling import StepChain, chain
 from scheduler.cycle_state import CycleState
-from scheduler.plugins.latency import producer as producer_module
+from scheduler.plugins.latency import sidecar_mode
 from scheduler.plugins.latency.producer import PredictedLatencyParams, PredictedLatencyProducer
 from scheduler.types import (
     Completion,
@@ -456,7 +456,7 @@ async def test_failed_training_posts_count_the_lost_samples(sidecars: tuple[Side
 
 
 async def test_the_training_queue_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(producer_module, "SIDECAR_QUEUE_LIMIT", 3)
+    monkeypatch.setattr(sidecar_mode, "SIDECAR_QUEUE_LIMIT", 3)
     p = producer()
     c = client(p, [A], [], training="http://127.0.0.1:9")
     for i in range(5):
