@@ -6,8 +6,8 @@ mode, :mod:`epp.server.latency_sidecar`, set up by upstream's environment variab
 prediction server answers instead: its predictions are fetched before scheduling and handed in
 (:meth:`PredictedLatencyProducer.accept_remote`); the in-process model keeps learning and answers for
 the requests the server did not (failure, timeout); every training sample is also queued for the
-training server (:meth:`PredictedLatencyProducer.drain_samples`; :mod:`scheduler.plugins.latency.sidecar_mode`).
-The per-endpoint in-flight counts are kept by :mod:`scheduler.plugins.latency.inflight`.
+training server (:meth:`PredictedLatencyProducer.drain_samples`;
+:mod:`scheduler.plugins.latency.sidecar_mode`). The per-endpoint in-flight counts are kept by :mod:`scheduler.plugins.latency.inflight`.
 
 Per request and candidate endpoint it publishes a :class:`LatencyPredictionInfo` (read by
 ``latency-scorer``, ``slo-headroom-tier-filter``, ``latency-slo-admitter`` and
@@ -65,9 +65,10 @@ prefill endpoint's TTFT, the decode endpoint's TPOT; 0 when the model made none)
 as a :class:`~scheduler.observer.LatencyReport`; per scheduling cycle whose candidates were predicted,
 the seconds the predictions took. Without such an observer nothing is measured or kept.
 
-Bounds (:mod:`~scheduler.plugins.latency.inflight`): at most :data:`PENDING_LIMIT` prefix matches (and as many prediction sets) wait between
-scheduling and dispatch; at most :data:`CONTEXT_LIMIT` requests tracked (the oldest dropped beyond),
-each for at most ``contextTTL``; the model's own bounds are in its module.
+Bounds (:mod:`~scheduler.plugins.latency.inflight`): at most :data:`PENDING_LIMIT` prefix matches (and as
+many prediction sets) wait between scheduling and dispatch; at most :data:`CONTEXT_LIMIT` requests
+tracked (the oldest dropped beyond), each for at most ``contextTTL``; the model's own bounds are in its
+module.
 """
 
 from __future__ import annotations
