@@ -7,7 +7,8 @@ prediction server answers instead: its predictions are fetched before scheduling
 (:meth:`PredictedLatencyProducer.accept_remote`); the in-process model keeps learning and answers for
 the requests the server did not (failure, timeout); every training sample is also queued for the
 training server (:meth:`PredictedLatencyProducer.drain_samples`;
-:mod:`scheduler.plugins.latency.sidecar_mode`). The per-endpoint in-flight counts are kept by :mod:`scheduler.plugins.latency.inflight`.
+:mod:`scheduler.plugins.latency.sidecar_mode`). The per-endpoint in-flight counts are kept by
+:mod:`scheduler.plugins.latency.inflight`.
 
 Per request and candidate endpoint it publishes a :class:`LatencyPredictionInfo` (read by
 ``latency-scorer``, ``slo-headroom-tier-filter``, ``latency-slo-admitter`` and
