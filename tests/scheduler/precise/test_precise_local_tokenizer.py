@@ -10,6 +10,7 @@ downloaded).
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import random
@@ -312,16 +313,12 @@ def test_epp_step_tokenizes_in_a_thread_and_the_keys_are_the_simulators(
     assert plugin.keys(CycleState(), other) == []
 
 
-@pytest.mark.parametrize("kind", ["plain", "bytes"])
-def test_a_long_cold_prompt_does_not_stall_the_serving_loop(
-    tokenizer_dirs: dict[str, Path], kind: str
-) -> None:
-    """The EPP step tokenises in its thread pool through ``encode_batch``, which releases the GIL: the
-    event loop keeps running meanwhile (a thread in the library's ``encode`` would stop it)."""
-    plugin = factory("p", params(tokenizer_dirs[kind]), PluginHandle())
+def _longest_stall(tokenizer_dir: Path, prompt: str) -> tuple[float, float, int]:
+    """Tokenise ``prompt`` through a fresh plugin's EPP step while a 1 ms ticker runs on the event loop:
+    (the longest gap between ticks, the call's duration, the number of keys computed)."""
+    plugin = factory("p", params(tokenizer_dir), PluginHandle())
     renderer = token_renderer([plugin])
     assert renderer is not None
-    prompt = words(random.Random(5), 150_000)
     request = LLMRequest("long", MODEL, MODEL, prompt_text="", api=ApiKind.COMPLETIONS)
     ticks: list[float] = []
 
@@ -330,7 +327,7 @@ def test_a_long_cold_prompt_does_not_stall_the_serving_loop(
             ticks.append(asyncio.get_running_loop().time())
             await asyncio.sleep(0.001)
 
-    async def run() -> float:
+    async def run() -> tuple[float, float]:
         task = asyncio.create_task(ticker())
         await asyncio.sleep(0.01)
         started = asyncio.get_running_loop().time()
@@ -339,9 +336,33 @@ def test_a_long_cold_prompt_does_not_stall_the_serving_loop(
         task.cancel()
         await renderer.aclose()
         gaps = [b - a for a, b in itertools.pairwise(ticks) if b >= started]
-        assert gaps and max(gaps) < max(0.05, elapsed / 3), (max(gaps), elapsed)
-        return elapsed
+        assert gaps
+        return max(gaps), elapsed
 
-    elapsed = asyncio.run(run())
-    assert elapsed > 0.02  # long enough for a stall to show
-    assert len(plugin.keys(CycleState(), request)) == 4096  # maxPrefixBlocksToMatch blocks
+    gc.collect()
+    gc.disable()  # a collection in a long test session stops every thread, whatever the tokenizer does
+    try:
+        stall, elapsed = asyncio.run(run())
+    finally:
+        gc.enable()
+    return stall, elapsed, len(plugin.keys(CycleState(), request))
+
+
+@pytest.mark.parametrize("kind", ["plain", "bytes"])
+def test_a_long_cold_prompt_does_not_stall_the_serving_loop(
+    tokenizer_dirs: dict[str, Path], kind: str
+) -> None:
+    """The EPP step tokenises in its thread pool through ``encode_batch``, which releases the GIL: the
+    event loop keeps running meanwhile (a thread in the library's ``encode`` would stop it for the whole
+    call, in every attempt). A busy CI machine can deschedule the loop once; three cold attempts, each
+    with a fresh plugin, and one without a stall is enough."""
+    prompt = words(random.Random(5), 150_000)
+    seen: list[tuple[float, float]] = []
+    for _ in range(3):
+        stall, elapsed, keys = _longest_stall(tokenizer_dirs[kind], prompt)
+        assert elapsed > 0.02  # long enough for a stall to show
+        assert keys == 4096  # maxPrefixBlocksToMatch blocks
+        seen.append((stall, elapsed))
+        if stall < max(0.05, elapsed / 3):
+            return
+    pytest.fail(f"the event loop stalled in every attempt: (longest gap, call) = {seen}")
