@@ -47,6 +47,7 @@ from epp.protocol import SessionConfig
 from epp.protocol.config import ResponseMetadataFn
 from epp.server.kv_cache_metrics import KVCacheCollector
 from epp.server.latency_sidecar import SidecarConfigError, latency_sidecar
+from epp.server.latency_sidecar_metrics import LatencySidecarCollector
 from epp.server.metric_catalog import Naming
 from epp.server.metrics import (
     DataLayerMetrics,
@@ -215,6 +216,8 @@ async def build_app(options: Options) -> PickerApp:
         sidecar = latency_sidecar(plugins, layer.snapshot, os.environ)
     except SidecarConfigError as exc:
         raise StartupError(f"latency predictor sidecar: {exc}") from None
+    if sidecar is not None:
+        registry.register(LatencySidecarCollector(sidecar))
     server = EppServer(
         settings,
         source=layer,

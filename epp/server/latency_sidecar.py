@@ -45,7 +45,8 @@ from every request, cold-start prior included), and a warning is logged at most 
 one. A failed training post drops its entries (counted). Nothing here raises into a stream.
 
 State: counters (calls, failures by reason, rows, samples sent / dropped, last error) in the
-producer's entry of ``/debug/plugins/state`` under ``sidecar``.
+producer's entry of ``/debug/plugins/state`` under ``sidecar``, and as the ``pyepp_latency_sidecar_*``
+Prometheus families (:mod:`epp.server.latency_sidecar_metrics`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from scheduler.types import EndpointView, LLMRequest
 
 __all__ = [
     "ENV_VARS",
+    "FAILURE_REASONS",
     "PREDICT_PATH",
     "TRAIN_PATH",
     "LatencySidecarClient",
@@ -84,6 +86,9 @@ TRAIN_PATH = "/add_training_data_bulk"
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024  # 100 predictions are ~25 KB
 WARN_INTERVAL_S = 30.0
 CLOSE_FLUSH_TIMEOUT_S = 2.0  # the last flush's bound per post, at shutdown
+# why a call failed: no connection, no answer in time, a status other than 2xx, an answer that is not
+# the protocol's, an error of ours (prediction rows that could not be built)
+FAILURE_REASONS = ("connection", "timeout", "status", "malformed", "internal")
 ENV_VARS = (
     "PREDICTION_SERVER_URL",
     "TRAINING_SERVER_URL",

@@ -7,7 +7,7 @@ GIE's chart gives the picker), through the real Envoy, epp-sim servers and a fak
   in turn, so a picker that always chose one would fail); each request made one bulk
   call with one row per endpoint; the training samples arrive in bulk posts.
 * The sidecar is down: every request is still served, predicted in process (the cold-start prior),
-  and the failures are counted in ``/debug/plugins/state``.
+  and the failures are counted in ``/debug/plugins/state`` and on ``/metrics``.
 """
 
 from __future__ import annotations
@@ -90,6 +90,9 @@ def test_the_sidecar_predictions_steer_the_pick_and_samples_arrive_in_bulk(
             state = sidecar_state(stack)
             assert state["predictionCalls"] >= n and state["predictionFailures"] == {}, state
             assert state["cyclesWithSidecarPredictions"] >= n, state
+            assert metric_sum(stack, "pyepp_latency_sidecar_prediction_calls_total") >= n
+            assert metric_sum(stack, "pyepp_latency_sidecar_predicted_rows_total") >= 2 * n
+            assert metric_sum(stack, "pyepp_latency_sidecar_prediction_failures_total") == 0
 
             def trained() -> bool:
                 return int(httpx.get(f"{url}/stats", timeout=5.0).json()["trainingEntries"]) >= n
@@ -116,6 +119,7 @@ def test_the_picker_predicts_in_process_when_the_sidecar_is_down(monkeypatch: py
         state = sidecar_state(stack)
         assert state["predictionFailures"].get("connection", 0) >= n, state
         assert state["cyclesWithSidecarPredictions"] == 0, state
+        assert metric_sum(stack, "pyepp_latency_sidecar_prediction_failures_total") >= n  # what to alert on
         # the in-process model (cold-start prior) predicted every request
         assert metric_sum(stack, "llm_d_epp_request_ttft_prediction_duration_seconds_count") == n
 

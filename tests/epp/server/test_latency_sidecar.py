@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from epp.server import latency_sidecar as ls
@@ -24,6 +25,7 @@ from epp.server.latency_sidecar import (
     latency_sidecar,
     sidecar_config_from_env,
 )
+from epp.server.latency_sidecar_metrics import LatencySidecarCollector
 from epp.server.prescheduling import StepChain, chain
 from scheduler.cycle_state import CycleState
 from scheduler.plugins.latency import sidecar_mode
@@ -453,6 +455,35 @@ async def test_failed_training_posts_count_the_lost_samples(sidecars: tuple[Side
     await c.aclose()
     assert c.counters["trainingFailures"] == {"status": 1} and c.counters["trainingSamplesLost"] == 1
     assert "samples dropped" in logs[0]["event"]
+
+
+async def test_the_counters_are_prometheus_families(sidecars: tuple[Sidecar, Sidecar]) -> None:
+    a, b = sidecars
+    a.status = 500
+    b.answer = b"not json"
+    p = producer()
+    c = client(p, [A], [a.url, b.url], training=a.url)
+    registry = CollectorRegistry()
+    registry.register(LatencySidecarCollector(c))
+    for i in range(3):  # the calls alternate between the two servers: status, malformed, status
+        await c.render(request(i), b"{}")
+    complete(p, 9, A, 0.1, 2)
+    await c.flush()
+    await c.aclose()
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value("pyepp_latency_sidecar_" + name, labels)
+
+    assert value("prediction_calls_total") == 3
+    assert value("prediction_failures_total", reason="status") == 2
+    assert value("prediction_failures_total", reason="malformed") == 1
+    assert value("prediction_failures_total", reason="timeout") == 0  # every reason, from the start
+    assert value("predicted_rows_total") == 0
+    assert value("predictions_skipped_total", reason="oversized_pool") == 0
+    assert value("training_posts_total") == 1
+    assert value("training_failures_total", reason="status") == 1
+    assert value("training_samples_total", outcome="lost") == 1
+    assert value("training_samples_total", outcome="sent") == 0
 
 
 async def test_the_training_queue_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
