@@ -3,6 +3,7 @@
 # pyepp endpoint picker image.
 #
 #   docker build -t pyepp:dev .
+#   docker build --build-arg EPP_EXTRAS=tokenizer -t pyepp:dev-tokenizer .   # + the in-process tokenizer
 #   docker run --rm --read-only --tmpfs /tmp -p 9002:9002 -p 9003:9003 -p 9090:9090 \
 #       pyepp:dev --endpoints 10.0.0.1:8000,10.0.0.2:8000
 #
@@ -10,12 +11,16 @@
 # into a virtualenv with --no-index, so the final image holds no compiler, no pip cache and no source.
 # The image runs as UID 65532 and writes nothing outside /tmp: TLS certificates are generated in memory
 # (or read from --cert-path), byte code is compiled at install time, so `--read-only` with a tmpfs (an
-# emptyDir in Kubernetes) on /tmp works.
+# emptyDir in Kubernetes) on /tmp works. EPP_EXTRAS names pyproject extras to install with the picker
+# (comma-separated): `tokenizer` for precise-prefix-cache-* with indexerConfig.tokenizersPoolConfig
+# (about 35 MB more); empty by default.
 # tests/deploy/test_image_install.py runs these RUN steps outside Docker and checks the result.
 
 ARG PYTHON_VERSION=3.12
+ARG EPP_EXTRAS=""
 
 FROM python:${PYTHON_VERSION}-slim AS build
+ARG EPP_EXTRAS
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -26,9 +31,10 @@ COPY datalayer/ datalayer/
 COPY epp/ epp/
 COPY simulator/ simulator/
 COPY bench/ bench/
-RUN python -m pip wheel --wheel-dir /wheels .
+RUN python -m pip wheel --wheel-dir /wheels ".${EPP_EXTRAS:+[$EPP_EXTRAS]}"
 
 FROM python:${PYTHON_VERSION}-slim
+ARG EPP_EXTRAS
 LABEL org.opencontainers.image.title="pyepp" \
       org.opencontainers.image.description="Endpoint picker for LLM inference behind Envoy ext_proc (GIE-compatible)" \
       org.opencontainers.image.licenses="Apache-2.0"
@@ -43,7 +49,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     EPP_GRPC_HEALTH_PORT=9003
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python -m venv /opt/epp \
-    && /opt/epp/bin/python -m pip install --no-index --find-links /wheels pyepp
+    && /opt/epp/bin/python -m pip install --no-index --find-links /wheels "pyepp${EPP_EXTRAS:+[$EPP_EXTRAS]}"
 # Build information, reported by the inference_extension_info{commit,build_ref} metric. Declared after
 # the install so that a new commit does not invalidate the cached install layer.
 ARG EPP_COMMIT=unknown

@@ -11,7 +11,7 @@ joined by newlines (vLLM's "string" content format; templates that iterate over 
 vLLM detects and feeds the list, are not told apart). ``epp-sim --tokenizer DIR`` renders chat requests
 with the directory's template when it has one, and so does the picker's in-process tokenizer
 (``precise-prefix-cache-*`` with ``indexerConfig.tokenizersPoolConfig``), so both compute the same ids.
-``jinja2`` (in ``pyepp[sim]``) is imported only when a template is loaded.
+``jinja2`` (in ``pyepp[tokenizer]``) is imported only when a template is loaded.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ class ChatTemplate:
             from jinja2.sandbox import ImmutableSandboxedEnvironment
         except ImportError as exc:
             raise ChatTemplateError(
-                "rendering the model's chat template needs the 'jinja2' package (pip install jinja2, or "
-                "pyepp[sim])"
+                "rendering the model's chat template needs the 'jinja2' package (pip install "
+                "'pyepp[tokenizer]'; the container image: build it with --build-arg EPP_EXTRAS=tokenizer)"
             ) from exc
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
         env.filters["tojson"] = _tojson

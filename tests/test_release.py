@@ -120,9 +120,9 @@ def test_classifiers_urls_and_python_matrix_agree() -> None:
 
 def test_extras_and_what_make_install_installs() -> None:
     extras = PROJECT["optional-dependencies"]
-    assert set(extras) == {"sim", "bench", "test", "ngh2"}
+    assert set(extras) == {"tokenizer", "sim", "bench", "test", "ngh2"}
     names = {e: {Requirement(r).name.lower() for r in reqs} for e, reqs in extras.items()}
-    assert {"tokenizers"} <= names["sim"]
+    assert names["tokenizer"] == {"tokenizers", "jinja2"} and extras["sim"] == ["pyepp[tokenizer]"]
     runtime = {Requirement(r).name.lower() for r in PROJECT["dependencies"]}
     assert {"pyzmq", "msgpack"} <= runtime  # the picker's precise-prefix plugins subscribe to KV events
     assert {"pyepp", "matplotlib", "vllm-router"} <= names["bench"]  # bench runs the simulator: sim

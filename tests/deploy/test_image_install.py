@@ -6,7 +6,11 @@ commands: the build context is assembled from the build stage's COPY lines (filt
 ``python:3.12-slim``) with ``/src`` and ``/wheels`` mapped to temporary directories, then the final
 stage's RUN line (its ``--mount`` bind of ``/wheels`` mapped the same way, ``/opt/epp`` to a temporary
 directory) creates the runtime virtualenv and installs with ``--no-index`` from those wheels only.
-One deviation: ``PIP_NO_CACHE_DIR`` is dropped so that pip's local cache serves the downloads.
+One deviation: ``PIP_NO_CACHE_DIR`` is dropped so that pip's local cache serves the downloads. The build
+stage runs once, with ``EPP_EXTRAS=tokenizer`` (its wheels are a superset of the default build's); the
+final stage runs twice from those wheels: with the default ``EPP_EXTRAS`` (the image every test below
+checks) and with ``EPP_EXTRAS=tokenizer`` (the in-process tokenizer loads there, and is refused with a
+message naming the build argument in the default image).
 
 From that virtualenv it runs ``epp --help``, then a real picker against a tiny metrics server, probes
 the gRPC health port with the Dockerfile's HEALTHCHECK command until it reports SERVING, stops the
@@ -31,18 +35,24 @@ from pathlib import Path
 import pytest
 from _deploy_dockerfile import Stage, docker_ignored, parse_dockerfile, read_dockerignore
 from _deploy_tools import free_port, model_server, python312, stop
+from testutil import write_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def _env_of(stage: Stage, base: dict[str, str], paths: dict[str, Path]) -> dict[str, str]:
-    """The stage's ENV on top of ``base``: ``$PATH`` and the stage's ARG defaults expanded."""
+def _env_of(
+    stage: Stage, base: dict[str, str], paths: dict[str, Path], build_args: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The stage's ARGs (their defaults, or ``build_args``; RUN sees them as variables) and ENV on top of
+    ``base``: ``$PATH`` and the ARGs expanded in ENV values."""
     env = dict(base)
     variables = {"PATH": base.get("PATH", "")}
+    defaults = _global_args()
     for args in stage.args("ARG"):
         name, _, default = args.partition("=")
-        variables[name] = default
+        value = (build_args or {}).get(name, default or defaults.get(name, ""))
+        variables[name] = env[name] = value.strip('"')
     for args in stage.args("ENV"):
         for item in shlex.split(args):
             key, _, value = item.partition("=")
@@ -64,6 +74,13 @@ def _host_command(run: str, python: Path, paths: dict[str, Path]) -> str:
     return re.sub(r"(^|&&\s*)python(?=\s)", lambda m: m.group(1) + shlex.quote(str(python)), command)
 
 
+def _global_args() -> dict[str, str]:
+    """The ARGs declared before the first FROM, with their defaults (a stage's bare ``ARG X`` gets it)."""
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    head = lines[: next(i for i, line in enumerate(lines) if line.startswith("FROM "))]
+    return dict(line.split(None, 1)[1].partition("=")[::2] for line in head if line.startswith("ARG "))
+
+
 def _run(command: str, *, cwd: Path, env: dict[str, str]) -> None:
     proc = subprocess.run(
         ["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False
@@ -72,17 +89,18 @@ def _run(command: str, *, cwd: Path, env: dict[str, str]) -> None:
 
 
 Image = tuple[Path, dict[str, str], Stage]
+Built = tuple[Path, dict[str, str], Stage]  # the temporary root, the host environment, the final stage
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
-    """The installed runtime virtualenv, the runtime environment and the final stage."""
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The build stage, run with ``EPP_EXTRAS=tokenizer``: ``/wheels`` has every wheel either image needs."""
     tmp = tmp_path_factory.mktemp("image")
     _, stages = parse_dockerfile((ROOT / "Dockerfile").read_text())
     build, final = stages[0], stages[-1]
     ignore = read_dockerignore((ROOT / ".dockerignore").read_text())
     src = tmp / "src"
-    paths = {"/src": src, "/wheels": tmp / "wheels", "/opt/epp": tmp / "opt" / "epp"}
+    paths = {"/src": src, "/wheels": tmp / "wheels"}
     src.mkdir()
     for args in build.args("COPY"):
         *sources, dest = shlex.split(args)
@@ -99,15 +117,36 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     base_python = tmp / "base-python"
     subprocess.run([str(python312()), "-m", "venv", str(base_python)], check=True, timeout=120)
     host_env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
-    build_env = _env_of(build, host_env, paths)
+    build_env = _env_of(build, host_env, paths, {"EPP_EXTRAS": "tokenizer"})
     for run in build.args("RUN"):
         _run(_host_command(run, base_python / "bin" / "python", paths), cwd=src, env=build_env)
     assert any(p.name.startswith("pyepp-") for p in (tmp / "wheels").glob("*.whl"))
-    (tmp / "opt").mkdir()
-    final_env = _env_of(final, host_env, paths)
+    assert any(p.name.startswith("tokenizers-") for p in (tmp / "wheels").glob("*.whl"))
+    return tmp, host_env, final
+
+
+def _install(built: Built, name: str, build_args: dict[str, str]) -> Image:
+    """The final stage's RUN lines, into ``<tmp>/<name>/opt/epp``, with ``build_args``."""
+    tmp, host_env, final = built
+    root = tmp / name
+    paths = {"/wheels": tmp / "wheels", "/opt/epp": root / "opt" / "epp"}
+    (root / "opt").mkdir(parents=True)
+    final_env = _env_of(final, host_env, paths, build_args)
     for run in final.args("RUN"):
-        _run(_host_command(run, base_python / "bin" / "python", paths), cwd=tmp, env=final_env)
+        _run(_host_command(run, tmp / "base-python" / "bin" / "python", paths), cwd=root, env=final_env)
     return paths["/opt/epp"], final_env, final
+
+
+@pytest.fixture(scope="module")
+def image(built: Built) -> Image:
+    """The installed runtime virtualenv of the default image, the runtime environment and the final stage."""
+    return _install(built, "default", {})
+
+
+@pytest.fixture(scope="module")
+def tokenizer_image(built: Built) -> Image:
+    """The same, built with ``--build-arg EPP_EXTRAS=tokenizer``."""
+    return _install(built, "tokenizer", {"EPP_EXTRAS": "tokenizer"})
 
 
 @pytest.fixture
@@ -144,9 +183,8 @@ def test_installed_tree_has_no_compiler_and_only_runtime_packages(image: Image) 
     assert sources and {p.stem for p in sources} <= compiled
 
 
-def test_the_wheel_carries_the_license(image: Image) -> None:
-    venv, _, _ = image
-    (wheel,) = (venv.parents[1] / "wheels").glob("pyepp-*.whl")
+def test_the_wheel_carries_the_license(built: Built) -> None:
+    (wheel,) = (built[0] / "wheels").glob("pyepp-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         licenses = [n for n in archive.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
         assert len(licenses) == 1, archive.namelist()
@@ -213,3 +251,35 @@ def test_picker_serves_grpc_health_from_the_installed_tree(
         log.close()
     assert rc == 0, (tmp_path / "epp.log").read_text()[-4000:]
     assert _snapshot(venv) == before, "the picker wrote into its installed tree"
+
+
+def test_the_in_process_tokenizer_needs_the_tokenizer_build(
+    image: Image, tokenizer_image: Image, tmp_path: Path
+) -> None:
+    """``indexerConfig.tokenizersPoolConfig``: refused in the default image with a message naming the
+    build argument; loaded (and the config accepted) in the image built with ``EPP_EXTRAS=tokenizer``."""
+    tokenizer = write_tokenizer(tmp_path / "model", ["alpha beta gamma delta"], vocab_size=40)
+    config = tmp_path / "precise.yaml"
+    config.write_text(
+        "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+        "- type: precise-prefix-cache-scorer\n  parameters:\n    indexerConfig:\n"
+        "      tokenizersPoolConfig:\n        modelName: m\n"
+        f"        local: {{modelTokenizerMap: {{m: {tokenizer}}}}}\n"
+    )
+
+    def check(built_image: Image) -> subprocess.CompletedProcess[str]:
+        venv, env, _ = built_image
+        return subprocess.run([str(venv / "bin" / "epp"), "check-config", str(config)], env=env,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    refused = check(image)
+    assert refused.returncode == 2, refused  # an invalid configuration
+    assert "'tokenizers' package is not installed" in refused.stderr, refused.stderr
+    assert "--build-arg EPP_EXTRAS=tokenizer" in refused.stderr, refused.stderr
+    accepted = check(tokenizer_image)
+    assert accepted.returncode == 0, accepted.stderr
+    listed = subprocess.run([str(tokenizer_image[0] / "bin" / "python"), "-m", "pip", "list", "--format",
+                             "json"], env=tokenizer_image[1], capture_output=True, text=True, timeout=60,
+                            check=True)  # fmt: skip
+    names = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert {"tokenizers", "jinja2", "pyepp"} <= names and not names & {"matplotlib", "vllm-router", "pytest"}

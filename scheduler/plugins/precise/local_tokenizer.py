@@ -238,7 +238,8 @@ class LocalTokenizer:
             import tokenizers
         except ImportError as exc:
             raise LocalTokenizerError(
-                "the 'tokenizers' package is not installed (pip install tokenizers, or pyepp[sim])"
+                "the 'tokenizers' package is not installed (pip install 'pyepp[tokenizer]'; the container "
+                "image: build it with --build-arg EPP_EXTRAS=tokenizer)"
             ) from exc
         try:
             text = self.path.read_text(encoding="utf-8")
