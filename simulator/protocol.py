@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from scheduler.chat_render import ChatTemplateError
+from scheduler.chat_render import ChatTemplateError, chat_args
 from simulator.tokenizer import Tokenizer
 
 __all__ = [
@@ -111,7 +111,11 @@ def chat_token_ids(body: Mapping[str, Any], tokenizer: Tokenizer) -> list[int]:
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise ApiError(400, "'messages' must be a non-empty list of message objects", param="messages")
     try:
-        text = tokenizer.render_chat(messages)
+        args = chat_args(body)
+    except ChatTemplateError as exc:
+        raise ApiError(400, str(exc)) from None
+    try:
+        text = tokenizer.render_chat(messages, args)
     except ChatTemplateError as exc:
         raise ApiError(400, str(exc), param="messages") from None
     return tokenizer.encode(text)

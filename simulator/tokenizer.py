@@ -19,7 +19,14 @@ from typing import Any, Protocol
 
 import xxhash
 
-from scheduler.chat_render import ChatTemplate, ChatTemplateError, load_chat_template, render_chat
+from scheduler.chat_render import (
+    DEFAULT_ARGS,
+    ChatArgs,
+    ChatTemplate,
+    ChatTemplateError,
+    load_chat_template,
+    render_chat,
+)
 
 __all__ = ["HFTokenizer", "OfflineTokenizer", "Tokenizer", "TokenizerError", "load_tokenizer", "render_chat"]
 
@@ -42,7 +49,7 @@ class Tokenizer(Protocol):
 
     def encode_prompt(self, text: str) -> list[int]: ...
 
-    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str: ...
+    def render_chat(self, messages: Sequence[Mapping[str, Any]], args: ChatArgs = DEFAULT_ARGS) -> str: ...
 
 
 class _PieceIds(dict[str, int]):
@@ -94,8 +101,8 @@ class OfflineTokenizer:
     def encode_prompt(self, text: str) -> list[int]:
         return self.encode(text)  # no special tokens in this vocabulary
 
-    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        return render_chat(messages)
+    def render_chat(self, messages: Sequence[Mapping[str, Any]], args: ChatArgs = DEFAULT_ARGS) -> str:
+        return render_chat(messages)  # the fixed template takes no tools or template variables
 
 
 class HFTokenizer:
@@ -115,9 +122,10 @@ class HFTokenizer:
     def encode_prompt(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=True).ids)
 
-    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        """The chat prompt (ChatTemplateError: the model's template refused the messages)."""
-        return self.template.render(messages) if self.template is not None else render_chat(messages)
+    def render_chat(self, messages: Sequence[Mapping[str, Any]], args: ChatArgs = DEFAULT_ARGS) -> str:
+        """The chat prompt (ChatTemplateError: the model's template refused the messages); ``args``: the
+        request's tools and template variables, for the model's template."""
+        return self.template.render(messages, args) if self.template is not None else render_chat(messages)
 
 
 def load_tokenizer(directory: str | None) -> Tokenizer:

@@ -64,7 +64,14 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from scheduler.chat_render import ChatTemplateError, load_chat_template, render_chat
+from scheduler.chat_render import (
+    DEFAULT_ARGS,
+    ChatArgs,
+    ChatTemplateError,
+    chat_args,
+    load_chat_template,
+    render_chat,
+)
 
 __all__ = [
     "DEFAULT_CACHE_ENTRIES",
@@ -392,8 +399,9 @@ class LocalTokenizer:
                 return flat or None
         return None
 
-    def chat_ids(self, messages: Any, limit: int = 0) -> list[int] | None:
-        """Chat messages' ids (None: not a message list, or the template refused them)."""
+    def chat_ids(self, messages: Any, limit: int = 0, args: ChatArgs = DEFAULT_ARGS) -> list[int] | None:
+        """Chat messages' ids (None: not a message list, or the template refused them); ``args``: the
+        request's tools and template variables (:func:`scheduler.chat_render.chat_args`)."""
         if not isinstance(messages, list) or not messages:
             return None
         if not all(isinstance(m, Mapping) for m in messages):
@@ -401,7 +409,7 @@ class LocalTokenizer:
         if self.template is None:
             return self.encode(render_chat(messages), False, limit) or None
         try:
-            text = self.template.render(messages)
+            text = self.template.render(messages, args)
         except ChatTemplateError:
             return None
         return self.encode(text, False, limit) or None
@@ -409,5 +417,9 @@ class LocalTokenizer:
     def body_ids(self, chat: bool, payload: Mapping[str, Any], limit: int = 0) -> list[int] | None:
         """The ids of a parsed ``/v1/(chat/)completions`` body (None: nothing to tokenise)."""
         if chat:
-            return self.chat_ids(payload.get("messages"), limit)
+            try:
+                args = chat_args(payload)
+            except ChatTemplateError:
+                return None  # the server answers it 400: nothing to route on
+            return self.chat_ids(payload.get("messages"), limit, args)
         return self.completion_ids(payload.get("prompt"), limit)

@@ -22,6 +22,7 @@ import pytest
 from testutil import write_tokenizer
 
 from epp.server.render import token_renderer
+from scheduler.chat_render import chat_args
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
@@ -161,6 +162,58 @@ def test_the_directorys_chat_template_is_rendered_as_the_simulator_renders_it(
     with pytest.raises(ApiError) as err:
         chat_token_ids({"messages": refused}, load_tokenizer(str(directory)))
     assert err.value.status == 400 and "no tools here" in err.value.message
+
+
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|tools|>{% for t in tools %}{{ t | tojson }}\n{% endfor %}{% endif %}"
+    "{% if documents %}<|docs|>{{ documents | length }}\n{% endif %}"
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% if think is defined and not think %}<nothink>{% endif %}"
+    "{% endif %}"
+)
+
+
+def test_tools_documents_and_template_variables_reach_the_template_as_vllm_passes_them(
+    tmp_path: Path, tokenizer_dirs: dict[str, Path]
+) -> None:
+    """Tools usually open the prompt (the shared prefix of an agent's requests): rendered without them,
+    every block key would differ from the server's."""
+    (tmp_path / "tokenizer.json").write_text((tokenizer_dirs["plain"] / "tokenizer.json").read_text())
+    (tmp_path / "chat_template.jinja").write_text(TOOLS_TEMPLATE)
+    tok = local(tmp_path)
+    assert tok.template is not None
+    tool = {"type": "function", "function": {"name": "get", "parameters": {"type": "object"}, "strict": True}}
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "hello world"}],
+        "tools": [tool],
+        "documents": [{"text": "a"}, {"text": "b"}],
+        "chat_template_kwargs": {"think": False, "messages": "ignored: cannot replace the messages"},
+    }
+    text = tok.template.render(body["messages"], chat_args(body))
+    # ChatCompletionToolsParam.model_dump(): type, then function's declared fields (null when absent),
+    # then the keys it does not declare
+    dumped = '{"type": "function", "function": {"name": "get", "description": null, '
+    dumped += '"parameters": {"type": "object"}, "strict": true}}'
+    assert text == f"<|tools|>{dumped}\n<|docs|>2\n<|user|>hello world\n<|assistant|><nothink>"
+    assert tok.body_ids(True, body) == sim_ids(tmp_path, True, body)
+    assert tok.body_ids(True, body) != tok.body_ids(True, {"messages": body["messages"]})
+    # continue_final_message: the prompt ends with the last message's text (no generation prompt)
+    cont = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello "}],
+            "add_generation_prompt": False, "continue_final_message": True}  # fmt: skip
+    assert tok.template.render(cont["messages"], chat_args(cont)) == "<|user|>hi\n<|assistant|>hello"
+    assert tok.body_ids(True, cont) == sim_ids(tmp_path, True, cont)
+    # what vLLM answers 400: no ids in the picker, 400 from the simulator
+    for bad in (
+        {"tools": [{"type": "function", "function": {"description": "no name"}}]},
+        {"tools": {"not": "a list"}},
+        {"continue_final_message": True},  # with the default add_generation_prompt
+        {"chat_template_kwargs": ["x"]},
+    ):
+        request = {"messages": body["messages"], **bad}
+        assert tok.body_ids(True, request) is None, bad
+        with pytest.raises(ApiError) as err:
+            sim_ids(tmp_path, True, request)
+        assert err.value.status == 400, bad
 
 
 def test_chat_template_jinja_file_and_named_templates(
