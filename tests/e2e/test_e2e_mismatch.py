@@ -1,6 +1,7 @@
 """A picker and a client that disagree on TLS: the client gets Envoy's 500, the picker says why.
 
-Real processes: the picker (``--grpc-engine=h2``, the default; grpc.aio at the end), the real Envoy with
+Real processes: the picker (``--grpc-engine=h2``, the default, and ``ngh2``, whose connections the same
+server accepts and classifies; grpc.aio at the end), the real Envoy with
 a GIE config rendered for the other TLS setting, raw sockets for the cases Envoy cannot produce."""
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ def _post(stack: Stack) -> httpx.Response:
     return httpx.post(f"{stack.base_url}/v1/completions", json={"model": "m", "prompt": "hi"}, timeout=10.0)
 
 
-@pytest.fixture()
-def tls_picker_plaintext_envoy() -> Iterator[Stack]:
+ENGINES = ["h2", "ngh2"]
+
+
+@pytest.fixture(params=ENGINES)
+def tls_picker_plaintext_envoy(request: pytest.FixtureRequest) -> Iterator[Stack]:
     # Envoy rendered --picker-plaintext (picker_tls False), the picker on its TLS default (the last
     # --secure-serving wins), at -v 1: the commonest mistake
-    spec = StackSpec(servers=1, sim_args=SIM_ARGS, picker_args=("--secure-serving=true",))
+    args = ("--secure-serving=true", f"--grpc-engine={request.param}")
+    spec = StackSpec(servers=1, sim_args=SIM_ARGS, picker_args=args)
     with running(spec) as stack:
         yield stack
 
@@ -70,9 +75,10 @@ def test_a_client_that_verifies_the_self_signed_certificate_fails_the_handshake_
     assert "--tls-min-version" in line and "--cert-path" in line
 
 
-@pytest.fixture()
-def plaintext_picker_tls_envoy() -> Iterator[Stack]:
-    spec = StackSpec(servers=1, sim_args=SIM_ARGS, picker_tls=True, picker_args=("--secure-serving=false",))
+@pytest.fixture(params=ENGINES)
+def plaintext_picker_tls_envoy(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    args = ("--secure-serving=false", f"--grpc-engine={request.param}")
+    spec = StackSpec(servers=1, sim_args=SIM_ARGS, picker_tls=True, picker_args=args)
     with running(spec) as stack:
         yield stack
 
