@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import random
+from array import array
 
 import cbor2
 import pytest
@@ -88,6 +90,44 @@ def test_max_blocks_and_memo_bound() -> None:
     assert len(keyer.keys(list(range(20)), max_blocks=4)) == 4
     assert len(keyer._memo) == 3  # bounded
     assert keyer.keys(list(range(8))) == BlockKeyer("sha256_cbor", "1", block_size=2).keys(list(range(8)))
+
+
+def _reference(keyer: BlockKeyer, algorithm: str, seed: str, ids: list[int], lora: str | None = None,
+               salt: str = "") -> list[bytes]:  # fmt: skip
+    """vLLM's chain written out, without a memo."""
+    fn, parent, out = hash_function(algorithm), none_hash(algorithm, seed), []
+    size = keyer.block_size
+    for i in range(len(ids) // size):
+        extra = ((lora,) if lora else ()) + ((salt,) if salt and i == 0 else ())
+        parent = fn((parent, tuple(ids[i * size : (i + 1) * size]), extra or None))
+        out.append(parent)
+    return out
+
+
+@pytest.mark.parametrize("algorithm", ["sha256", "sha256_cbor"])
+def test_memoised_blocks_of_every_id_width_and_input_type(algorithm: str) -> None:
+    """The memo keys blocks by their packed ids (32-bit, 64-bit, else a tuple): equal blocks of any
+    width and of a list or an array give vLLM's digests, memoised or not."""
+    rng = random.Random(3)
+    keyer = BlockKeyer(algorithm, "s", block_size=4)
+    shared = [rng.randrange(150_000) for _ in range(16)]
+    prompts = [
+        shared + [rng.randrange(150_000) for _ in range(9)],
+        [*shared, 2**40, 7, 8, 9],  # a 64-bit id after the shared prefix
+        [-5, 1, 2, 3, *shared],  # negative: the tuple path from the first block
+    ]
+    if algorithm == "sha256":  # over 64 bits: the tuple path (canonical CBOR has no such integers here)
+        prompts.append([*shared, 2**70, 1, 2, 3])
+    for _ in range(2):  # cold, then memoised
+        for ids in prompts:
+            assert keyer.digests(ids) == _reference(keyer, algorithm, "s", ids)
+            assert keyer.digests(ids, "ad", "salt") == _reference(keyer, algorithm, "s", ids, "ad", "salt")
+        packed = array("I", prompts[0])
+        assert (
+            keyer.keys(packed)
+            == keyer.keys(prompts[0])
+            == [external_key(d) for d in _reference(keyer, algorithm, "s", prompts[0])]
+        )
 
 
 def test_external_key_int_and_bytes_agree() -> None:
