@@ -263,7 +263,8 @@ class LocalTokenizer:
         self._special = self._special_tokens()
         self._lock = threading.Lock()
         self._cache = _ChunkCache(settings.cache_entries, MAX_CACHED_IDS)
-        self._words: dict[str, array[int]] = {}  # word -> ids (at most MAX_WORDS; cleared when full)
+        self._words: dict[str, tuple[int, ...]] = {}  # word -> ids (at most MAX_WORDS; cleared when full)
+        self._single: dict[str, int] = {}  # word -> its id, for the words of one id (a subset of _words)
         self.cached_tokens = 0  # ids taken from the cache (statistics; updated under the lock)
         self.encoded_tokens = 0  # ids computed by the tokenizer
 
@@ -350,32 +351,48 @@ class LocalTokenizer:
     def _words_ids(self, chunks: list[str]) -> list[array[int]]:
         """Each chunk's ids, from the word memo: a chunk is cut at every ASCII space into words, each
         tokenised alone, which gives the chunk's ids exactly (the tokenizers chunked here drop whitespace
-        and never join text across it; see the module docstring); the words not memoised yet are
-        tokenised in one ``encode_batch`` call."""
+        and never join text across it; see the module docstring). A chunk whose words all have one id each
+        is one C-level pass over the single-id memo; the others go through the full memo, after the words
+        not memoised yet are tokenised in one ``encode_batch`` call."""
+        single = self._single.__getitem__
+        split = [c.split(" ") for c in chunks]  # "" (around a space): no ids, filtered out
+        out: list[array[int] | None] = []
+        retry: list[int] = []
+        for i, words in enumerate(split):
+            try:
+                out.append(array(_U32, map(single, filter(None, words))))
+            except KeyError:  # a word of several ids (or none), or not memoised yet
+                out.append(None)
+                retry.append(i)
+        if not retry:
+            return out  # type: ignore[return-value]
         memo = self._words
-        split = [c.split(" ") for c in chunks]
-        missing = [w for w in set(chain.from_iterable(split)) if w not in memo]
+        missing = [w for w in set(chain.from_iterable(split[i] for i in retry)) if w and w not in memo]
         if missing:
             encodings = self._tok.encode_batch(missing, add_special_tokens=False)
             with self._lock:
                 if len(memo) + len(missing) > MAX_WORDS:
                     memo.clear()
+                    self._single.clear()
                 for word, enc in zip(missing, encodings, strict=True):
-                    memo[word] = array(_U32, enc.ids)
-                    self.encoded_tokens += len(enc.ids)
+                    ids = tuple(enc.ids)
+                    memo[word] = ids
+                    if len(ids) == 1:
+                        self._single[word] = ids[0]
+                    self.encoded_tokens += len(ids)
         get = memo.__getitem__
-        out: list[array[int]] = []
-        for words in split:
+        for i in retry:
+            words = split[i]
             try:
-                out.append(array(_U32, chain.from_iterable(map(get, words))))
+                out[i] = array(_U32, chain.from_iterable(map(get, filter(None, words))))
             except KeyError:  # another thread cleared the memo meanwhile
-                out.append(array(_U32, chain.from_iterable(map(self._word, words))))
-        return out
+                out[i] = array(_U32, chain.from_iterable(map(self._word, filter(None, words))))
+        return out  # type: ignore[return-value]
 
-    def _word(self, word: str) -> array[int]:
+    def _word(self, word: str) -> tuple[int, ...]:
         found = self._words.get(word)
         if found is None:
-            found = array(_U32, self._tok.encode_batch([word], add_special_tokens=False)[0].ids)
+            found = tuple(self._tok.encode_batch([word], add_special_tokens=False)[0].ids)
         return found
 
     def completion_ids(self, prompt: Any, limit: int = 0) -> list[int] | None:
