@@ -36,10 +36,22 @@ across them, which holds when its pre-tokenizer splits at whitespace and drops i
 (``Whitespace``, ``WhitespaceSplit``, ``BertPreTokenizer``, or a ``Sequence`` of those with
 ``Punctuation`` / ``Digits`` / ``UnicodeScripts``), its normalizer is character-local (none, ``NFC``,
 ``NFD``, ``NFKC``, ``NFKD``, ``Lowercase``, ``StripAccents``, ``BertNormalizer`` or a sequence of them), no
-added token contains whitespace and the file sets no truncation, padding or BPE dropout. Any other
-tokenizer (byte-level BPE, SentencePiece's ``Metaspace``, ...) is used whole on every prompt
-(:attr:`LocalTokenizer.chunked` False, :attr:`LocalTokenizer.unchunked_reason` says why; the EPP logs
-it at start-up): exact, at the full cost.
+added token contains whitespace and the file sets no truncation, padding or BPE dropout
+(:attr:`LocalTokenizer.mode` ``"words"``).
+
+Byte-level BPE (GPT-2's, Llama 3's, Qwen2's: :attr:`LocalTokenizer.mode` ``"bytes"``) keeps a word's
+leading space in its token (``" world"``), so its chunks end just after an ASCII letter that is followed
+by a space and an ASCII letter, the space going to the next chunk: every pre-tokenizer of that family
+starts a token at such a space and none runs a token from a letter across it. Required: a ``ByteLevel``
+pre-tokenizer (its own regex, with or without ``add_prefix_space``: a chunk after the first starts with
+its space, so none is added), or a ``Sequence`` of isolated, non-inverted ``Split`` / ``Digits`` ending in
+``ByteLevel``; no normalizer but ``NFC``; no added token that holds whitespace or strips the whitespace
+around it; and, on the real file at load, every cut the rule allows in a probe text (prose, code,
+numbers, punctuation, other scripts, whitespace runs, contractions) must give the whole text's ids. There
+is no word memo (a word's ids depend on the space before it): the chunks after the cached ones are
+tokenised in batches of 64 in one call each. Any other tokenizer (SentencePiece's ``Metaspace``, a
+lower-casing byte-level one, ...) is used whole on every prompt (:attr:`LocalTokenizer.chunked` False,
+:attr:`LocalTokenizer.unchunked_reason` says why; the EPP logs it at start-up): exact, at the full cost.
 llm-d's ``minPrefixOverlapRatio`` (accept cached tokens covering that share of the prompt, an
 approximation) has no use here and is only validated.
 
@@ -60,7 +72,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +103,44 @@ MAX_CACHED_IDS = 8 << 20
 MAX_WORDS = 1 << 18
 _WALK_LIMIT = 100_000
 _BOUNDARY = re.compile(r"[ \t\n\r\f\v](?=[!-~])")  # ASCII whitespace: whitespace in every definition
+_BYTE_BOUNDARY = re.compile(r"[A-Za-z](?= [A-Za-z])")  # a cut between a letter and " word"
 _U32 = next(code for code in "ILH" if array(code).itemsize == 4)
 _SPLIT_AT_SPACE = {"Whitespace", "WhitespaceSplit", "BertPreTokenizer"}
 _LOCAL_PRE = _SPLIT_AT_SPACE | {"Punctuation", "Digits", "UnicodeScripts"}
 _LOCAL_NORM = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents", "BertNormalizer"}
+# what the probe of a byte-level tokenizer's cuts is made of (every cut of the rule is tried on it)
+_PROBE = (
+    "Hello world, it's a test of the tokenizer. They'll say: \"we've done it\" and I'm sure you'd agree.\n"
+    "Numbers 12345 and 3.14159 or 1,000,000 cost $20 today; emails like a.b@example.com and URLs "
+    "https://example.com/path?q=one two. Accents: café naïve résumé Zürich, and 日本語 text, emoji 🙂 ok.\n\n"
+    "Double  spaces,   triple spaces, tabs\tand\ttabs, trailing space \nnew line\r\nwindows line.\n"
+    "def main(argv): return [x * 2 for x in argv if x] # code with_under_scores and CamelCase words\n"
+    "<|special|> tokens <s> and </s> [INST] brackets [/INST] <think> reasoning </think> done A B C d e f"
+)
+
+
+def _byte_level_pre(node: Any) -> str:
+    """Why ``node`` is not a byte-level pre-tokenizer that a cut before " word" (after a letter) keeps
+    ("" when it is): ``ByteLevel`` with its own regex, or a ``Sequence`` of ``Split`` (isolated, not
+    inverted) / ``Digits`` ending in ``ByteLevel``; the probe then checks the cuts on the real file."""
+    if not isinstance(node, Mapping):
+        return "no pre-tokenizer"
+    items = node.get("pretokenizers") if node.get("type") == "Sequence" else [node]
+    if not isinstance(items, list) or not items or not all(isinstance(i, Mapping) for i in items):
+        return "an unreadable pre-tokenizer"
+    *head, last = items
+    if last.get("type") != "ByteLevel":
+        return "the last pre-tokenizer is not ByteLevel"
+    if not head and not last.get("use_regex", True):
+        return "ByteLevel without a split"
+    for item in head:
+        kind = item.get("type")
+        if kind == "Split" and item.get("behavior") == "Isolated" and not item.get("invert"):
+            continue
+        if kind == "Digits":
+            continue
+        return f"pre-tokenizer {kind} {item.get('behavior') or ''}".strip() + " before ByteLevel"
+    return ""
 
 
 class LocalTokenizerError(ValueError):
@@ -186,24 +232,38 @@ def _types(node: Any, key: str) -> list[str] | None:
     return [str(kind)]
 
 
-def chunk_safety(spec: Mapping[str, Any]) -> str:
-    """Why cutting a prompt at whitespace could change this tokenizer's ids ("" when it cannot)."""
-    norms = _types(spec.get("normalizer"), "normalizers")
-    if norms is None or any(n not in _LOCAL_NORM for n in norms):
-        return f"normalizer {norms} is not character-local"
-    pres = _types(spec.get("pre_tokenizer"), "pretokenizers")
-    if not pres or any(p not in _LOCAL_PRE for p in pres) or not _SPLIT_AT_SPACE.intersection(pres):
-        return f"pre-tokenizer {pres or 'none'} does not split at whitespace"
+def chunk_mode(spec: Mapping[str, Any]) -> tuple[str, str]:
+    """How a prompt may be cut for this tokenizer: ``("words", "")`` (at whitespace, which it drops),
+    ``("bytes", "")`` (byte-level: before a space between letters), or ``("", why not)``."""
     if spec.get("truncation") or spec.get("padding"):
-        return "the file sets truncation or padding"
+        return "", "the file sets truncation or padding"
     model = spec.get("model")
     if isinstance(model, Mapping) and model.get("dropout"):
-        return "BPE dropout is set"
+        return "", "BPE dropout is set"
     for token in spec.get("added_tokens") or ():
         content = token.get("content", "") if isinstance(token, Mapping) else ""
         if any(c.isspace() for c in content):
-            return f"added token {content!r} contains whitespace"
-    return ""
+            return "", f"added token {content!r} contains whitespace"
+    norms = _types(spec.get("normalizer"), "normalizers")
+    pres = _types(spec.get("pre_tokenizer"), "pretokenizers")
+    if pres and "ByteLevel" in pres:
+        if norms is None or any(n != "NFC" for n in norms):
+            return "", f"normalizer {norms} before a byte-level pre-tokenizer"
+        for token in spec.get("added_tokens") or ():
+            if isinstance(token, Mapping) and (token.get("lstrip") or token.get("rstrip")):
+                return "", f"added token {token.get('content')!r} strips the whitespace around it"
+        why = _byte_level_pre(spec.get("pre_tokenizer"))
+        return ("", why) if why else ("bytes", "")
+    if norms is None or any(n not in _LOCAL_NORM for n in norms):
+        return "", f"normalizer {norms} is not character-local"
+    if not pres or any(p not in _LOCAL_PRE for p in pres) or not _SPLIT_AT_SPACE.intersection(pres):
+        return "", f"pre-tokenizer {pres or 'none'} does not split at whitespace"
+    return "words", ""
+
+
+def chunk_safety(spec: Mapping[str, Any]) -> str:
+    """Why this tokenizer's prompts cannot be cut into cached chunks ("" when they can)."""
+    return chunk_mode(spec)[1]
 
 
 class _ChunkCache:
@@ -258,8 +318,14 @@ class LocalTokenizer:
             self.template = load_chat_template(self.path.parent)
         except ChatTemplateError as exc:
             raise LocalTokenizerError(f"{self.path.parent}: {exc}") from None
-        self.unchunked_reason = chunk_safety(spec) if isinstance(spec, Mapping) else "not a JSON object"
-        self.chunked = not self.unchunked_reason
+        mode, why = chunk_mode(spec) if isinstance(spec, Mapping) else ("", "not a JSON object")
+        if mode == "bytes":
+            why = self._probe_cuts()
+            mode = "" if why else mode
+        self.mode = mode  # "words", "bytes" or "" (not chunked)
+        self.unchunked_reason = why
+        self.chunked = bool(mode)
+        self._boundary = _BYTE_BOUNDARY if mode == "bytes" else _BOUNDARY
         self._special = self._special_tokens()
         self._lock = threading.Lock()
         self._cache = _ChunkCache(settings.cache_entries, MAX_CACHED_IDS)
@@ -267,6 +333,18 @@ class LocalTokenizer:
         self._single: dict[str, int] = {}  # word -> its id, for the words of one id (a subset of _words)
         self.cached_tokens = 0  # ids taken from the cache (statistics; updated under the lock)
         self.encoded_tokens = 0  # ids computed by the tokenizer
+
+    def _probe_cuts(self) -> str:
+        """Why cutting before " word" changes this byte-level tokenizer's ids ("" when, on a probe text of
+        prose, code, numbers, punctuation, other scripts and whitespace runs, it changes none): every cut
+        the rule allows is made at once, and the pieces' ids must be the whole text's."""
+        cuts = [m.end() for m in _BYTE_BOUNDARY.finditer(_PROBE)]
+        pieces = [_PROBE[a:b] for a, b in pairwise([0, *cuts, len(_PROBE)])]
+        whole = self._tok.encode_batch([_PROBE], add_special_tokens=False)[0].ids
+        parts = [t for enc in self._tok.encode_batch(pieces, add_special_tokens=False) for t in enc.ids]
+        if parts != whole:
+            return "cutting before ' word' changes the ids of a probe text (its pre-tokenizer joins across)"
+        return ""
 
     def _special_tokens(self) -> tuple[list[int], list[int]] | None:
         """The ids the post-processor puts before and after a prompt (None: not a plain wrap)."""
@@ -307,13 +385,14 @@ class LocalTokenizer:
     def _chunks(self, text: str, out: array[int], limit: int) -> bool:
         """Appends ``text``'s ids to ``out`` chunk by chunk; False when stopped early at ``limit``."""
         size = self.settings.chunk_chars
+        boundary = self._boundary
         n = len(text)
         pos, key, cached = 0, 0, 0
         cache = self._cache
         pending: list[tuple[int, str]] = []  # (start, text) of the chunks tokenised together
         with self._lock:
             while pos < n:
-                m = _BOUNDARY.search(text, pos + size) if pos + size < n else None
+                m = boundary.search(text, pos + size) if pos + size < n else None
                 end = m.end() if m is not None else n
                 piece = text[pos:end]
                 chunk_key = hash((key, piece))
@@ -331,13 +410,15 @@ class LocalTokenizer:
             pending.clear()
             chars = 0
             while pos < n and (len(pending) < 64 or not limit):
-                m = _BOUNDARY.search(text, pos + size) if pos + size < n else None
+                m = boundary.search(text, pos + size) if pos + size < n else None
                 end = m.end() if m is not None else n
                 pending.append((pos, text[pos:end]))
                 chars += end - pos
                 pos = end
             fresh: list[tuple[int, array[int]]] = []
-            for (_, piece), ids in zip(pending, self._words_ids([p for _, p in pending]), strict=True):
+            pieces = [p for _, p in pending]
+            computed = self._words_ids(pieces) if self.mode == "words" else self._pieces_ids(pieces)
+            for (_, piece), ids in zip(pending, computed, strict=True):
                 key = hash((key, piece))
                 fresh.append((key, ids))
                 out.extend(ids)
@@ -347,6 +428,15 @@ class LocalTokenizer:
             if limit and len(out) >= limit and pos < n:
                 return False
         return True
+
+    def _pieces_ids(self, chunks: list[str]) -> list[array[int]]:
+        """Each chunk's ids, the chunks tokenised in one ``encode_batch`` call (byte-level tokenizers:
+        a word's ids depend on the space before it, so there is no word memo)."""
+        encodings = self._tok.encode_batch(chunks, add_special_tokens=False)
+        out = [array(_U32, enc.ids) for enc in encodings]
+        with self._lock:
+            self.encoded_tokens += sum(map(len, out))
+        return out
 
     def _words_ids(self, chunks: list[str]) -> list[array[int]]:
         """Each chunk's ids, from the word memo: a chunk is cut at every ASCII space into words, each

@@ -30,6 +30,7 @@ from scheduler.plugins.precise.local_tokenizer import (
     LocalTokenizer,
     LocalTokenizerError,
     LocalTokenizerSettings,
+    chunk_mode,
     chunk_safety,
     discover_tokenizers,
 )
@@ -119,7 +120,7 @@ def test_ids_equal_the_simulators_cold_and_cached(
     tokenizer_dirs: dict[str, Path], kind: str, chunk: int
 ) -> None:
     tok = local(tokenizer_dirs[kind], chunk_chars=chunk)
-    assert tok.chunked is (kind != "bytes"), tok.unchunked_reason
+    assert tok.mode == ("bytes" if kind == "bytes" else "words"), tok.unchunked_reason
     for _ in range(2):  # the second pass takes the shared prefixes from the cache
         for chat, body in bodies():
             assert tok.body_ids(chat, body) == sim_ids(tokenizer_dirs[kind], chat, body), (kind, body)
@@ -245,8 +246,17 @@ def test_limit_stops_early_and_the_cache_is_bounded(tokenizer_dirs: dict[str, Pa
 def test_chunk_safety_refuses_what_could_join_across_whitespace() -> None:
     ok = {"pre_tokenizer": {"type": "Whitespace"}, "normalizer": None}
     assert chunk_safety(ok) == ""
-    assert "pre-tokenizer" in chunk_safety({"pre_tokenizer": {"type": "ByteLevel"}})
     assert "pre-tokenizer" in chunk_safety({"pre_tokenizer": {"type": "Metaspace"}})
+    # byte-level: cut before " word" (the file's probe decides; see the tests below)
+    byte_level = {"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}}
+    assert chunk_mode(byte_level) == ("bytes", "")
+    assert "without a split" in chunk_safety({"pre_tokenizer": {"type": "ByteLevel", "use_regex": False}})
+    assert "normalizer" in chunk_safety(byte_level | {"normalizer": {"type": "Lowercase"}})
+    assert chunk_safety(byte_level | {"normalizer": {"type": "NFC"}}) == ""
+    stripping = {"content": "<mask>", "lstrip": True, "rstrip": False}
+    assert "strips" in chunk_safety(byte_level | {"added_tokens": [stripping]})
+    metaspace_last = {"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Metaspace"}]}
+    assert "not ByteLevel" in chunk_safety({"pre_tokenizer": metaspace_last})
     assert "normalizer" in chunk_safety(ok | {"normalizer": {"type": "Replace"}})
     assert "normalizer" in chunk_safety(
         ok | {"normalizer": {"type": "Sequence", "normalizers": [{"type": "Strip"}]}}
@@ -256,6 +266,89 @@ def test_chunk_safety_refuses_what_could_join_across_whitespace() -> None:
     assert "whitespace" in chunk_safety(ok | {"added_tokens": [{"content": "<a b>"}]})
     seq = {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Punctuation"}]}
     assert chunk_safety({"pre_tokenizer": seq}) == ""
+
+
+# the split of Llama 3's, Qwen2's and cl100k's byte-level tokenizers (before their ByteLevel step)
+SPLIT_3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+
+
+def _byte_level_file(directory: Path, pre: Any, normalizer: Any = None) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    trainer = trainers.BpeTrainer(
+        vocab_size=900, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tok.train_from_iterator([*corpus(), *_texts(random.Random(1), 50)], trainer)
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+def _texts(rng: random.Random, n: int) -> list[str]:
+    """Prose-like texts with what byte-level splits care about: single and repeated spaces, newlines,
+    tabs, digits, contractions, punctuation, accents, other scripts."""
+    pieces = ["the", "cat", "Sat", "on", "mat", "it's", "we'll", "x", "A", "42", "3.14", "1,000", ",", ".",
+              "!", "?", "(", ")", "'", '"', "-", "café", "naïve", "日本", "語", "🙂", "<s>", "\n", "\n\n",
+              "\t", "  ", "   ", "_id", "CamelCase", "a.b", "$5"]  # fmt: skip
+    out = []
+    for _ in range(n):
+        words = [rng.choice(pieces) for _ in range(rng.randrange(5, 120))]
+        out.append("".join(w + rng.choice(["", " ", " ", " ", " ", "  ", "\n"]) for w in words))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["bytelevel", "bytelevel-prefix-space", "split-then-bytelevel", "nfc"])
+def test_byte_level_chunks_equal_the_whole_prompt(tmp_path: Path, kind: str) -> None:
+    """The cut before " word" (after a letter) against the library tokenising the whole text, cold and
+    from the cache, with chunks as short as the rule allows."""
+    from tokenizers import Regex, normalizers, pre_tokenizers
+
+    pre = {
+        "bytelevel": pre_tokenizers.ByteLevel(add_prefix_space=False),
+        "bytelevel-prefix-space": pre_tokenizers.ByteLevel(add_prefix_space=True),
+        "split-then-bytelevel": pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(SPLIT_3), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        ),
+        "nfc": pre_tokenizers.ByteLevel(add_prefix_space=False),
+    }[kind]
+    directory = _byte_level_file(tmp_path, pre, normalizers.NFC() if kind == "nfc" else None)
+    tok = local(directory, chunk_chars=8)
+    assert tok.mode == "bytes", tok.unchunked_reason
+    texts = _texts(random.Random(9), 150)
+    shared = texts[0]
+    for text in [*texts, *(shared + t for t in texts[1:40])]:
+        whole = tok._tok.encode(text, add_special_tokens=False).ids
+        assert tok.encode(text, False) == whole, text
+        assert tok.encode(text, False) == whole, text  # from the cache
+    assert tok.cached_tokens > tok.encoded_tokens > 0
+
+
+def test_a_byte_level_split_that_joins_words_is_not_chunked(tmp_path: Path) -> None:
+    """A pre-tokenizer whose split keeps "a b" together fails the probe: the prompt is tokenised whole."""
+    from tokenizers import Regex, pre_tokenizers
+
+    joined = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(
+                Regex(r"[A-Za-z]+ [A-Za-z]+|\s+|[^\sA-Za-z]+|[A-Za-z]+"), behavior="isolated"
+            ),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok = local(_byte_level_file(tmp_path, joined))
+    assert tok.mode == "" and not tok.chunked and "probe" in tok.unchunked_reason
+    text = "hello world and more words " * 20
+    assert tok.encode(text, False) == tok._tok.encode(text, add_special_tokens=False).ids
 
 
 def test_auto_discovery_names_models_as_llm_d(tmp_path: Path, tokenizer_dirs: dict[str, Path]) -> None:
