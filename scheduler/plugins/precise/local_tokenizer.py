@@ -39,18 +39,23 @@ across them, which holds when its pre-tokenizer splits at whitespace and drops i
 added token contains whitespace and the file sets no truncation, padding or BPE dropout
 (:attr:`LocalTokenizer.mode` ``"words"``).
 
-Byte-level BPE (GPT-2's, Llama 3's, Qwen2's: :attr:`LocalTokenizer.mode` ``"bytes"``) keeps a word's
-leading space in its token (``" world"``), so its chunks end just after an ASCII letter that is followed
-by a space and an ASCII letter, the space going to the next chunk: every pre-tokenizer of that family
-starts a token at such a space and none runs a token from a letter across it. Required: a ``ByteLevel``
-pre-tokenizer (its own regex, with or without ``add_prefix_space``: a chunk after the first starts with
-its space, so none is added), or a ``Sequence`` of isolated, non-inverted ``Split`` / ``Digits`` ending in
-``ByteLevel``; no normalizer but ``NFC``; no added token that holds whitespace or strips the whitespace
-around it; and, on the real file at load, every cut the rule allows in a probe text (prose, code,
-numbers, punctuation, other scripts, whitespace runs, contractions) must give the whole text's ids. There
-is no word memo (a word's ids depend on the space before it): the chunks after the cached ones are
-tokenised in batches of 64 in one call each. Any other tokenizer (SentencePiece's ``Metaspace``, a
-lower-casing byte-level one, ...) is used whole on every prompt (:attr:`LocalTokenizer.chunked` False,
+Byte-level BPE (GPT-2's, Llama 3's, Qwen2's: :attr:`LocalTokenizer.mode` ``"bytes"``) and
+SentencePiece's ``Metaspace`` (Llama 2's, Mistral's converted files: ``"metaspace"``) keep a word's
+leading space in its token (``" world"``, ``"▁world"``), so their chunks end just after an ASCII letter
+that is followed by a space and an ASCII letter, the space going to the next chunk. No token can span
+such a cut when no vocabulary token holds a letter followed by the model's space (``Ġ`` for byte-level,
+the ``Metaspace`` replacement): a token spanning it would hold the letter before the cut and the space
+after it; checked on the whole vocabulary at load. BPE merges and a Unigram segmentation then work on
+each side alone, exactly as on the whole text. Also required: a ``ByteLevel`` pre-tokenizer (its own
+regex, with or without ``add_prefix_space``: a chunk after the first starts with its space, so none is
+added), or a ``Sequence`` of isolated, non-inverted ``Split`` / ``Digits`` ending in ``ByteLevel``; or a
+``Metaspace`` alone (split or not; a chunk after the first starts with its space, so no replacement is
+prepended); no normalizer but ``NFC`` (Llama 2's older files prepend "▁" in their normalizer: refused);
+no added token that holds whitespace or strips the whitespace around it; and, on the real file at load,
+every cut the rule allows in a probe text (prose, code, numbers, punctuation, other scripts, whitespace
+runs, contractions) must give the whole text's ids. There is no word memo (a word's ids depend on the
+space before it): the chunks after the cached ones are tokenised in batches of 64 in one call each. Any
+other tokenizer is used whole on every prompt (:attr:`LocalTokenizer.chunked` False,
 :attr:`LocalTokenizer.unchunked_reason` says why; the EPP logs it at start-up): exact, at the full cost.
 llm-d's ``minPrefixOverlapRatio`` (accept cached tokens covering that share of the prompt, an
 approximation) has no use here and is only validated.
@@ -232,9 +237,26 @@ def _types(node: Any, key: str) -> list[str] | None:
     return [str(kind)]
 
 
+def _joins_words(spec: Mapping[str, Any], space: str) -> str:
+    """A vocabulary token holding an ASCII letter followed by ``space`` (the model's form of a space):
+    only such a token could span a cut made after a letter, before " word" ("" when there is none)."""
+    model = spec.get("model")
+    vocab = model.get("vocab") if isinstance(model, Mapping) else None
+    if isinstance(vocab, Mapping):
+        tokens: list[Any] = list(vocab)
+    elif isinstance(vocab, list):  # Unigram: [piece, score] pairs
+        tokens = [v[0] for v in vocab if isinstance(v, list) and v]
+    else:
+        return "an unreadable vocabulary"
+    joined = re.compile("[A-Za-z]" + re.escape(space))
+    found = next((t for t in tokens if isinstance(t, str) and joined.search(t)), None)
+    return f"vocabulary token {found!r} joins a word to the next" if found is not None else ""
+
+
 def chunk_mode(spec: Mapping[str, Any]) -> tuple[str, str]:
     """How a prompt may be cut for this tokenizer: ``("words", "")`` (at whitespace, which it drops),
-    ``("bytes", "")`` (byte-level: before a space between letters), or ``("", why not)``."""
+    ``("bytes", "")`` (byte-level) or ``("metaspace", "")`` (SentencePiece's ``Metaspace``): before a
+    space between letters; or ``("", why not)``."""
     if spec.get("truncation") or spec.get("padding"):
         return "", "the file sets truncation or padding"
     model = spec.get("model")
@@ -246,13 +268,22 @@ def chunk_mode(spec: Mapping[str, Any]) -> tuple[str, str]:
             return "", f"added token {content!r} contains whitespace"
     norms = _types(spec.get("normalizer"), "normalizers")
     pres = _types(spec.get("pre_tokenizer"), "pretokenizers")
-    if pres and "ByteLevel" in pres:
+    if pres and ("ByteLevel" in pres or "Metaspace" in pres):
         if norms is None or any(n != "NFC" for n in norms):
-            return "", f"normalizer {norms} before a byte-level pre-tokenizer"
+            return "", f"normalizer {norms} before a {pres[-1]} pre-tokenizer"
         for token in spec.get("added_tokens") or ():
             if isinstance(token, Mapping) and (token.get("lstrip") or token.get("rstrip")):
                 return "", f"added token {token.get('content')!r} strips the whitespace around it"
-        why = _byte_level_pre(spec.get("pre_tokenizer"))
+        pre = spec.get("pre_tokenizer")
+        if "Metaspace" in pres:
+            if pres != ["Metaspace"] or not isinstance(pre, Mapping):
+                return "", f"pre-tokenizer {pres}: Metaspace is cached alone only"
+            space = pre.get("replacement", "\u2581")
+            if not isinstance(space, str) or len(space) != 1:
+                return "", "a Metaspace replacement that is not one character"
+            why = _joins_words(spec, space)
+            return ("", why) if why else ("metaspace", "")
+        why = _byte_level_pre(pre) or _joins_words(spec, "\u0120")  # "Ġ", the byte-level space
         return ("", why) if why else ("bytes", "")
     if norms is None or any(n not in _LOCAL_NORM for n in norms):
         return "", f"normalizer {norms} is not character-local"
@@ -319,13 +350,13 @@ class LocalTokenizer:
         except ChatTemplateError as exc:
             raise LocalTokenizerError(f"{self.path.parent}: {exc}") from None
         mode, why = chunk_mode(spec) if isinstance(spec, Mapping) else ("", "not a JSON object")
-        if mode == "bytes":
+        if mode in ("bytes", "metaspace"):
             why = self._probe_cuts()
             mode = "" if why else mode
-        self.mode = mode  # "words", "bytes" or "" (not chunked)
+        self.mode = mode  # "words", "bytes", "metaspace" or "" (not chunked)
         self.unchunked_reason = why
         self.chunked = bool(mode)
-        self._boundary = _BYTE_BOUNDARY if mode == "bytes" else _BOUNDARY
+        self._boundary = _BOUNDARY if mode == "words" else _BYTE_BOUNDARY
         self._special = self._special_tokens()
         self._lock = threading.Lock()
         self._cache = _ChunkCache(settings.cache_entries, MAX_CACHED_IDS)
@@ -335,7 +366,7 @@ class LocalTokenizer:
         self.encoded_tokens = 0  # ids computed by the tokenizer
 
     def _probe_cuts(self) -> str:
-        """Why cutting before " word" changes this byte-level tokenizer's ids ("" when, on a probe text of
+        """Why cutting before " word" changes this tokenizer's ids ("" when, on a probe text of
         prose, code, numbers, punctuation, other scripts and whitespace runs, it changes none): every cut
         the rule allows is made at once, and the pieces' ids must be the whole text's."""
         cuts = [m.end() for m in _BYTE_BOUNDARY.finditer(_PROBE)]
@@ -430,8 +461,8 @@ class LocalTokenizer:
         return True
 
     def _pieces_ids(self, chunks: list[str]) -> list[array[int]]:
-        """Each chunk's ids, the chunks tokenised in one ``encode_batch`` call (byte-level tokenizers:
-        a word's ids depend on the space before it, so there is no word memo)."""
+        """Each chunk's ids, the chunks tokenised in one ``encode_batch`` call (byte-level and Metaspace
+        tokenizers: a word's ids depend on the space before it, so there is no word memo)."""
         encodings = self._tok.encode_batch(chunks, add_special_tokens=False)
         out = [array(_U32, enc.ids) for enc in encodings]
         with self._lock:

@@ -14,6 +14,7 @@ import gc
 import itertools
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from scheduler.chat_render import chat_args
 from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
+from scheduler.plugins.precise import local_tokenizer
 from scheduler.plugins.precise.local_tokenizer import (
     LocalTokenizer,
     LocalTokenizerError,
@@ -246,17 +248,33 @@ def test_limit_stops_early_and_the_cache_is_bounded(tokenizer_dirs: dict[str, Pa
 def test_chunk_safety_refuses_what_could_join_across_whitespace() -> None:
     ok = {"pre_tokenizer": {"type": "Whitespace"}, "normalizer": None}
     assert chunk_safety(ok) == ""
-    assert "pre-tokenizer" in chunk_safety({"pre_tokenizer": {"type": "Metaspace"}})
+    metaspace = {"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581"}}
+    assert chunk_mode(metaspace | {"model": {"type": "BPE", "vocab": {"\u2581a": 0, "b": 1}}}) == (
+        "metaspace",
+        "",
+    )
+    joining = {"model": {"type": "Unigram", "vocab": [["\u2581a", -1.0], ["b\u2581c", -2.0]]}}
+    assert "joins a word" in chunk_safety(metaspace | joining)
+    assert "alone" in chunk_safety({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits"}, {"type": "Metaspace"}]}})  # fmt: skip
     # byte-level: cut before " word" (the file's probe decides; see the tests below)
-    byte_level = {"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}}
+    byte_level = {
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+        "model": {"type": "BPE", "vocab": {"a": 0, "\u0120b": 1}},  # "Ġb": " b"
+    }
     assert chunk_mode(byte_level) == ("bytes", "")
-    assert "without a split" in chunk_safety({"pre_tokenizer": {"type": "ByteLevel", "use_regex": False}})
+    assert "without a split" in chunk_safety(
+        byte_level | {"pre_tokenizer": {"type": "ByteLevel", "use_regex": False}}
+    )
+    assert "joins a word" in chunk_safety(byte_level | {"model": {"type": "BPE", "vocab": {"a\u0120b": 0}}})
     assert "normalizer" in chunk_safety(byte_level | {"normalizer": {"type": "Lowercase"}})
     assert chunk_safety(byte_level | {"normalizer": {"type": "NFC"}}) == ""
     stripping = {"content": "<mask>", "lstrip": True, "rstrip": False}
     assert "strips" in chunk_safety(byte_level | {"added_tokens": [stripping]})
     metaspace_last = {"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Metaspace"}]}
-    assert "not ByteLevel" in chunk_safety({"pre_tokenizer": metaspace_last})
+    assert "alone" in chunk_safety({"pre_tokenizer": metaspace_last})
+    digits_last = {"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Digits"}]}
+    assert "not ByteLevel" in chunk_safety(byte_level | {"pre_tokenizer": digits_last})
     assert "normalizer" in chunk_safety(ok | {"normalizer": {"type": "Replace"}})
     assert "normalizer" in chunk_safety(
         ok | {"normalizer": {"type": "Sequence", "normalizers": [{"type": "Strip"}]}}
@@ -333,8 +351,11 @@ def test_byte_level_chunks_equal_the_whole_prompt(tmp_path: Path, kind: str) -> 
     assert tok.cached_tokens > tok.encoded_tokens > 0
 
 
-def test_a_byte_level_split_that_joins_words_is_not_chunked(tmp_path: Path) -> None:
-    """A pre-tokenizer whose split keeps "a b" together fails the probe: the prompt is tokenised whole."""
+def test_a_byte_level_split_that_joins_words_is_not_chunked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pre-tokenizer whose split keeps "a b" together learns tokens across the space: refused (the
+    prompt is tokenised whole); a cut rule the file does not keep fails the probe."""
     from tokenizers import Regex, pre_tokenizers
 
     joined = pre_tokenizers.Sequence(
@@ -345,10 +366,38 @@ def test_a_byte_level_split_that_joins_words_is_not_chunked(tmp_path: Path) -> N
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
-    tok = local(_byte_level_file(tmp_path, joined))
-    assert tok.mode == "" and not tok.chunked and "probe" in tok.unchunked_reason
+    tok = local(_byte_level_file(tmp_path / "joined", joined))
+    assert tok.mode == "" and not tok.chunked and "joins a word" in tok.unchunked_reason
     text = "hello world and more words " * 20
     assert tok.encode(text, False) == tok._tok.encode(text, add_special_tokens=False).ids
+    directory = _byte_level_file(tmp_path / "plain", pre_tokenizers.ByteLevel(add_prefix_space=False))
+    assert local(directory).mode == "bytes"
+    monkeypatch.setattr(local_tokenizer, "_BYTE_BOUNDARY", re.compile(r"[A-Za-z] (?=[A-Za-z])"))  # after " "
+    refused = local(directory)
+    assert refused.mode == "" and "probe" in refused.unchunked_reason
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_metaspace_chunks_equal_the_whole_prompt(tmp_path: Path, split: bool) -> None:
+    """SentencePiece-style ``Metaspace`` (Llama 2's and Mistral's converted files), split at its spaces
+    or not (then the vocabulary decides: trained split, it has no token across a space)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first", split=True)
+    alphabet = [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=["<unk>", *alphabet], show_progress=False)
+    tok.train_from_iterator([*corpus(), *_texts(random.Random(1), 50)], trainer)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first", split=split)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    loaded = local(tmp_path, chunk_chars=8)
+    assert loaded.mode == "metaspace", loaded.unchunked_reason
+    texts = _texts(random.Random(4), 120)
+    for text in [*texts, *(texts[0] + t for t in texts[1:30])]:
+        whole = loaded._tok.encode(text, add_special_tokens=False).ids
+        assert loaded.encode(text, False) == whole, text
+        assert loaded.encode(text, False) == whole, text
 
 
 def test_auto_discovery_names_models_as_llm_d(tmp_path: Path, tokenizer_dirs: dict[str, Path]) -> None:
