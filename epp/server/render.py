@@ -82,6 +82,7 @@ def token_renderer(plugins: Sequence[object]) -> TokenRenderer | None:
             tokenizer=str(p.local.path),
             chat_template=p.local.template is not None,
             prefix_cache=p.local.chunked,
+            cut=p.local.mode or None,  # words (at whitespace), bytes / metaspace (before " word")
             uncached_because=p.local.unchunked_reason or None,
         )
     return TokenRenderer(producers, local_producers=local) if producers or local else None
