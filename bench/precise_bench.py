@@ -14,10 +14,12 @@
 * **in-process tokenizer** (``indexerConfig.tokenizersPoolConfig``, local backend): the same 8k-word
   prompt tokenised by :class:`~scheduler.plugins.precise.local_tokenizer.LocalTokenizer` from a
   ``tokenizer.json`` whose prefix cache holds the 6k-word system prompt (one request before), then
-  hashed; CPU time (every thread of the process). Two tokenizers: ``epp-bench routing``'s fleet one
-  (:func:`bench.routers.write_bench_tokenizer`, WordLevel, one word one token) and a BPE trained here on
-  a fixed corpus of the workloads' words (about 1.6 tokens per word). Target <= 1 ms for the cached
-  case; the uncached one (a cold cache: the whole prompt tokenised) is printed as INFO.
+  hashed; CPU time (every thread of the process), the median of 15 prompts (25 without ``--quick``).
+  Three tokenizers: ``epp-bench routing``'s fleet one (:func:`bench.routers.write_bench_tokenizer`,
+  WordLevel, one word one token), a BPE trained here on a fixed corpus of the workloads' words (about
+  1.6 tokens per word) and the same trained byte-level (GPT-2's and Llama 3's pre-tokenisation; cut
+  before " word", no word memo). Target <= 1 ms for the cached case; the uncached one (a cold cache:
+  the whole prompt tokenised) is printed as INFO.
 
 * **render round trip** (``--render``): the request-path step a ``token-producer`` with ``vllm.url`` adds
   before scheduling (:class:`epp.server.render.TokenRenderer`), against a real ``epp-sim`` render
@@ -226,15 +228,20 @@ def keys_ms(tokens: int, shared_tokens: int, seed: int, tokenize: bool) -> float
     return (time.process_time() - start) * 1000
 
 
-def _bpe_tokenizer(directory: Path) -> Path:
-    """A BPE ``tokenizer.json`` (2,000 ids, whitespace pre-tokenisation) trained on a fixed corpus of the
-    workloads' words: the same file every time."""
+def _bpe_tokenizer(directory: Path, byte_level: bool = False) -> Path:
+    """A BPE ``tokenizer.json`` (2,000 ids, whitespace pre-tokenisation, or byte-level as GPT-2's and
+    Llama 3's) trained on a fixed corpus of the workloads' words: the same file every time."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     rng = random.Random(0)
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["[UNK]"], show_progress=False)
+    tok.pre_tokenizer = (
+        pre_tokenizers.ByteLevel(add_prefix_space=False) if byte_level else pre_tokenizers.Whitespace()
+    )
+    alphabet = pre_tokenizers.ByteLevel.alphabet() if byte_level else []
+    trainer = trainers.BpeTrainer(
+        vocab_size=2000, special_tokens=["[UNK]"], initial_alphabet=alphabet, show_progress=False
+    )
     tok.train_from_iterator([vocab_words(rng, 200) for _ in range(300)], trainer)
     directory.mkdir(parents=True, exist_ok=True)
     tok.save(str(directory / "tokenizer.json"))
@@ -242,7 +249,13 @@ def _bpe_tokenizer(directory: Path) -> Path:
 
 
 def local_tokenizer_ms(
-    words: int, shared_words: int, seed: int, bpe: bool, cached: bool, warm_words: bool = False
+    words: int,
+    shared_words: int,
+    seed: int,
+    bpe: bool,
+    cached: bool,
+    warm_words: bool = False,
+    byte_level: bool = False,
 ) -> tuple[float, int]:
     """(CPU ms, ids) to tokenise in process and key a ``words``-word prompt whose first ``shared_words``
     were tokenised and keyed before (``cached``; else a cold cache); with ``warm_words`` every word of the
@@ -251,7 +264,10 @@ def local_tokenizer_ms(
 
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as tmp:
-        path = _bpe_tokenizer(Path(tmp) / "bpe") if bpe else write_bench_tokenizer(Path(tmp) / "words")
+        if bpe:
+            path = _bpe_tokenizer(Path(tmp) / "bpe", byte_level)
+        else:
+            path = write_bench_tokenizer(Path(tmp) / "words")
         tok = LocalTokenizer(LocalTokenizerSettings(model_name="m", model_map={"m": str(path)}))
     system, question = vocab_words(rng, shared_words), vocab_words(rng, words - shared_words)
     keyer = BlockKeyer("sha256", "", 16)
@@ -312,10 +328,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{_verdict(both <= KEYS_TARGET_MS)} epp-sim's offline tokenizer + keys of the same prompt: "
           f"{both:.3f} ms (target <= {KEYS_TARGET_MS:g} ms; the picker itself does not tokenise: "
           "token-producer renders on the model server)")  # fmt: skip
-    for bpe in (False, True):
-        name = "BPE (2,000 ids)" if bpe else "WordLevel (bench fleet)"
-        for cached, warm in ((True, False), (True, True), (False, False)):
-            runs = [local_tokenizer_ms(8192, 6144, ns.seed + r, bpe, cached, warm) for r in prompts]
+    kinds = (("WordLevel (bench fleet)", False, False), ("BPE (2,000 ids)", True, False),
+             ("byte-level BPE (2,000 ids, cut before ' word')", True, True))  # fmt: skip
+    for name, bpe, byte_level in kinds:
+        cases = (
+            ((True, False), (False, False)) if byte_level else ((True, False), (True, True), (False, False))
+        )
+        for cached, warm in cases:  # no word memo for byte-level: "every word seen" is the same case
+            runs = [
+                local_tokenizer_ms(8192, 6144, ns.seed + r, bpe, cached, warm, byte_level) for r in prompts
+            ]
             ms, ids = statistics.median(r[0] for r in runs), runs[0][1]
             what = f"in-process tokenizer ({name}) + keys of an 8k-word prompt ({ids} ids)"
             if cached:
