@@ -30,7 +30,7 @@ def test_main_prints_a_verdict_per_target(capsys: pytest.CaptureFixture[str]) ->
     assert main(["--servers", "4", "--batches", "5", "--blocks", "300", "--repeats", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     verdicts = [line for line in lines if not line.startswith("INFO ")]
-    assert len(verdicts) == 10 and all(line.split()[0] in ("PASS", "MISS") for line in verdicts)
+    assert len(verdicts) == 11 and all(line.split()[0] in ("PASS", "MISS") for line in verdicts)
     assert sum("in-process tokenizer" in line for line in lines) == 6  # 2 tokenizers x (2 cached, cold)
 
 
