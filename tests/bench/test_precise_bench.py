@@ -31,7 +31,7 @@ def test_main_prints_a_verdict_per_target(capsys: pytest.CaptureFixture[str]) ->
     lines = capsys.readouterr().out.splitlines()
     verdicts = [line for line in lines if not line.startswith("INFO ")]
     assert len(verdicts) == 11 and all(line.split()[0] in ("PASS", "MISS") for line in verdicts)
-    assert sum("in-process tokenizer" in line for line in lines) == 6  # 2 tokenizers x (2 cached, cold)
+    assert sum("in-process tokenizer" in line for line in lines) == 8  # 2 x (2 cached, cold) + byte-level 2
 
 
 def test_the_precise_profile_is_the_default_with_the_prefix_scorer_swapped() -> None:
