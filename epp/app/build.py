@@ -45,7 +45,7 @@ from epp.flowcontrol.controller import FlowController
 from epp.flowcontrol.metrics import FlowMetrics, queue_gauges
 from epp.protocol import SessionConfig
 from epp.protocol.config import ResponseMetadataFn
-from epp.server.kv_cache_metrics import KVCacheCollector
+from epp.server.kv_cache_metrics import KVCacheCollector, LocalTokenizerCollector
 from epp.server.latency_sidecar import SidecarConfigError, latency_sidecar
 from epp.server.latency_sidecar_metrics import LatencySidecarCollector
 from epp.server.metric_catalog import Naming
@@ -64,6 +64,7 @@ from epp.sync import ReplicaSyncCollector, ReplicaSyncService, read_key
 from scheduler.config.document import API_VERSION, LEGACY_API_VERSION
 from scheduler.errors import ConfigError
 from scheduler.interfaces import RequestAdmitter, ResponseMetadataProvider
+from scheduler.plugins.precise.producer import PrecisePrefixCacheProducer
 from scheduler.plugins.request_attributes import AgentIdentity
 from scheduler.replica_sync import ReplicaSynced
 from scheduler.roles import has_role
@@ -168,6 +169,10 @@ async def build_app(options: Options) -> PickerApp:
     layer.on_endpoints_removed(scheduler.endpoints_removed)
     detector = loaded.saturation_detector
     plugins = [p.plugin for p in config.plugins]
+    if tokenizing := [
+        p for p in plugins if isinstance(p, PrecisePrefixCacheProducer) and p.local is not None
+    ]:
+        registry.register(LocalTokenizerCollector(tokenizing))
     pool = options.pool_name or "default"
     flow = None
     if loaded.feature_gates.enabled(FLOW_CONTROL) and loaded.flow_control is not None:

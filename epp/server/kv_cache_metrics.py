@@ -29,6 +29,11 @@ Not exported: the dedup filter's ``dedup_removed_hashes_*`` and ``removals_skipp
 has no reference-counted dedup filter and applies every removal). ``--metrics-naming llm-d`` drops the
 deprecated names, ``inference`` keeps only them. Series per subscriber are bounded by the pool's
 endpoints (a removed endpoint's series are deleted).
+
+Ours, with an in-process tokenizer (``indexerConfig.tokenizersPoolConfig``, :class:`LocalTokenizerCollector`):
+``pyepp_precise_tokenizer_tokens_total{plugin_name,source}`` (token ids taken from the prefix cache,
+``source="cache"``, or computed by the tokenizer, ``source="tokenizer"``: their ratio is the cache's
+worth) and ``pyepp_precise_tokenizer_cached_chunks{plugin_name}`` (chunks held).
 """
 
 from __future__ import annotations
@@ -42,8 +47,9 @@ from prometheus_client.registry import Collector
 from datalayer.kv_events import KVEventFeed
 from epp.server.metric_catalog import Naming, Scheme
 from scheduler.plugins.precise.lookup_stats import DEFAULT_BUCKETS
+from scheduler.plugins.precise.producer import PrecisePrefixCacheProducer
 
-__all__ = ["KVCacheCollector"]
+__all__ = ["KVCacheCollector", "LocalTokenizerCollector"]
 
 _E = "llm_d_epp_kv_cache_events_"
 _I = "llm_d_epp_kv_cache_index_"
@@ -130,6 +136,36 @@ class KVCacheCollector(Collector):
 
     def _prefixes(self) -> list[str]:
         return [p for p, on in ((_I, self.current), (_OLD, self.deprecated)) if on]
+
+
+class LocalTokenizerCollector(Collector):
+    """The in-process tokenizers' cache figures (see the module docstring), one series per plugin."""
+
+    def __init__(self, producers: Sequence[PrecisePrefixCacheProducer]) -> None:
+        self.producers = tuple(p for p in producers if p.local is not None)
+
+    def collect(self) -> Iterator[Metric]:
+        tokens = CounterMetricFamily(
+            "pyepp_precise_tokenizer_tokens",
+            "Token ids of prompts tokenised in process, from the prefix cache or the tokenizer.",
+            labels=["plugin_name", "source"],
+        )
+        chunks = GaugeMetricFamily(
+            "pyepp_precise_tokenizer_cached_chunks",
+            "Prompt chunks held by the in-process tokenizer's prefix cache.",
+            labels=["plugin_name"],
+        )
+        for p in self.producers:
+            tok = p.local
+            assert tok is not None
+            tokens.add_metric([p.name, "cache"], tok.cached_tokens)
+            tokens.add_metric([p.name, "tokenizer"], tok.encoded_tokens)
+            chunks.add_metric([p.name], tok.cache_entries)
+        yield tokens
+        yield chunks
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

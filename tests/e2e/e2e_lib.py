@@ -86,13 +86,14 @@ def decisions(stack: Stack, n: int = 200) -> dict[str, list[str]]:
     return {row["request_id"]: list(row["endpoints"]) for row in rows}
 
 
-def metric_sum(stack: Stack, name: str) -> float:
-    """Sum over all label sets of the sample ``name`` (e.g. ``..._sum`` or ``..._total``) in /metrics."""
+def metric_sum(stack: Stack, name: str, **labels: str) -> float:
+    """Sum over all label sets of the sample ``name`` (e.g. ``..._sum`` or ``..._total``) in /metrics
+    (only those with ``labels``, when given)."""
     text = httpx.get(f"{stack.metrics_url}/metrics", timeout=5.0).text
     total = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
 

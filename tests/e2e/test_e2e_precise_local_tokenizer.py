@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_lib import MODEL, completion, eventually, long_prefix, running, served_by
+from e2e_lib import MODEL, completion, eventually, long_prefix, metric_sum, running, served_by
 from testutil import write_tokenizer
 
 from devtools.stack import Stack, StackSpec, free_ports
@@ -126,3 +126,20 @@ def test_chat_with_a_shared_system_prompt_goes_to_the_server_holding_it(stack: S
         return _chat(stack, [system, {"role": "user", "content": f"again question {i}"}], rid)
 
     _routes_to_owner(stack, send, "local-chat")
+
+
+def test_the_tokenizer_cache_shows_on_metrics_and_debug_state(stack: Stack) -> None:
+    """After prompts sharing a prefix, ids come from the cache (``/metrics``), and the plugin's state
+    names the tokenizer's cut and the event ingestion (no hash mismatch: the servers' keys are ours)."""
+    shared = long_prefix("metrics", 300)
+    for i in range(3):
+        assert completion(stack, f"{shared} question {i}").status_code == 200
+    cached = metric_sum(stack, "pyepp_precise_tokenizer_tokens_total", source="cache")
+    assert cached > 300, cached
+    assert metric_sum(stack, "pyepp_precise_tokenizer_tokens_total", source="tokenizer") > 0
+    state = httpx.get(f"{stack.metrics_url}/debug/plugins/state", timeout=5.0).json()
+    (precise,) = [v for v in state.values() if isinstance(v, dict) and "tokenizer" in v]
+    assert precise["tokenizer"]["cut"] == "words" and precise["tokenizer"]["chatTemplate"] is True
+    assert precise["tokenizer"]["tokensFromCache"] >= cached
+    assert precise["events"]["batches"] > 0 and precise["events"]["hashMismatches"] == 0, precise
+    assert precise["index"]["servers"] >= 1 and precise["index"]["entries"] > 0, precise

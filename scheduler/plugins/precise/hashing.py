@@ -170,6 +170,11 @@ class BlockKeyer:
         self.cache_blocks = cache_blocks
         self._memo: OrderedDict[tuple[bytes, Any, Any], tuple[bytes, int]] = OrderedDict()
 
+    @property
+    def memoised(self) -> int:
+        """Blocks in the memo."""
+        return len(self._memo)
+
     def _entries(
         self, token_ids: Sequence[int], lora: str | None, cache_salt: str, max_blocks: int
     ) -> list[tuple[bytes, int]]:

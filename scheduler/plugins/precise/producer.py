@@ -315,6 +315,44 @@ class PrecisePrefixCacheProducer(PluginBase):
             if profile.targets and not profile.shadow:  # the chosen endpoint, not the fallbacks
                 spec.add(profile.targets[0].endpoint.address, keys)
 
+    def dump_state(self) -> dict[str, Any]:
+        """``/debug/plugins/state``: the index, the event ingestion (a growing ``hashMismatches`` means
+        ``hashSeed`` / ``blockSize`` / the algorithm differ from the servers'), the block-key memo and the
+        in-process tokenizer."""
+        ing, index = self.ingester, self.index
+        state: dict[str, Any] = {
+            "index": {
+                "servers": len(index.sources()),
+                "entries": index.size(),
+                "overflowResets": index.overflow_resets,
+                "droppedServers": index.dropped_sources,
+            },
+            "events": {
+                "batches": ing.batches,
+                "events": ing.events,
+                "missedBatches": ing.missed_batches,
+                "restarts": ing.restarts,
+                "malformed": ing.malformed,
+                "hashChecks": ing.hash_checks,
+                "hashMismatches": ing.hash_mismatches,
+                "blocksAdmitted": ing.admitted,
+                "blocksEvicted": ing.evicted,
+            },
+            "blockKeyMemo": self.keyer.memoised,
+        }
+        if self.local is not None:
+            tok = self.local
+            state["tokenizer"] = {
+                "path": str(tok.path),
+                "chatTemplate": tok.template is not None,
+                "cut": tok.mode or None,
+                "uncachedBecause": tok.unchunked_reason or None,
+                "cachedChunks": tok.cache_entries,
+                "tokensFromCache": tok.cached_tokens,
+                "tokensTokenized": tok.encoded_tokens,
+            }
+        return state
+
     def on_endpoints_removed(self, addresses: frozenset[str]) -> None:
         for address in addresses:
             self.forget(address)
