@@ -117,7 +117,7 @@ class Sidecar:
 
 
 async def serve(sidecar: Sidecar) -> web.AppRunner:
-    runner = web.AppRunner(sidecar.app())
+    runner = web.AppRunner(sidecar.app(), shutdown_timeout=0.1)  # a slow answer is not waited for
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -66,7 +66,7 @@ class Fixture:
 @pytest.fixture
 async def fixture() -> AsyncIterator[Fixture]:
     fx = Fixture()
-    runner = web.AppRunner(fx.app())
+    runner = web.AppRunner(fx.app(), shutdown_timeout=0.1)  # a slow answer is not waited for
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
