@@ -62,7 +62,7 @@ def test_bad_durations_are_refused() -> None:
 @pytest.mark.e2e
 @pytest.mark.timeout(180)
 def test_short_soak_through_envoy_writes_its_report(tmp_path: Path) -> None:
-    argv = ["--minutes", "0.5", "--window", "5", "--warmup", "5", "--probe-seconds", "1", "--servers", "2"]
+    argv = ["--minutes", "0.2", "--window", "2", "--warmup", "2", "--probe-seconds", "1", "--servers", "2"]
     assert main([*argv, "--tokens", "8", "--out", str(tmp_path)]) == 0
     windows = json.loads((tmp_path / "windows.json").read_text())
     assert len(windows) == 6
