@@ -28,12 +28,11 @@ from scheduler.cycle_state import CycleState
 from scheduler.errors import ConfigError
 from scheduler.handle import PluginHandle
 from scheduler.plugins.precise import local_tokenizer
+from scheduler.plugins.precise.chunking import chunk_mode, chunk_safety
 from scheduler.plugins.precise.local_tokenizer import (
     LocalTokenizer,
     LocalTokenizerError,
     LocalTokenizerSettings,
-    chunk_mode,
-    chunk_safety,
     discover_tokenizers,
 )
 from scheduler.plugins.precise.scorer import factory
