@@ -127,12 +127,20 @@ class TokenRenderer:
         return request.api in (ApiKind.CHAT_COMPLETIONS, ApiKind.COMPLETIONS)
 
     async def render(self, request: LLMRequest, body: bytes) -> None:
-        """Render ``request`` for every producer and hand each its ids (None on failure). Never raises."""
+        """Render ``request`` for every producer and hand each its ids (None on failure). Never raises.
+        The body is parsed once here for all of them."""
+        try:
+            payload: Any = orjson.loads(body)
+            invalid = "" if isinstance(payload, dict) else "request body is not a JSON object"
+        except orjson.JSONDecodeError as exc:
+            payload, invalid = None, f"request body is not JSON: {exc}"
         for producer in self._producers:
             backend = producer.render
             assert backend is not None
             try:
-                ids = await self._render_one(self._client(producer.name), backend, request, body)
+                if invalid:
+                    raise RenderError(invalid)
+                ids = await self._render_one(self._client(producer.name), backend, request, payload)
             except RenderError as exc:
                 _log.warning(
                     "token-producer render failed; scheduling without token ids",
@@ -143,14 +151,10 @@ class TokenRenderer:
                 ids = None
             producer.accept_rendered(request.request_id, ids)
         if self._local:
-            await self._tokenize(request, body)
+            await self._tokenize(request, payload)
 
-    async def _tokenize(self, request: LLMRequest, body: bytes) -> None:
+    async def _tokenize(self, request: LLMRequest, payload: Any) -> None:
         """Tokenise ``request`` in process for every such producer (in the thread pool). Never raises."""
-        try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            payload = None
         chat = request.api is ApiKind.CHAT_COMPLETIONS
         loop = asyncio.get_running_loop()
         for producer in self._local:
@@ -173,20 +177,14 @@ class TokenRenderer:
             producer.accept_tokens(request.request_id, ids)
 
     async def _render_one(
-        self, client: aiohttp.ClientSession, backend: RenderBackend, request: LLMRequest, body: bytes
+        self, client: aiohttp.ClientSession, backend: RenderBackend, request: LLMRequest, body: dict[str, Any]
     ) -> list[int] | None:
-        try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise RenderError(f"request body is not JSON: {exc}") from None
-        if not isinstance(payload, dict):
-            raise RenderError("request body is not a JSON object")
         chat = request.api is ApiKind.CHAT_COMPLETIONS
         if not chat:
-            direct = _token_prompt(payload.get("prompt"))
+            direct = _token_prompt(body.get("prompt"))
             if direct is not None:
                 return direct
-        payload["model"] = backend.model  # `vllm launch render` requires the base model name
+        payload = {**body, "model": backend.model}  # `vllm launch render` requires the base model name
         timeout = backend.mm_timeout if chat and _multimodal(payload) else backend.timeout
         path = CHAT_RENDER_PATH if chat else COMPLETIONS_RENDER_PATH
         try:

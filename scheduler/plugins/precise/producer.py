@@ -150,8 +150,8 @@ class PrecisePrefixCacheProducer(PluginBase):
         self._pending: dict[str, tuple[int, ...]] = {}  # request id -> keys, prepare to dispatch (<= 1,024)
         self._addresses: tuple[str, ...] = ()  # the endpoints of the last prepared cycle
         self.local = self._load_tokenizer()
-        self._ids_key: StateKey[tuple[int, ...]] = StateKey(f"{self.plugin_type}/{name}/ids")
-        self._handed: dict[str, tuple[int, ...]] = {}  # request id -> local ids, EPP to prepare (<= 1,024)
+        self._ids_key: StateKey[Sequence[int]] = StateKey(f"{self.plugin_type}/{name}/ids")
+        self._handed: dict[str, Sequence[int]] = {}  # request id -> local ids, EPP to prepare (<= 1,024)
 
     def _load_tokenizer(self) -> LocalTokenizer | None:
         settings = self.settings.tokenizer
@@ -171,11 +171,12 @@ class PrecisePrefixCacheProducer(PluginBase):
         return self.settings.block_size * self.settings.max_prefix_blocks
 
     def accept_tokens(self, request_id: str, token_ids: Sequence[int] | None) -> None:
-        """The in-process tokenizer's ids for ``request_id`` (None: none could be computed)."""
+        """The in-process tokenizer's ids for ``request_id`` (None: none could be computed); kept as given,
+        not copied (the tokenizer hands over a fresh list)."""
         handed = self._handed
         if request_id not in handed and len(handed) >= 1024:
             handed.pop(next(iter(handed)))
-        handed[request_id] = tuple(token_ids) if token_ids else ()
+        handed[request_id] = token_ids or ()
 
     @property
     def parameters(self) -> dict[str, Any]:
