@@ -206,7 +206,7 @@ class BlockKeyer:
                 to_end(key)
             else:
                 digest = fn((parent, tuple(token_ids[a : a + size]), key[2]))
-                found = (digest, int.from_bytes(digest[-8:], "big") & KEY_MASK)
+                found = (digest, external_key(digest))
                 memo[key] = found
                 if len(memo) > self.cache_blocks:
                     memo.popitem(last=False)
